@@ -1,0 +1,27 @@
+"""pyfuser: nvFuser-compatible fusion definitions, compiled to Triton kernels.
+
+    from pyfuser import FusionDefinition, DataType
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
+        y = fd.ops.cast(x, DataType.Float)
+        m = fd.ops.max(y, dims=[1])
+        fd.add_output(fd.ops.sub(y, fd.ops.broadcast_in_dim(m, shape=[-1, 1], broadcast_dims=[0])))
+    out, = fd.execute([torch.randn(8, 30522, dtype=torch.float16, device="cuda")])
+
+See README.md for the tour and src/pyfuser/README.md for the code's layout.
+"""
+from .errors import CompileError, DefinitionError, DefinitionTypeError, InputError, InputTypeError, PyfuserError
+from .frontend import Fusion, FusionDefinition
+from .ir.dtypes import DataType
+
+
+def cache_info() -> dict:
+    """Kernel cache counters: ``kernels_compiled``, ``hits``, ``misses`` (and more)."""
+    from .runtime.cache import cache_info as _info
+
+    return _info()
+
+
+__all__ = ["FusionDefinition", "Fusion", "DataType", "cache_info", "PyfuserError", "DefinitionError",
+           "DefinitionTypeError", "InputError", "InputTypeError", "CompileError"]

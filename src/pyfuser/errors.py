@@ -1,0 +1,31 @@
+"""One exception hierarchy for everything pyfuser raises on bad input.
+
+Each class also derives from the builtin a user would expect (``ValueError`` for a
+wrong value, ``TypeError`` for a wrong kind of object), so ``except ValueError``
+keeps working for code written against nvFuser.  Messages name the op or argument,
+what was expected and what was given.
+"""
+
+
+class PyfuserError(Exception):
+    """Base class of every error pyfuser raises on purpose."""
+
+
+class DefinitionError(PyfuserError, ValueError):
+    """A FusionDefinition is malformed (bad shapes, axes, dtypes, ...)."""
+
+
+class DefinitionTypeError(PyfuserError, TypeError):
+    """An op got an object of the wrong kind (a list where a tensor was expected, ...)."""
+
+
+class InputError(PyfuserError, ValueError):
+    """The inputs given to ``execute`` contradict the definition."""
+
+
+class InputTypeError(PyfuserError, TypeError):
+    """An input given to ``execute`` is of the wrong kind (a number for a tensor, ...)."""
+
+
+class CompileError(PyfuserError, RuntimeError):
+    """Generating or compiling a kernel failed; the message says where a repro was written."""

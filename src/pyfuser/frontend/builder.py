@@ -1,0 +1,100 @@
+"""Shared machinery of the op builders: argument checks, constants, dtype probing.
+
+Dtype inference asks PyTorch: the op's reference implementation is run on ``meta``
+tensors of the right dtypes (or Python numbers for scalars), which costs no memory
+and gives exactly eager PyTorch's promotion, including its errors for unsupported
+dtypes, which we turn into messages naming the op.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import DefinitionError, DefinitionTypeError
+from ..ir.dtypes import DataType, from_torch, python_scalar_dtype
+from ..ir.values import FusionIR, ScalarVal, TensorVal, Val
+
+_SAMPLE = {DataType.Bool: True, DataType.Int: 3, DataType.Int32: 3,
+           DataType.Double: 1.5, DataType.Float: 1.5, DataType.Half: 1.5, DataType.BFloat16: 1.5}
+
+
+def is_number(x) -> bool:
+    return isinstance(x, (bool, int, float)) and not isinstance(x, Val)
+
+
+class Builder:
+    """Records exprs into one FusionIR on behalf of FusionDefinition and its ops."""
+
+    def __init__(self, ir: FusionIR, owner):
+        self.ir = ir
+        self.owner = owner  # the FusionDefinition, for error messages
+
+    # -- argument checks ---------------------------------------------------------
+    def check_val(self, op: str, arg: str, v, *, tensor=None, allow_number=True) -> Val:
+        """Return ``v`` as a Val of this fusion, making constants of Python numbers."""
+        if isinstance(v, torch.Tensor):
+            raise DefinitionTypeError(f"{op}: {arg} must be a value of this FusionDefinition "
+                                      f"(from define_tensor or another op), got a torch.Tensor")
+        if is_number(v) and allow_number and tensor is not True:
+            return self.constant(v)
+        if not isinstance(v, Val):
+            want = "a tensor" if tensor else ("a tensor or a scalar" if tensor is None else "a scalar")
+            raise DefinitionTypeError(f"{op}: {arg} must be {want} of this FusionDefinition, "
+                                      f"got {type(v).__name__} {v!r}")
+        if v.fusion is not self.ir:
+            raise DefinitionError(f"{op}: {arg} {v.name} belongs to another FusionDefinition")
+        if tensor is True and not isinstance(v, TensorVal):
+            raise DefinitionTypeError(f"{op}: {arg} must be a tensor, got scalar {v.name}")
+        if tensor is False and not isinstance(v, ScalarVal):
+            raise DefinitionTypeError(f"{op}: {arg} must be a scalar, got tensor {v.name}")
+        return v
+
+    def check_int_list(self, op: str, arg: str, xs, *, allow_neg1=False) -> list[int]:
+        if isinstance(xs, tuple):
+            xs = list(xs)
+        if not isinstance(xs, list):
+            raise DefinitionTypeError(f"{op}: {arg} must be a list of ints, got {xs!r}")
+        out = []
+        for x in xs:
+            if isinstance(x, ScalarVal) and x.is_constant:
+                x = x.value
+            if not isinstance(x, int) or isinstance(x, bool) or (x < 0 and not (allow_neg1 and x == -1)):
+                want = "ints >= 0" + (" or -1" if allow_neg1 else "")
+                raise DefinitionError(f"{op}: {arg} entries must be {want}, got {x!r} in {xs!r}")
+            out.append(x)
+        return out
+
+    # -- values --------------------------------------------------------------------
+    def constant(self, value, dtype: DataType | None = None) -> ScalarVal:
+        if dtype is None:
+            dtype = python_scalar_dtype(value)
+        return self.ir.new_scalar(dtype, value)
+
+    # -- dtype probing ---------------------------------------------------------------
+    def probe_dtype(self, op: str, fn, args, **kw) -> DataType:
+        """Result dtype of ``fn`` on stand-ins for ``args``, as eager PyTorch gives it."""
+        all_scalars = not any(isinstance(a, TensorVal) for a in args)
+        stand_ins = []
+        for a in args:
+            if isinstance(a, TensorVal):
+                stand_ins.append(torch.empty((1,) * a.rank, dtype=a.dtype.torch, device="meta"))
+            elif isinstance(a, ScalarVal):
+                stand_ins.append(torch.tensor(_SAMPLE[a.dtype], dtype=a.dtype.torch) if all_scalars
+                                 else _SAMPLE[a.dtype])
+            else:
+                stand_ins.append(a)
+        try:
+            r = fn(*stand_ins, **kw)
+        except (RuntimeError, TypeError, ValueError, NotImplementedError) as err:
+            dtypes = ", ".join(str(a.dtype) for a in args if isinstance(a, Val))
+            msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise DefinitionError(f"{op}: not defined for inputs of dtype {dtypes} (PyTorch says: {msg})") from None
+        if isinstance(r, tuple):
+            r = r[0]
+        dt = r.dtype if isinstance(r, torch.Tensor) else torch.tensor(r).dtype
+        if all_scalars:
+            if dt.is_floating_point:
+                return DataType.Double
+            if dt == torch.bool:
+                return DataType.Bool
+            return DataType.Int
+        return from_torch(dt)

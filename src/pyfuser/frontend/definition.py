@@ -1,0 +1,195 @@
+"""FusionDefinition and Fusion: nvFuser's user-facing API, both eras.
+
+Current era::
+
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
+        ...
+        fd.add_output(t5)
+    out = fd.execute([x])
+
+2022 era (the report)::
+
+    fs = Fusion()
+    with FusionDefinition(fs) as fd:
+        t0 = fd.define_tensor(symbolic_sizes=[-1, -1], contiguous=[True, True], dtype=DataType.Half)
+        ...
+    out = fs.execute([x])
+
+Both record into a ``FusionIR``; ``execute`` hands it to the runtime.
+"""
+from __future__ import annotations
+
+import itertools
+
+from ..errors import DefinitionError, DefinitionTypeError
+from ..ir.dtypes import DataType, to_datatype
+from ..ir.values import FusionIR, ScalarVal, TensorVal, Val
+from .builder import Builder
+from .ops import Operators, fmt
+
+_ids = itertools.count()
+
+
+class Fusion:
+    """The 2022 API's container: ``FusionDefinition(fs)`` records into it, ``fs.execute`` runs it."""
+
+    def __init__(self):
+        self.ir = FusionIR()
+        self.id = next(_ids)
+        self._definition: FusionDefinition | None = None
+
+    def execute(self, inputs, **kwargs):
+        if self._definition is None:
+            raise DefinitionError("Fusion.execute: nothing was defined; use `with FusionDefinition(fs) as fd:` first")
+        return self._definition.execute(inputs, **kwargs)
+
+    def __repr__(self):
+        return repr(self._definition) if self._definition else "Fusion(<empty>)"
+
+
+class FusionDefinition:
+    def __init__(self, fusion: Fusion | None = None, id: int | None = None):
+        if fusion is not None and not isinstance(fusion, Fusion):
+            raise DefinitionTypeError(f"FusionDefinition: expected a Fusion (2022 API) or nothing, got {fusion!r}")
+        self._fusion = fusion if fusion is not None else Fusion()
+        self._fusion.ir = FusionIR()
+        self._fusion._definition = self
+        self.id = self._fusion.id if id is None else id
+        self.ir = self._fusion.ir
+        self._builder = Builder(self.ir, self)
+        self.ops = Operators(self._builder)
+        self._finalized = False
+        self._runtime = None  # the executor cache, built on first execute
+        self.last_profile = None
+
+    # -- context manager ------------------------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self._finalized = True
+        return False
+
+    def definition(self):
+        """Override in a subclass to build the fusion there (nvFuser's subclass style)."""
+        raise NotImplementedError
+
+    # -- values ---------------------------------------------------------------------
+    def define_tensor(self, shape=None, contiguity=None, dtype=DataType.Float, is_cpu=False,
+                      stride_order=None, *, symbolic_sizes=None, contiguous=None, sizes=None, strides=None):
+        op = "define_tensor"
+        if sizes is not None:  # concrete sizes and strides: derive shape/contiguity/stride_order
+            return self._define_from_strides(sizes, strides, dtype)
+        shape = shape if shape is not None else symbolic_sizes
+        if shape is None:
+            raise DefinitionTypeError(f"{op}: needs shape= (or symbolic_sizes=)")
+        shape = list(self._builder.check_int_list(op, "shape", shape, allow_neg1=True))
+        rank = len(shape)
+        contig = contiguity if contiguity is not None else contiguous
+        if contig is None:
+            contig = [True] * rank
+        if isinstance(contig, bool):
+            contig = [contig] * rank
+        contig = list(contig)
+        if len(contig) != rank:
+            raise DefinitionError(f"{op}: contiguity has {len(contig)} entries, expected one per dim ({rank})")
+        for c in contig:
+            if c not in (True, False, None):
+                raise DefinitionError(f"{op}: contiguity entries must be True, False or None, got {c!r}")
+        if stride_order is not None:
+            so = list(stride_order)
+            if sorted(so) != list(range(rank)):
+                raise DefinitionError(f"{op}: stride_order {so} must be a permutation of 0..{rank - 1}")
+            stride_order = tuple(so)
+        try:
+            dt = to_datatype(dtype)
+        except TypeError as err:
+            raise DefinitionTypeError(f"{op}: dtype: {err}") from None
+        if dt is DataType.Null:
+            raise DefinitionError(f"{op}: dtype must be a concrete DataType, got DataType.Null")
+        t = self.ir.new_tensor(dt, [None if e == -1 else e for e in shape],
+                               contiguity=tuple(contig), stride_order=stride_order)
+        t.spelling = (f"shape={fmt(shape)}, contiguity={fmt(contig)}, dtype={dt!r}, is_cpu={bool(is_cpu)}"
+                      + (f", stride_order={fmt(list(stride_order))}" if stride_order is not None else ""))
+        self.ir.inputs.append(t)
+        return t
+
+    def _define_from_strides(self, sizes, strides, dtype):
+        sizes = list(sizes)
+        strides = list(strides) if strides is not None else None
+        rank = len(sizes)
+        if strides is None:
+            strides = [0] * rank
+            acc = 1
+            for d in reversed(range(rank)):
+                strides[d] = acc
+                acc *= max(sizes[d], 1)
+        order = sorted(range(rank), key=lambda d: (strides[d], d))  # innermost first
+        so = [0] * rank
+        for r, d in enumerate(order):
+            so[d] = r
+        contig = [None] * rank
+        expected = 1
+        for d in order:
+            if sizes[d] == 1:
+                continue
+            contig[d] = strides[d] == expected
+            expected = strides[d] * sizes[d]
+        shape = [1 if s == 1 else -1 for s in sizes]
+        return self.define_tensor(shape=shape, contiguity=contig, dtype=dtype,
+                                  stride_order=so if so != list(range(rank))[::-1] else None)
+
+    def define_scalar(self, value=None, dtype=None):
+        op = "define_scalar"
+        if value is not None and not isinstance(value, (bool, int, float)):
+            raise DefinitionTypeError(f"{op}: value must be a Python bool, int or float (or None), got {value!r}")
+        if dtype is not None:
+            try:
+                dtype = to_datatype(dtype)
+            except TypeError as err:
+                raise DefinitionTypeError(f"{op}: dtype: {err}") from None
+        if value is None:
+            dt = dtype or DataType.Double
+            s = self.ir.new_scalar(dt, None)
+            s.spelling = f"dtype={dt!r}"
+            self.ir.inputs.append(s)
+            return s
+        s = self._builder.constant(value, dtype)
+        s.spelling = f"{fmt(value)}, dtype={s.dtype!r}"
+        return s
+
+    def define_constant(self, value, dtype=None):
+        """The 2022 spelling of a constant scalar."""
+        if value is None:
+            raise DefinitionError("define_constant: value must not be None (use define_scalar() for a runtime scalar)")
+        return self.define_scalar(value, dtype)
+
+    def add_output(self, output, alias_input=None):
+        if isinstance(output, Val) and output.fusion is not self.ir:
+            raise DefinitionError(f"add_output: {output.name} belongs to another FusionDefinition")
+        if not isinstance(output, TensorVal):
+            what = f"scalar {output.name}" if isinstance(output, ScalarVal) else f"{type(output).__name__} {output!r}"
+            raise DefinitionTypeError(f"add_output: expected a tensor value of this FusionDefinition, got {what}")
+        self.ir.outputs.append(output)
+
+    # -- running ----------------------------------------------------------------------
+    def execute(self, inputs, device=None, profile=False, **kwargs):
+        from ..runtime.executor import execute
+
+        return execute(self, inputs, device=device, profile=profile)
+
+    def reference(self, inputs, device=None):
+        """Run the fusion with the reference executor (torch ops): pyfuser's semantics."""
+        from ..reference import run_reference
+
+        return run_reference(self.ir, inputs, device=device)
+
+    # -- printing -----------------------------------------------------------------------
+    def __repr__(self):
+        from .printer import python_definition
+
+        return python_definition(self)
+
+    __str__ = __repr__

@@ -1,0 +1,43 @@
+"""``repr(fd)``: a runnable ``nvfuser_fusion_id<N>`` that rebuilds the same fusion.
+
+The printer uses the current API's spelling whatever era the definition was written
+in (a 2022 ``view`` prints as ``reshape`` with its resolved shape), so the output runs
+with ``with FusionDefinition() as fd: nvfuser_fusion_id0(fd)``.
+"""
+from __future__ import annotations
+
+from ..ir.values import ScalarVal, TensorVal
+
+
+def python_definition(fd) -> str:
+    ir = fd.ir
+    lines = [f"def nvfuser_fusion_id{fd.id}(fd : FusionDefinition) -> None :"]
+    printed: set[int] = set()
+    exprs_by_first_out = {id(e.outputs[0]): e for e in ir.exprs if e.outputs}
+    for v in ir.vals:
+        if id(v) in printed:
+            continue
+        if v in ir.inputs and isinstance(v, TensorVal):
+            lines.append(f"    {v.name} = fd.define_tensor({v.spelling})")
+        elif isinstance(v, ScalarVal) and v.definition is None:
+            if v.is_constant:
+                lines.append(f"    {v.name} = fd.define_scalar({_number(v.value)}, dtype={v.dtype!r})")
+            else:
+                lines.append(f"    {v.name} = fd.define_scalar(None, dtype={v.dtype!r})")
+        elif id(v) in exprs_by_first_out:
+            e = exprs_by_first_out[id(v)]
+            outs = ", ".join(o.name for o in e.outputs)
+            lines.append(f"    {outs} = fd.ops.{e.op}({e.spelling})")
+            printed.update(id(o) for o in e.outputs)
+        printed.add(id(v))
+    for o in ir.outputs:
+        lines.append(f"    fd.add_output({o.name})")
+    if len(lines) == 1:
+        lines.append("    pass")
+    return "\n".join(lines) + "\n"
+
+
+def _number(x) -> str:
+    if isinstance(x, float) and (x != x or abs(x) == float("inf")):
+        return f"float('{x}')"
+    return repr(x)

@@ -1,0 +1,1 @@
+"""The fusion IR: dtypes, values and exprs, the op table, shape rules."""

@@ -1,0 +1,99 @@
+"""DataType: nvFuser's dtype names, and their mapping to torch and Triton.
+
+nvFuser scripts spell dtypes as ``DataType.Half`` etc.; pyfuser keeps the names so
+those scripts run unchanged.  ``Null`` means "no dtype given" (reductions use it to
+say "keep the input's dtype").  Promotion rules are not written here: they are
+PyTorch's, obtained by asking torch itself (see ``ir.ops``).
+"""
+from __future__ import annotations
+
+import enum
+
+import torch
+
+
+class DataType(enum.Enum):
+    Double = "Double"
+    Float = "Float"
+    Half = "Half"
+    BFloat16 = "BFloat16"
+    Int = "Int"
+    Int32 = "Int32"
+    Bool = "Bool"
+    Null = "Null"
+
+    def __repr__(self) -> str:
+        return f"DataType.{self.value}"
+
+    __str__ = __repr__
+
+    @property
+    def torch(self) -> torch.dtype:
+        if self is DataType.Null:
+            raise ValueError("DataType.Null has no torch dtype")
+        return _TO_TORCH[self]
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DataType.Double, DataType.Float, DataType.Half, DataType.BFloat16)
+
+    @property
+    def is_int(self) -> bool:
+        return self in (DataType.Int, DataType.Int32)
+
+    @property
+    def itemsize(self) -> int:
+        return torch.empty((), dtype=self.torch).element_size()
+
+
+_TO_TORCH = {
+    DataType.Double: torch.float64,
+    DataType.Float: torch.float32,
+    DataType.Half: torch.float16,
+    DataType.BFloat16: torch.bfloat16,
+    DataType.Int: torch.int64,
+    DataType.Int32: torch.int32,
+    DataType.Bool: torch.bool,
+}
+_FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
+
+# Triton spelling of each dtype, used by the code generator.
+TRITON_NAME = {
+    DataType.Double: "tl.float64",
+    DataType.Float: "tl.float32",
+    DataType.Half: "tl.float16",
+    DataType.BFloat16: "tl.bfloat16",
+    DataType.Int: "tl.int64",
+    DataType.Int32: "tl.int32",
+    DataType.Bool: "tl.int1",
+}
+
+
+def from_torch(dtype: torch.dtype) -> DataType:
+    try:
+        return _FROM_TORCH[dtype]
+    except KeyError:
+        supported = ", ".join(str(d) for d in _FROM_TORCH)
+        raise TypeError(f"torch dtype {dtype} is not supported by pyfuser (supported: {supported})") from None
+
+
+def to_datatype(x) -> DataType:
+    """Accept a DataType, a torch.dtype, or the DataType's name."""
+    if isinstance(x, DataType):
+        return x
+    if isinstance(x, torch.dtype):
+        return from_torch(x)
+    if isinstance(x, str) and x in DataType.__members__:
+        return DataType[x]
+    raise TypeError(f"expected a DataType (e.g. DataType.Float), got {x!r}")
+
+
+def python_scalar_dtype(value) -> DataType:
+    """The DataType nvFuser gives a Python number: bool -> Bool, int -> Int, float -> Double."""
+    if isinstance(value, bool):
+        return DataType.Bool
+    if isinstance(value, int):
+        return DataType.Int
+    if isinstance(value, float):
+        return DataType.Double
+    raise TypeError(f"expected a Python bool, int or float, got {type(value).__name__} {value!r}")

@@ -1,0 +1,47 @@
+"""Output shapes of an expr, by its op kind: one dispatch for definition and execute time."""
+from __future__ import annotations
+
+from . import shapes as S
+from .ops import OPS
+from .values import Expr
+
+
+def output_shapes(e: Expr, in_shapes: list) -> list[tuple]:
+    """``in_shapes[i]`` is the shape of ``e.inputs[i]`` (None for scalars)."""
+    kind = OPS[e.op].kind
+    a = e.attrs
+    tensors = [s for s in in_shapes if s is not None]
+    if kind in ("unary", "binary", "ternary", "cast"):
+        return [S.broadcast_shapes(e.op, *tensors)]
+    if kind == "reduction":
+        return [S.reduce_shape(in_shapes[0], a["dims"], a["keepdim"])]
+    if kind == "var_mean":
+        out = S.reduce_shape(in_shapes[0], a["dims"], a["keepdim"])
+        return [out, out]
+    if kind == "broadcast_in_dim":
+        return [S.broadcast_in_dim_shape(e.op, in_shapes[0], a["shape"], a["broadcast_dims"])]
+    if kind == "reshape":
+        return [S.reshape_shape(e.op, in_shapes[0], a["new_shape"])]
+    if kind == "permute":
+        return [tuple(in_shapes[0][d] for d in a["dims"])]
+    if kind == "squeeze":
+        shape = in_shapes[0]
+        for d in a["dims"]:
+            if shape[d] is not None and shape[d] != 1:
+                raise S.DefinitionError(f"{e.op}: dim {d} has extent {shape[d]}, expected 1 to squeeze it")
+        return [tuple(x for i, x in enumerate(shape) if i not in a["dims"])]
+    if kind == "slice":
+        return [S.slice_shape(e.op, in_shapes[0], a["starts"], a["ends"], a["steps"])[0]]
+    if kind == "pad":
+        return [S.pad_shape(e.op, in_shapes[0], a["pad_widths"])]
+    if kind == "cat":
+        return [S.cat_shape(e.op, tensors, a["dim"])]
+    if kind == "full":
+        return [tuple(a["shape"])]
+    if kind == "iota":
+        return [(a["length"],)]
+    if kind == "random":
+        if "like" in a:
+            return [in_shapes[0]]
+        return [tuple(a["shape"])]
+    raise AssertionError(f"no shape rule for op kind {kind}")

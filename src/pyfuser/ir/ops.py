@@ -1,0 +1,394 @@
+"""The op table: each op pyfuser knows is defined once, here.
+
+A row (``OpDef``) carries what every layer needs to know about an op:
+
+* ``kind``: how the frontend builds it and how the code generator indexes it
+  (``unary``/``binary``/``ternary`` elementwise ops, ``cast``, ``reduction``, the
+  layout ops, ``full``/``iota`` and the random ops);
+* ``ref``: its semantics, as a call into torch; the reference executor runs it and
+  dtype inference probes it on ``meta`` tensors, so promotion (tensor vs tensor, tensor
+  vs Python scalar, integer and bool handling) is PyTorch's by construction;
+* ``emit`` (elementwise rows): its Triton expression, built from argument
+  expressions already converted to the op's compute dtype;
+* ``compute``: which dtype the Triton code computes in: ``"out"`` (the result dtype,
+  e.g. ``div`` of ints computes in float) or ``"args"`` (the promoted argument dtype,
+  e.g. comparisons); fp16/bf16 always compute in fp32 and round once, like eager.
+
+Adding an elementwise op is one row here plus one sample in the op-sweep test.
+
+The Triton expressions use only ``tl`` builtins (no libdevice, no helper
+functions): Triton's interpreter, which runs the very same kernels on CPU, supports
+neither extern calls nor nested jit functions.  Functions without a builtin
+(expm1, log1p, tanh, erfc, atan2, pow, round) are written out from builtins with
+care for accuracy near the points where the naive formula cancels.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+# --- reference helpers --------------------------------------------------------
+
+
+def _tensor_first(fn):
+    """Call a torch function that needs a tensor first argument on (scalar, tensor) args,
+    with the dtype PyTorch's promotion gives the pair."""
+
+    def call(a, b, *rest):
+        if not isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            dtype = torch.result_type(b, a)
+            a = torch.tensor(a, dtype=dtype, device=b.device)
+            b = b.to(dtype)
+        return fn(a, b, *rest)
+
+    return call
+
+
+def _prod_ref(x, dims, keepdim=False, dtype=None):
+    out = x if dtype is None else x.to(dtype)
+    if out.dtype == torch.bool or not out.dtype.is_floating_point:
+        out = out.to(torch.int64) if dtype is None else out
+    for d in sorted(dims, reverse=True):
+        out = torch.prod(out, d, keepdim=True)
+    return out if keepdim else out.reshape([s for i, s in enumerate(out.shape) if i not in dims])
+
+
+def _lerp_ref(start, end, weight):
+    return torch.lerp(start, end, weight)
+
+
+def _clamp_ref(x, lo=None, hi=None):
+    if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor):
+        return torch.clamp(x, lo, hi)
+    return torch.clamp(x, lo, hi)
+
+
+# --- Triton emission helpers (multi-statement functions) -----------------------
+# ``b`` is the code generator's statement builder: b.tmp(expr) binds a new temporary,
+# b.lit(v) spells a constant in the compute dtype, b.cdtype is that dtype's Triton name.
+
+
+def _expm1(b, a):
+    # Taylor series near 0 (|a| < 0.5, error < 1e-8 relative), exp(a) - 1 elsewhere.
+    t = b.tmp(a)
+    poly = "1.0 + t / 9.0"
+    for k in (8, 7, 6, 5, 4, 3, 2):
+        poly = f"1.0 + t / {k}.0 * ({poly})"
+    poly = poly.replace("t", t)
+    return f"tl.where(tl.abs({t}) < 0.5, {t} * ({poly}), tl.exp({t}) - 1.0)"
+
+
+def _log1p(b, a):
+    # log(u) * a / (u - 1) with u = 1 + a cancels the rounding error of u (Goldberg).
+    t = b.tmp(a)
+    u = b.tmp(f"1.0 + {t}")
+    return f"tl.where({u} == 1.0, {t}, tl.where({u} == float('inf'), {u}, tl.log({u}) * ({t} / ({u} - 1.0))))"
+
+
+def _tanh(b, a):
+    t = b.tmp(a)
+    e = b.tmp(_expm1(b, f"-2.0 * tl.abs({t})"))
+    mag = b.tmp(f"-{e} / (2.0 + {e})")
+    return f"tl.where({t} != {t}, {t}, tl.where({t} < 0, -{mag}, {mag}))"
+
+
+def _erfc(b, a):
+    # 1 - erf(a) loses all relative accuracy for large a; the Chebyshev-fitted form
+    # t * exp(-z^2 + P(t)), t = 1 / (1 + z/2), has relative error < 1.2e-7 for all z >= 0.
+    t0 = b.tmp(a)
+    z = b.tmp(f"tl.abs({t0})")
+    t = b.tmp(f"1.0 / (1.0 + 0.5 * {z})")
+    coeffs = [-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+              0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277]
+    poly = f"{coeffs[-1]}"
+    for c in reversed(coeffs[:-1]):
+        poly = f"{c} + {t} * ({poly})"
+    r = b.tmp(f"{t} * tl.exp(-{z} * {z} + {poly})")
+    return f"tl.where({t0} != {t0}, {t0}, tl.where({t0} >= 0, {r}, 2.0 - {r}))"
+
+
+# atan on [0, 1] as x * P(x^2); coefficients fitted to atan(x)/x on Chebyshev nodes
+# (max relative error about 2e-8 on [0, 1]).
+_ATAN_COEFFS = None
+
+
+def _atan_coeffs():
+    global _ATAN_COEFFS
+    if _ATAN_COEFFS is None:
+        import numpy as np
+
+        n = 400
+        x = (np.cos(np.pi * (np.arange(n) + 0.5) / n) + 1) / 2
+        y = np.arctan(x) / np.where(x == 0, 1, x)
+        y[x == 0] = 1.0
+        _ATAN_COEFFS = [float(c) for c in np.polynomial.polynomial.polyfit(x * x, y, 10)]
+    return _ATAN_COEFFS
+
+
+def _atan2(b, y, x):
+    ty, tx = b.tmp(y), b.tmp(x)
+    ax, ay = b.tmp(f"tl.abs({tx})"), b.tmp(f"tl.abs({ty})")
+    hi = b.tmp(f"tl.maximum({ax}, {ay})")
+    lo = b.tmp(f"tl.minimum({ax}, {ay})")
+    q = b.tmp(f"tl.where({hi} == 0.0, 0.0, tl.where({hi} == float('inf'), tl.where({lo} == float('inf'), 1.0, 0.0), {lo} / {hi}))")
+    q2 = b.tmp(f"{q} * {q}")
+    cs = _atan_coeffs()
+    poly = f"{cs[-1]!r}"
+    for c in reversed(cs[:-1]):
+        poly = f"{c!r} + {q2} * ({poly})"
+    r = b.tmp(f"{q} * ({poly})")
+    r = b.tmp(f"tl.where({ay} > {ax}, {math.pi / 2!r} - {r}, {r})")
+    r = b.tmp(f"tl.where({tx} < 0, {math.pi!r} - {r}, {r})")
+    r = b.tmp(f"tl.where(({tx} == 0) & ({ty} == 0), tl.where(({tx}.to(tl.int32, bitcast=True) < 0), {math.pi!r}, 0.0), {r})"
+              if b.cdtype == "tl.float32" else f"tl.where(({tx} == 0) & ({ty} == 0), tl.where(1.0 / {tx} < 0, {math.pi!r}, 0.0), {r})")
+    sign_y = f"({ty}.to(tl.int32, bitcast=True) < 0)" if b.cdtype == "tl.float32" else f"(({ty} < 0) | (1.0 / {ty} < 0))"
+    out = b.tmp(f"tl.where({sign_y}, -{r}, {r})")
+    return f"tl.where(({tx} != {tx}) | ({ty} != {ty}), {tx} + {ty}, {out})"
+
+
+def _pow(b, x, y):
+    if b.cdtype in ("tl.int32", "tl.int64"):
+        raise NotImplementedError("pow on integer tensors")
+    tx, ty = b.tmp(x), b.tmp(y)
+    mag = b.tmp(f"tl.exp2({ty} * tl.log2(tl.abs({tx})))")
+    y_int = b.tmp(f"tl.floor({ty}) == {ty}")
+    y_odd = b.tmp(f"{y_int} & (tl.abs({ty}) < 9007199254740992.0) & ((tl.floor({ty} * 0.5) * 2.0) != {ty})")
+    neg = b.tmp(f"tl.where({y_int}, tl.where({y_odd}, -{mag}, {mag}), float('nan'))")
+    r = b.tmp(f"tl.where({tx} < 0, {neg}, {mag})")
+    return f"tl.where(({ty} == 0.0) | ({tx} == 1.0), 1.0, {r})"
+
+
+def _round_half_even(b, a):
+    t = b.tmp(a)
+    r = b.tmp(f"tl.floor({t} + 0.5)")
+    tie = b.tmp(f"({r} - {t}) == 0.5")
+    odd = b.tmp(f"(tl.floor({r} * 0.5) * 2.0) != {r}")
+    rounded = b.tmp(f"tl.where({tie} & {odd}, {r} - 1.0, {r})")
+    return f"tl.where(tl.abs({t}) >= 4503599627370496.0, {t}, {rounded})" if b.cdtype == "tl.float64" else \
+        f"tl.where(tl.abs({t}) >= 8388608.0, {t}, {rounded})"
+
+
+def _remainder(b, a, c):
+    ta, tc = b.tmp(a), b.tmp(c)
+    r = b.tmp(f"{ta} % {tc}")
+    return f"tl.where(({r} != 0) & (({r} < 0) != ({tc} < 0)), {r} + {tc}, {r})"
+
+
+def _fmod(b, a, c):
+    if b.cdtype in ("tl.float32", "tl.float64"):
+        ta, tc = b.tmp(a), b.tmp(c)
+        # a - trunc(a / c) * c, exact for |a / c| < 2^24, with fmod's NaN/inf rules.
+        q = b.tmp(f"{ta} / {tc}")
+        tq = b.tmp(f"tl.where({q} < 0, tl.ceil({q}), tl.floor({q}))")
+        r = b.tmp(f"tl.fma(-{tq}, {tc}, {ta})")
+        r = b.tmp(f"tl.where(tl.abs({r}) >= tl.abs({tc}), 0.0 * {ta}, {r})")
+        return f"tl.where(({tc} == 0) | (tl.abs({ta}) == float('inf')), float('nan'), tl.where(tl.abs({tc}) == float('inf'), {ta}, {r}))"
+    return f"{a} % {c}"
+
+
+def _is_float(b):
+    return b.cdtype in ("tl.float32", "tl.float64")
+
+
+def _floor(b, a):
+    return f"tl.floor({a})" if _is_float(b) else a
+
+
+def _ceil(b, a):
+    return f"tl.ceil({a})" if _is_float(b) else a
+
+
+def _trunc(b, a):
+    if not _is_float(b):
+        return a
+    t = b.tmp(a)
+    return f"tl.where({t} < 0, tl.ceil({t}), tl.floor({t}))"
+
+
+def _round(b, a):
+    return _round_half_even(b, a) if _is_float(b) else a
+
+
+def _sign(b, a):
+    t = b.tmp(a)
+    if b.cdtype == "tl.int1":
+        return t
+    one, zero = ("1.0", "0.0") if _is_float(b) else ("1", "0")
+    return f"tl.where({t} > 0, {one}, tl.where({t} < 0, -{one}, {t} * {zero}))"
+
+
+def _abs(b, a):
+    return a if b.cdtype == "tl.int1" else f"tl.abs({a})"
+
+
+def _isfinite(b, a):
+    return f"tl.abs({a}) < float('inf')" if _is_float(b) else f"({a} == {a})"
+
+
+def _isinf(b, a):
+    return f"tl.abs({a}) == float('inf')" if _is_float(b) else f"({a} != {a})"
+
+
+def _isnan(b, a):
+    return f"{a} != {a}"
+
+
+def _max_min(fn):
+    def emit(b, x, y):
+        if _is_float(b):
+            return f"tl.{fn}({x}, {y}, propagate_nan=tl.PropagateNan.ALL)"
+        return f"tl.{fn}({x}, {y})"
+
+    return emit
+
+
+def _clamp(b, x, lo=None, hi=None):
+    r = x
+    if lo is not None:
+        r = _max_min("maximum")(b, r, lo)
+    if hi is not None:
+        r = _max_min("minimum")(b, r, hi)
+    return r
+
+
+def _lerp(b, s, e, w):
+    ts, te, tw = b.tmp(s), b.tmp(e), b.tmp(w)
+    d = b.tmp(f"{te} - {ts}")
+    return f"tl.where(tl.abs({tw}) < 0.5, {ts} + {tw} * {d}, {te} - {d} * (1.0 - {tw}))"
+
+
+def _bitwise_not(b, a):
+    return f"({a} == 0)" if b.cdtype == "tl.int1" else f"({a} ^ -1)"
+
+
+def _div(b, x, y):
+    return f"tl.div_rn({x}, {y})" if b.cdtype == "tl.float32" else f"({x} / {y})"
+
+
+def _sqrt(b, a):
+    return f"tl.sqrt_rn({a})" if b.cdtype == "tl.float32" else f"tl.sqrt({a})"
+
+
+# --- the table -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    kind: str  # unary | binary | ternary | cast | reduction | var_mean | broadcast_in_dim | ...
+    ref: Callable  # torch implementation: the semantics
+    emit: Callable | None = None  # Triton expression builder (elementwise kinds)
+    compute: str = "out"  # "out": compute in the result dtype; "args": in the promoted arg dtype
+
+
+def _u(name, ref, emit, compute="out"):
+    return OpDef(name, "unary", ref, emit, compute)
+
+
+def _b(name, ref, emit, compute="out"):
+    return OpDef(name, "binary", ref, emit, compute)
+
+
+def _cmp(name, ref, sym):
+    return OpDef(name, "binary", ref, lambda b, x, y: f"({x} {sym} {y})", "args")
+
+
+_ROWS = [
+    # unary
+    _u("abs", torch.abs, _abs),
+    _u("neg", lambda a: -a, lambda b, a: f"-{a}"),
+    _u("exp", torch.exp, lambda b, a: f"tl.exp({a})"),
+    _u("exp2", torch.exp2, lambda b, a: f"tl.exp2({a})"),
+    _u("expm1", torch.expm1, _expm1),
+    _u("log", torch.log, lambda b, a: f"tl.log({a})"),
+    _u("log1p", torch.log1p, _log1p),
+    _u("log2", torch.log2, lambda b, a: f"tl.log2({a})"),
+    _u("log10", torch.log10, lambda b, a: f"(tl.log2({a}) * 0.30102999566398120)"),
+    _u("sqrt", torch.sqrt, _sqrt),
+    _u("rsqrt", torch.rsqrt, lambda b, a: f"tl.rsqrt({a})"),
+    _u("reciprocal", torch.reciprocal, lambda b, a: _div(b, "1.0", a)),
+    _u("sin", torch.sin, lambda b, a: f"tl.sin({a})"),
+    _u("cos", torch.cos, lambda b, a: f"tl.cos({a})"),
+    _u("tan", torch.tan, lambda b, a: _div(b, f"tl.sin({b.tmp(a)})", f"tl.cos({b.last})")),
+    _u("tanh", torch.tanh, _tanh),
+    _u("sigmoid", torch.sigmoid, lambda b, a: _div(b, "1.0", f"(1.0 + tl.exp(-{a}))")),
+    _u("relu", torch.relu, lambda b, a: f"tl.where({b.tmp(a)} < 0, 0, {b.last})"),
+    _u("silu", torch.nn.functional.silu, lambda b, a: _div(b, b.tmp(a), f"(1.0 + tl.exp(-{b.last}))")),
+    _u("erf", torch.erf, lambda b, a: f"tl.erf({a})"),
+    _u("erfc", torch.erfc, _erfc),
+    _u("floor", torch.floor, _floor),
+    _u("ceil", torch.ceil, _ceil),
+    _u("round", torch.round, _round),
+    _u("trunc", torch.trunc, _trunc),
+    _u("sign", torch.sign, _sign),
+    _u("isfinite", torch.isfinite, _isfinite, "args"),
+    _u("isnan", torch.isnan, _isnan, "args"),
+    _u("isinf", torch.isinf, _isinf, "args"),
+    _u("logical_not", torch.logical_not, lambda b, a: f"({a} == 0)", "args"),
+    _u("bitwise_not", torch.bitwise_not, _bitwise_not),
+    # binary
+    _b("add", lambda a, b: a + b, lambda b, x, y: f"({x} + {y})"),
+    _b("sub", lambda a, b: a - b, lambda b, x, y: f"({x} - {y})"),
+    _b("mul", lambda a, b: a * b, lambda b, x, y: f"({x} * {y})"),
+    _b("div", lambda a, b: a / b, _div),
+    _b("truediv", lambda a, b: a / b, _div),
+    _b("pow", lambda a, b: a ** b, _pow),
+    _b("fmod", _tensor_first(torch.fmod), _fmod),
+    _b("remainder", _tensor_first(torch.remainder), _remainder),
+    _b("atan2", _tensor_first(torch.atan2), _atan2),
+    _b("maximum", _tensor_first(torch.maximum), _max_min("maximum")),
+    _b("minimum", _tensor_first(torch.minimum), _max_min("minimum")),
+    _cmp("eq", lambda a, b: a == b, "=="),
+    _cmp("ne", lambda a, b: a != b, "!="),
+    _cmp("lt", lambda a, b: a < b, "<"),
+    _cmp("le", lambda a, b: a <= b, "<="),
+    _cmp("gt", lambda a, b: a > b, ">"),
+    _cmp("ge", lambda a, b: a >= b, ">="),
+    _b("logical_and", _tensor_first(torch.logical_and), lambda b, x, y: f"(({x} != 0) & ({y} != 0))", "args"),
+    _b("logical_or", _tensor_first(torch.logical_or), lambda b, x, y: f"(({x} != 0) | ({y} != 0))", "args"),
+    _b("bitwise_and", lambda a, b: a & b, lambda b, x, y: f"({x} & {y})"),
+    _b("bitwise_or", lambda a, b: a | b, lambda b, x, y: f"({x} | {y})"),
+    _b("bitwise_xor", lambda a, b: a ^ b, lambda b, x, y: f"({x} ^ {y})"),
+    # ternary
+    OpDef("where", "ternary", torch.where, lambda b, c, x, y: f"tl.where({c}, {x}, {y})"),
+    OpDef("lerp", "ternary", _lerp_ref, _lerp),
+    OpDef("addcmul", "ternary", lambda t, t1, t2, value=1.0: t + value * t1 * t2,
+          lambda b, t, t1, t2, value: f"({t} + {value} * {t1} * {t2})"),
+    OpDef("clamp", "ternary", _clamp_ref, _clamp),
+    # casts
+    OpDef("cast", "cast", lambda x, dtype: x.to(dtype) if isinstance(x, torch.Tensor) else x),
+    # reductions
+    OpDef("sum", "reduction", lambda x, dims, keepdim=False, dtype=None: torch.sum(x, dims, keepdim=keepdim, dtype=dtype)),
+    OpDef("max", "reduction", lambda x, dims, keepdim=False, dtype=None: torch.amax(x, dims, keepdim=keepdim)),
+    OpDef("min", "reduction", lambda x, dims, keepdim=False, dtype=None: torch.amin(x, dims, keepdim=keepdim)),
+    OpDef("prod", "reduction", _prod_ref),
+    OpDef("var", "reduction", lambda x, dims, correction=1, keepdim=False: torch.var(x, dims, correction=correction, keepdim=keepdim)),
+    OpDef("var_mean", "var_mean", lambda x, dims, correction=1, keepdim=False: torch.var_mean(x, dims, correction=correction, keepdim=keepdim)),
+    # layout ops: pure re-indexing
+    OpDef("broadcast_in_dim", "broadcast_in_dim", None),
+    OpDef("expand", "broadcast_in_dim", None),
+    OpDef("broadcast", "broadcast_in_dim", None),
+    OpDef("reshape", "reshape", None),
+    OpDef("permute", "permute", lambda x, dims: x.permute(dims)),
+    OpDef("squeeze", "squeeze", None),
+    OpDef("slice", "slice", None),
+    OpDef("pad", "pad", None),
+    OpDef("cat", "cat", None),
+    # creation and random numbers
+    OpDef("full", "full", None),
+    OpDef("iota", "iota", None),
+    OpDef("uniform", "random", None),
+    OpDef("normal", "random", None),
+    OpDef("rand_like", "random", None),
+    OpDef("randn_like", "random", None),
+]
+
+OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}
+
+ELEMENTWISE_KINDS = ("unary", "binary", "ternary", "cast")
+UNARY_OPS = [r.name for r in _ROWS if r.kind == "unary"]
+BINARY_OPS = [r.name for r in _ROWS if r.kind == "binary"]
+REDUCTION_OPS = [r.name for r in _ROWS if r.kind in ("reduction", "var_mean")]

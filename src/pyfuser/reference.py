@@ -1,0 +1,116 @@
+"""The reference executor: runs the IR with torch ops, one expr at a time.
+
+This is the definition of pyfuser's semantics.  Every generated kernel is tested
+against it; it never runs in ``execute`` (except through ``fd.validate``), so it can
+stay short and obviously right rather than fast.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .ir.concretize import Binding, bind
+from .ir.ops import OPS
+from .ir.shapes import slice_shape
+from .ir.values import Expr, FusionIR, ScalarVal, TensorVal
+from .rng import reference_random
+
+
+def _scalar_tensor(x, v):
+    return torch.tensor(x, dtype=v.dtype.torch if v.dtype.name not in ("Float", "Half", "BFloat16") else torch.float64)
+
+
+def run_expr(e: Expr, args: list, binding: Binding, rng_state=None):
+    """Evaluate one expr on torch tensors / Python numbers; returns a list of results."""
+    row = OPS[e.op]
+    a = e.attrs
+    out_shapes = [binding.shapes.get(o) for o in e.outputs]
+    dev = binding.device
+    if row.kind in ("unary", "binary", "ternary", "cast"):
+        if not any(isinstance(x, torch.Tensor) for x in args):  # scalar arithmetic
+            targs = [_scalar_tensor(x, v) if x is not None else None for x, v in zip(args, e.inputs)]
+            r = _elementwise(e, targs)
+            return [r.item()]
+        return [_elementwise(e, args)]
+    if row.kind == "reduction":
+        x = args[0]
+        if e.op == "var":
+            return [row.ref(x, list(a["dims"]), a["correction"], a["keepdim"])]
+        dt = a["dtype"].torch if a.get("dtype") else None
+        return [row.ref(x, list(a["dims"]), a["keepdim"], dt)]
+    if row.kind == "var_mean":
+        return list(row.ref(args[0], list(a["dims"]), a["correction"], a["keepdim"]))
+    if row.kind == "broadcast_in_dim":
+        x, shape = args[0], out_shapes[0]
+        view = [1] * len(shape)
+        for i, d in enumerate(a["broadcast_dims"]):
+            view[d] = x.shape[i]
+        return [x.reshape(view).expand(shape)]
+    if row.kind == "reshape":
+        return [args[0].reshape(out_shapes[0])]
+    if row.kind == "permute":
+        return [args[0].permute(a["dims"])]
+    if row.kind == "squeeze":
+        x = args[0]
+        return [x.squeeze(a["dims"]) if a["dims"] else x]
+    if row.kind == "slice":
+        _, norm = slice_shape(e.op, tuple(args[0].shape), a["starts"], a["ends"], a["steps"])
+        return [args[0][tuple(slice(*n) for n in norm)]]
+    if row.kind == "pad":
+        x, v = args
+        return [F.pad(x, list(a["pad_widths"]), value=v)]
+    if row.kind == "cat":
+        return [torch.cat(args, a["dim"])]
+    if row.kind == "full":
+        return [torch.full(out_shapes[0], args[0], dtype=a["dtype"].torch, device=dev)]
+    if row.kind == "iota":
+        start, step = args
+        dt = a["dtype"].torch
+        return [(torch.arange(a["length"], device=dev, dtype=dt) * step + start).to(dt)]
+    if row.kind == "random":
+        return [_random(e, args, out_shapes[0], dev, rng_state)]
+    raise AssertionError(f"reference: no implementation for {e.op}")
+
+
+def _elementwise(e: Expr, args):
+    row = OPS[e.op]
+    if e.op == "cast":
+        return args[0].to(e.attrs["dtype"].torch)
+    if e.op == "clamp":
+        it = iter(args[1:])
+        lo = next(it) if e.attrs["has_min"] else None
+        hi = next(it) if e.attrs["has_max"] else None
+        return row.ref(args[0], lo, hi)
+    return row.ref(*args)
+
+
+def _random(e: Expr, args, shape, dev, rng_state):
+    a = e.attrs
+    if a.get("like"):
+        p0, p1 = 0.0, 1.0
+        rest = args[1:]
+    else:
+        p0, p1 = float(args[0]), float(args[1])
+        rest = args[2:]
+    if a["has_seed"]:
+        seed, offset = int(rest[0]), int(rest[1])
+    elif rng_state is not None:
+        seed, offset = rng_state(e)
+    else:
+        raise ValueError(f"{e.op}: the reference executor needs rng_seed/rng_offset (or the runtime's RNG state)")
+    return reference_random(a["dist"], shape, p0, p1, seed, offset, a["dtype"].torch, dev)
+
+
+def run_reference(ir: FusionIR, inputs, device=None, rng_state=None, binding: Binding | None = None):
+    """Run the whole fusion; ``rng_state(expr) -> (seed, offset)`` supplies random state
+    for random ops defined without rng_seed/rng_offset."""
+    binding = binding or bind(ir, inputs, device)
+    env = dict(binding.values)
+    for e in ir.live_exprs():
+        args = [env[v] for v in e.inputs]
+        outs = run_expr(e, args, binding, rng_state)
+        for o, r in zip(e.outputs, outs):
+            env[o] = r
+    return [env[o] if not isinstance(env[o], (int, float, bool)) else torch.tensor(env[o]) for o in ir.outputs]
