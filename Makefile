@@ -1,0 +1,24 @@
+# Quick start: `make demo`, `make test`.  Everything runs from ./.venv, built once
+# (the stamp file) and rebuilt when pyproject.toml changes.
+PY := .venv/bin/python
+STAMP := .venv/.stamp
+PACKAGES := torch==2.13.0 triton==3.6.0 pytest hypothesis pytest-xdist numpy matplotlib
+
+.PHONY: venv test demo bench
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install $(PACKAGES)
+	$(PY) -m pip install -e .
+	touch $@
+
+test: venv
+	$(PY) -m pytest -q -n 2 tests
+
+demo: venv
+	$(PY) -m pyfuser.demo
+
+bench: venv
+	$(PY) -m pyfuser.bench
