@@ -1,9 +1,11 @@
 """Shared machinery of the op builders: argument checks, constants, dtype probing.
 
-Dtype inference asks PyTorch: the op's reference implementation is run on ``meta``
-tensors of the right dtypes (or Python numbers for scalars), which costs no memory
-and gives exactly eager PyTorch's promotion, including its errors for unsupported
-dtypes, which we turn into messages naming the op.
+Dtype inference asks PyTorch: the op's reference implementation is run on
+one-element CPU tensors of the right dtypes (or Python numbers for scalars), which
+gives exactly eager PyTorch's promotion, including its errors for unsupported
+dtypes, which we turn into messages naming the op.  (``meta`` tensors would not do:
+their kernels promote but skip the dtype checks, so e.g. ``abs`` of a bool tensor
+or ``silu`` of an int tensor would pass there and fail in eager.)
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ class Builder:
         stand_ins = []
         for a in args:
             if isinstance(a, TensorVal):
-                stand_ins.append(torch.empty((1,) * a.rank, dtype=a.dtype.torch, device="meta"))
+                stand_ins.append(torch.full((1,) * a.rank, _SAMPLE[a.dtype], dtype=a.dtype.torch))
             elif isinstance(a, ScalarVal):
                 stand_ins.append(torch.tensor(_SAMPLE[a.dtype], dtype=a.dtype.torch) if all_scalars
                                  else _SAMPLE[a.dtype])

@@ -34,14 +34,17 @@ import torch
 
 
 def _tensor_first(fn):
-    """Call a torch function that needs a tensor first argument on (scalar, tensor) args,
-    with the dtype PyTorch's promotion gives the pair."""
+    """Call a torch function that takes only tensors (``atan2``, ``maximum``, ...) on a
+    tensor and a Python number, in either order, with the dtype PyTorch's promotion
+    gives the pair."""
 
     def call(a, b, *rest):
-        if not isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-            dtype = torch.result_type(b, a)
-            a = torch.tensor(a, dtype=dtype, device=b.device)
-            b = b.to(dtype)
+        a_is_tensor = isinstance(a, torch.Tensor)
+        if a_is_tensor != isinstance(b, torch.Tensor):
+            t, s = (a, b) if a_is_tensor else (b, a)
+            dtype = torch.result_type(t, s)
+            t, s = t.to(dtype), torch.tensor(s, dtype=dtype, device=t.device)
+            a, b = (t, s) if a_is_tensor else (s, t)
         return fn(a, b, *rest)
 
     return call
@@ -54,6 +57,15 @@ def _prod_ref(x, dims, keepdim=False, dtype=None):
     for d in sorted(dims, reverse=True):
         out = torch.prod(out, d, keepdim=True)
     return out if keepdim else out.reshape([s for i, s in enumerate(out.shape) if i not in dims])
+
+
+def _addcmul_ref(t, t1, t2, value=1.0):
+    """torch.addcmul: the three arguments' promoted dtype (``value`` takes no part and
+    is converted to it), computed in fp32 for fp16/bf16 and rounded once.  Python
+    numbers among the arguments become 0-dim tensors, which promote like numbers."""
+    like = next(x for x in (t, t1, t2) if isinstance(x, torch.Tensor))
+    t, t1, t2 = (x if isinstance(x, torch.Tensor) else torch.tensor(x, device=like.device) for x in (t, t1, t2))
+    return torch.addcmul(t, t1, t2, value=value)
 
 
 def _lerp_ref(start, end, weight):
@@ -355,7 +367,7 @@ _ROWS = [
     # ternary
     OpDef("where", "ternary", torch.where, lambda b, c, x, y: f"tl.where({c}, {x}, {y})"),
     OpDef("lerp", "ternary", _lerp_ref, _lerp),
-    OpDef("addcmul", "ternary", lambda t, t1, t2, value=1.0: t + value * t1 * t2,
+    OpDef("addcmul", "ternary", _addcmul_ref,
           lambda b, t, t1, t2, value: f"({t} + {value} * {t1} * {t2})"),
     OpDef("clamp", "ternary", _clamp_ref, _clamp),
     # casts
