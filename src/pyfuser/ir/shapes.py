@@ -94,9 +94,9 @@ def broadcast_in_dim_shape(op: str, shape: Shape, out_shape, bdims) -> Shape:
                                       f"output dim {o} of extent {e} (expected {e} or 1)")
             out.append(e)
         else:
-            if e == -1:
-                raise DefinitionError(f"{op}: output dim {o} is new, so its extent cannot be -1")
-            out.append(e)
+            # A new dim of extent -1 is a broadcast dim (extent 1) that a consumer's
+            # broadcasting expands, as with nvFuser's symbolic broadcast dims.
+            out.append(1 if e == -1 else e)
     return tuple(out)
 
 

@@ -1,0 +1,166 @@
+"""Drive a tile over a segment: prologue, reduction passes, output stores.
+
+``emit_kernel`` is the one place that decides the *order* of the generated code;
+what each value costs is the lowering's business, and which tile to use is the
+scheduler's.  Outputs come in three kinds:
+
+* full: shaped like the reference, stored at the tile's coordinates;
+* kept: shaped like a reduction result, stored once per kept element;
+* reached: smaller tensors met on the way (the report's T11, a [64,1,1,128] mask
+  that is broadcast into the scores): stored where the walk reached them, with the
+  broadcast-collapsed coordinates pinned to 0 so each element is written once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.ops import OPS
+from ..ir.shapes import reduce_shape
+from ..ir.values import TensorVal
+from .lower import Lowering, Unsupported
+from .tiles import FlatTile, ReductionTile
+from .writer import KernelArg, KernelWriter
+
+
+@dataclass
+class KernelSource:
+    name: str
+    source: str
+    args: list  # KernelArg, in signature order
+    constexprs: dict
+    outputs: list  # TensorVals the kernel writes
+    tile: object = field(repr=False, default=None)
+
+
+def live_exprs_for(outputs):
+    """Exprs that the given outputs depend on, in program order."""
+    needed = {id(o) for o in outputs}
+    ir = outputs[0].fusion
+    live = []
+    for e in reversed(ir.exprs):
+        if any(id(o) in needed for o in e.outputs):
+            live.append(e)
+            needed.update(id(v) for v in e.inputs)
+    return live[::-1]
+
+
+def reduction_levels(exprs) -> dict:
+    """Level of each reduction: 1 + the highest level among reductions feeding it."""
+    level: dict = {}
+    memo: dict = {}
+
+    def depth(v):
+        if id(v) in memo:
+            return memo[id(v)]
+        e = v.definition
+        if e is None:
+            d = 0
+        else:
+            d = max((depth(i) for i in e.inputs), default=0)
+            if OPS[e.op].kind in ("reduction", "var_mean"):
+                level[e] = d + 1
+                d = d + 1
+        memo[id(v)] = d
+        return d
+
+    for e in exprs:
+        for o in e.outputs:
+            depth(o)
+    return level
+
+
+def _store(low, o, idx, val, axes):
+    w, tile = low.w, low.tile
+    ptr = w.arg(f"{o.name}_out", "ptr", ("output", o))
+    off = low.linear_of(o, idx)
+    dedup = []
+    dropped_axes = frozenset()
+    for c in idx.dropped:
+        if c.code != "0" and f"({c.code}) == 0" not in dedup:
+            dedup.append(f"({c.code}) == 0")
+            dropped_axes |= c.axes
+    all_axes = axes | off.axes | dropped_axes
+    mask = tile.mask(all_axes, dedup)
+    p = f"{ptr} + {off.code}"
+    if not all_axes <= off.axes:
+        p = f"tl.broadcast_to({p}, {tile.shape(all_axes)})"
+    w.line(f"tl.store({p}, {val}{', mask=' + mask if mask else ''})")
+
+
+def _store_walked(low, outputs, ref_idx, full, reached):
+    for o in full:
+        val, axes = low.value(o, ref_idx)
+        _store(low, o, low.normalize(o, ref_idx), val, axes)
+    for o in reached:
+        idx = low.reached.get(o)
+        if idx is None:
+            raise Unsupported(f"output {o.name} is not reached from the reference tensor {low.tile.ref.name}")
+        val, axes = low.value(o, idx)
+        _store(low, o, idx, val, axes)
+
+
+def emit_kernel(name: str, outputs, shapes, inputs_info, tile, header: list[str]) -> KernelSource:
+    w = KernelWriter(name)
+    low = Lowering(w, shapes, inputs_info, tile, {})
+    ref_shape = shapes[tile.ref]
+    tile.prologue(low)
+    full = [o for o in outputs if shapes[o] == ref_shape and not _is_reduction(o)]
+    if isinstance(tile, FlatTile):
+        _store_walked(low, outputs, tile.ref_index(low), full, [o for o in outputs if o not in full])
+    else:
+        _emit_reduction_body(low, outputs, shapes, tile, full)
+    read = sorted({a.source[1].name for a in w.args.values() if a.kind == "ptr" and a.source[0] == "tensor"})
+    header = header + [f"reads {', '.join(read) or 'nothing'} once; writes {', '.join(o.name for o in outputs)} once"]
+    args = list(w.args.values())
+    return KernelSource(name, w.source(header), args, dict(w.constexprs), list(outputs), tile)
+
+
+def _is_reduction(o) -> bool:
+    return o.definition is not None and OPS[o.definition.op].kind in ("reduction", "var_mean")
+
+
+def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
+    w = low.w
+    ref_shape = shapes[tile.ref]
+    kept_shapes = {reduce_shape(ref_shape, tile.red_dims, False): False,
+                   reduce_shape(ref_shape, tile.red_dims, True): True}
+    kept = [o for o in outputs if o not in full and shapes[o] in kept_shapes]
+    reached = [o for o in outputs if o not in full and o not in kept]
+
+    def store_kept():
+        for o in kept:
+            idx = low.normalize(o, tile.kept_index(low, kept_shapes[shapes[o]]))
+            val, axes = low.value(o, idx)
+            _store(low, o, idx, val, axes)
+
+    if tile.persistent:
+        tile.open_j(low, "0")
+        _store_walked(low, outputs, tile.ref_index(low), full, reached)
+        store_kept()
+        return
+    levels = reduction_levels(live_exprs_for(outputs))
+    for lvl in sorted(set(levels.values())):
+        exprs = [e for e, l in levels.items() if l == lvl]
+        accs = {e: tile.init(low, e) for e in exprs}
+        w.line("for j0 in range(0, J, BLOCK_J):")
+        w.indent += 1
+        low.push()
+        tile.open_j(low, "j0")
+        for e in exprs:
+            tile.chunk(low, e, accs[e])
+        low.pop()
+        w.indent -= 1
+        for e in exprs:
+            tile.results[e] = tile.finish(low, e, accs[e])
+    store_kept()
+    if full or reached:
+        w.line("for j0 in range(0, J, BLOCK_J):")
+        w.indent += 1
+        low.push()
+        tile.open_j(low, "j0")
+        _store_walked(low, outputs, tile.ref_index(low), full, reached)
+        low.pop()
+        w.indent -= 1
+
+
+__all__ = ["KernelSource", "KernelArg", "emit_kernel", "live_exprs_for", "reduction_levels"]

@@ -1,0 +1,383 @@
+"""Lowering: the Triton expression of any IR value at any coordinates.
+
+``Lowering.value(v, index)`` walks the IR backwards from ``v``: loads for fusion
+inputs, literals and arguments for scalars, an op's emission (from the op table)
+for elementwise ops, coordinate mapping for layout ops, and the tile's reduction
+code for reductions.  Results are memoised per (value, index) within the current
+scope, so a value used twice at the same coordinates is computed once; a value used
+at other coordinates (after a permute, a slice, a shifted cat input) is recomputed
+there, which is what makes every layout op free of copies.
+
+Schedulers decide the tile (which coordinates the kernel iterates over); this
+module never decides anything about speed.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from ..ir.dtypes import TRITON_NAME, DataType
+from ..ir.ops import OPS
+from ..ir.shapes import slice_shape
+from ..ir.values import ScalarVal, TensorVal
+from .index import ZERO, Coord, Index, ravel, unravel
+from .random import random_value
+
+
+class Unsupported(Exception):
+    """The tile cannot express this fusion (the segmenter then splits it)."""
+
+
+@lru_cache(maxsize=None)
+def _promote(dtypes: tuple) -> DataType:
+    from ..ir.dtypes import from_torch
+
+    args = [torch.empty((1,), dtype=d.torch, device="meta") for d in dtypes]
+    r = args[0]
+    for a in args[1:]:
+        r = torch.empty((1,), dtype=torch.promote_types(r.dtype, a.dtype), device="meta")
+    return from_torch(r.dtype)
+
+
+def compute_dtype(dt: DataType) -> DataType:
+    return DataType.Float if dt in (DataType.Half, DataType.BFloat16) else dt
+
+
+def literal(value, dt: DataType) -> str:
+    """A constant in dtype ``dt`` (fp64 constants keep their full precision)."""
+    if dt is DataType.Bool:
+        return "True" if value else "False"
+    if dt.is_int:
+        return repr(int(value))
+    v = float(value)
+    text = repr(v) if v == v and abs(v) != float("inf") else f"float('{v}')"
+    if dt is DataType.Double:
+        return f"tl.full([], {text}, tl.float64)"
+    return text
+
+
+class Lowering:
+    def __init__(self, w, shapes: dict, inputs_info: dict, tile, facts: dict):
+        self.w = w
+        self.shapes = shapes  # Val -> concrete shape
+        self.inputs_info = inputs_info  # TensorVal -> {"contiguous": bool}
+        self.tile = tile
+        self.facts = facts  # per-expr static facts baked into the kernel (normalised slices)
+        self.scopes: list[dict] = [{}]
+        self.reached: dict = {}  # Val -> first Index it was evaluated at
+
+    # -- scopes (loop bodies) -------------------------------------------------------
+    def push(self):
+        self.scopes.append({})
+
+    def pop(self):
+        """Leave a loop body; call before dedenting."""
+        self.scopes.pop()
+        self.w.forget_scope(self.w.indent)
+
+    def remember(self, v, idx: Index, res):
+        self.scopes[-1][(v.index, idx.key())] = res
+
+    def lookup(self, v, idx: Index):
+        key = (v.index, idx.key())
+        for s in reversed(self.scopes):
+            if key in s:
+                return s[key]
+        return None
+
+    # -- extents, indices -------------------------------------------------------------
+    def ext(self, v: TensorVal, d: int) -> str:
+        if self.shapes[v][d] == 1:
+            return "1"
+        return self.w.arg(f"{v.name}_s{d}", "size", ("size", v, d))
+
+    def extents(self, v) -> list[str]:
+        return [self.ext(v, d) for d in range(len(self.shapes[v]))]
+
+    def normalize(self, v, idx: Index) -> Index:
+        shape = self.shapes[v]
+        coords = tuple(ZERO if shape[d] == 1 else c for d, c in enumerate(idx.coords))
+        return Index(coords, idx.linear, idx.pred, idx.pred_axes, idx.dropped)
+
+    def linear_of(self, v, idx: Index) -> Coord:
+        if idx.linear is not None:
+            return idx.linear
+        lin = ravel(idx.coords, self.extents(v))
+        return Coord(self.w.tmp(lin.code, "i"), lin.axes) if not lin.code.isidentifier() and lin.code != "0" else lin
+
+    def with_coords(self, idx: Index, coords, linear=None, dropped=()) -> Index:
+        return Index(tuple(coords), linear, idx.pred, idx.pred_axes, idx.dropped + tuple(dropped))
+
+    # -- the walk -----------------------------------------------------------------------
+    def value(self, v, idx: Index | None):
+        """(Triton expression, tile axes it varies along) of ``v`` at ``idx``."""
+        if isinstance(v, ScalarVal):
+            return self.scalar(v)
+        idx = self.normalize(v, idx)
+        hit = self.lookup(v, idx)
+        if hit is not None:
+            return hit
+        self.reached.setdefault(v, idx)
+        if v.definition is None:
+            res = self.load(v, idx)
+        else:
+            res = self.expr_value(v, idx)
+        self.remember(v, idx, res)
+        return res
+
+    def scalar(self, v: ScalarVal):
+        if v.is_constant:
+            return literal(v.value, v.dtype), frozenset()
+        return self.w.arg(v.name, "scalar", ("scalar", v)), frozenset()
+
+    def load(self, v: TensorVal, idx: Index):
+        w = self.w
+        ptr = w.arg(f"{v.name}_ptr", "ptr", ("tensor", v))
+        info = self.inputs_info[v]
+        if info["contiguous"]:
+            off = idx.linear if idx.linear is not None else ravel(idx.coords, self.extents(v))
+        else:
+            terms, axes = [], frozenset()
+            for d, c in enumerate(idx.coords):
+                if c.code == "0":
+                    continue
+                st = w.arg(f"{v.name}_st{d}", "stride", ("stride", v, d))
+                terms.append(f"{c.code} * {st}")
+                axes |= c.axes
+            off = Coord(" + ".join(terms) if terms else "0", axes)
+        axes = off.axes | idx.pred_axes
+        mask = self.tile.mask(axes, idx.pred)
+        m = f", mask={mask}" if mask else ""
+        return w.tmp(f"tl.load({ptr} + {off.code}{m})", "x"), axes
+
+    def expr_value(self, v: TensorVal, idx: Index):
+        e = v.definition
+        kind = OPS[e.op].kind
+        handler = getattr(self, f"lower_{kind}", None)
+        if handler is None:
+            raise Unsupported(f"no lowering for op {e.op}")
+        return handler(e, v, idx)
+
+    # -- elementwise ----------------------------------------------------------------------
+    def bcast_index(self, idx: Index, out_shape, in_shape) -> Index:
+        off = len(out_shape) - len(in_shape)
+        coords, dropped = [], []
+        for d in range(len(out_shape)):
+            c = idx.coords[d]
+            if d < off:
+                if out_shape[d] != 1:
+                    dropped.append(c)
+                continue
+            if in_shape[d - off] == 1:
+                coords.append(ZERO)
+                if out_shape[d] != 1:
+                    dropped.append(c)
+            else:
+                coords.append(c)
+        same = tuple(out_shape) == tuple(in_shape)
+        return self.with_coords(idx, coords, idx.linear if same else None, dropped)
+
+    def lower_unary(self, e, v, idx):
+        return self.elementwise(e, v, idx)
+
+    lower_binary = lower_ternary = lower_cast = lower_unary
+
+    def elementwise(self, e, v, idx):
+        w = self.w
+        row = OPS[e.op]
+        out_shape = self.shapes[v]
+        args, axes = [], frozenset()
+        for inp in e.inputs:
+            if isinstance(inp, TensorVal):
+                code, ax = self.value(inp, self.bcast_index(idx, out_shape, self.shapes[inp]))
+            else:
+                code, ax = self.scalar(inp)
+            args.append((code, inp))
+            axes |= ax
+        if e.op == "cast":
+            code, inp = args[0]
+            target = e.attrs["dtype"]
+            if inp.dtype is target:
+                return code, axes
+            return w.tmp(f"({code}).to({TRITON_NAME[target]})"), axes
+        if row.compute == "args":
+            cdt = compute_dtype(_promote(tuple(a.dtype for _, a in args)))
+        else:
+            cdt = compute_dtype(v.dtype)
+        conv = []
+        for i, (code, inp) in enumerate(args):
+            want = DataType.Bool if (e.op == "where" and i == 0) else cdt
+            if isinstance(inp, ScalarVal) and inp.is_constant:
+                conv.append(literal(inp.value, want))
+            elif inp.dtype is want:
+                conv.append(code)
+            elif want is DataType.Bool:
+                conv.append(f"({code} != 0)")
+            else:
+                conv.append(f"({code}).to({TRITON_NAME[want]})")
+        w.cdtype = TRITON_NAME[cdt]
+        if e.op == "clamp":
+            it = iter(conv[1:])
+            lo = next(it) if e.attrs["has_min"] else None
+            hi = next(it) if e.attrs["has_max"] else None
+            code = row.emit(w, conv[0], lo, hi)
+        else:
+            code = row.emit(w, *conv)
+        result_cdt = DataType.Bool if row.compute == "args" else cdt
+        if e.op in ("where",):
+            result_cdt = cdt
+        if v.dtype is not result_cdt:
+            code = f"({code}).to({TRITON_NAME[v.dtype]})"
+        return w.tmp(code), axes
+
+    # -- layout ops -------------------------------------------------------------------------
+    def lower_broadcast_in_dim(self, e, v, idx):
+        x = e.inputs[0]
+        in_shape, out_shape = self.shapes[x], self.shapes[v]
+        bdims = e.attrs["broadcast_dims"]
+        coords = []
+        for i, d in enumerate(bdims):
+            coords.append(ZERO if in_shape[i] == 1 else idx.coords[d])
+        kept = {d for i, d in enumerate(bdims) if in_shape[i] != 1}
+        dropped = [idx.coords[d] for d in range(len(out_shape)) if d not in kept and out_shape[d] != 1]
+        same = self._numel(in_shape) == self._numel(out_shape)
+        return self.value(x, self.with_coords(idx, coords, idx.linear if same else None, dropped))
+
+    @staticmethod
+    def _numel(shape):
+        n = 1
+        for s in shape:
+            n *= s
+        return n
+
+    def lower_reshape(self, e, v, idx):
+        x = e.inputs[0]
+        lin = self.linear_of(v, idx)
+        return self.value(x, self.with_coords(idx, unravel(lin, self.extents(x)), lin))
+
+    def lower_permute(self, e, v, idx):
+        x = e.inputs[0]
+        dims = e.attrs["dims"]
+        coords = [None] * len(dims)
+        for k, d in enumerate(dims):
+            coords[d] = idx.coords[k]
+        ident = list(dims) == sorted(dims)
+        return self.value(x, self.with_coords(idx, coords, idx.linear if ident else None))
+
+    def lower_squeeze(self, e, v, idx):
+        x = e.inputs[0]
+        it = iter(idx.coords)
+        coords = [ZERO if d in e.attrs["dims"] else next(it) for d in range(len(self.shapes[x]))]
+        return self.value(x, self.with_coords(idx, coords, idx.linear))
+
+    def lower_slice(self, e, v, idx):
+        x = e.inputs[0]
+        _, norm = slice_shape(e.op, self.shapes[x], e.attrs["starts"], e.attrs["ends"], e.attrs["steps"])
+        coords = []
+        for c, (a, _, s) in zip(idx.coords, norm):
+            code = c.code if s == 1 else f"{c.code} * {s}"
+            code = code if a == 0 else f"({code} + {a})"
+            coords.append(Coord(code, c.axes) if c.code != "0" or a else ZERO)
+        return self.value(x, self.with_coords(idx, coords))
+
+    def lower_pad(self, e, v, idx):
+        x, pad_value = e.inputs
+        widths = e.attrs["pad_widths"]
+        rank = len(self.shapes[x])
+        coords, preds, axes = list(idx.coords), [], frozenset()
+        for k in range(len(widths) // 2):
+            d = rank - 1 - k
+            lo = widths[2 * k]
+            c = idx.coords[d]
+            shifted = Coord(c.code if lo == 0 else f"({c.code} - {lo})", c.axes)
+            coords[d] = shifted
+            preds.append(f"({shifted.code} >= 0) & ({shifted.code} < {self.ext(x, d)})")
+            axes |= c.axes
+        inner = Index(tuple(coords), None, idx.pred + tuple(preds), idx.pred_axes | axes, idx.dropped)
+        val, vax = self.value(x, inner)
+        pv, _ = self.scalar(pad_value)
+        cond = self.w.tmp(" & ".join(f"({p})" for p in preds), "m") if preds else "True"
+        pv = literal(pad_value.value, v.dtype) if pad_value.is_constant else f"({pv}).to({TRITON_NAME[v.dtype]})"
+        return self.w.tmp(f"tl.where({cond}, {val}, {pv})"), vax | axes
+
+    def lower_cat(self, e, v, idx):
+        dim = e.attrs["dim"]
+        c = idx.coords[dim]
+        start = "0"
+        parts = []
+        for x in e.inputs:
+            ext = self.ext(x, dim)
+            lo, hi = start, (ext if start == "0" else f"({start} + {ext})")
+            pred = self.w.tmp(f"({c.code} >= {lo}) & ({c.code} < {hi})", "m")
+            coords = list(idx.coords)
+            coords[dim] = Coord(c.code if start == "0" else f"({c.code} - {start})", c.axes)
+            inner = Index(tuple(coords), None, idx.pred + (pred,), idx.pred_axes | c.axes, idx.dropped)
+            val, ax = self.value(x, inner)
+            if x.dtype is not v.dtype:
+                val = f"({val}).to({TRITON_NAME[v.dtype]})"
+            parts.append((pred, val, ax))
+            start = hi
+        code = parts[-1][1]
+        axes = c.axes
+        for pred, val, ax in reversed(parts[:-1]):
+            code = f"tl.where({pred}, {val}, {code})"
+            axes |= ax
+        return self.w.tmp(code), axes | parts[-1][2]
+
+    # -- creation -----------------------------------------------------------------------------
+    def lower_full(self, e, v, idx):
+        fill = e.inputs[0]
+        dt = TRITON_NAME[v.dtype]
+        if fill.is_constant:
+            value = fill.value
+            text = repr(bool(value)) if v.dtype is DataType.Bool else (repr(int(value)) if v.dtype.is_int else
+                                                                        literal(float(value), DataType.Float))
+            return f"tl.full([], {text}, {dt})", frozenset()
+        code, _ = self.scalar(fill)
+        return self.w.tmp(f"tl.full([], 0, {dt}) + ({code}).to({dt})"), frozenset()
+
+    def lower_iota(self, e, v, idx):
+        start, step = e.inputs
+        c = idx.coords[0]
+        cdt = compute_dtype(v.dtype)
+        s0 = literal(start.value, cdt) if start.is_constant else f"({self.scalar(start)[0]}).to({TRITON_NAME[cdt]})"
+        s1 = literal(step.value, cdt) if step.is_constant else f"({self.scalar(step)[0]}).to({TRITON_NAME[cdt]})"
+        code = f"({c.code}).to({TRITON_NAME[cdt]}) * {s1} + {s0}"
+        if cdt is not v.dtype:
+            code = f"({code}).to({TRITON_NAME[v.dtype]})"
+        return self.w.tmp(code), c.axes
+
+    def lower_random(self, e, v, idx):
+        w = self.w
+        a = e.attrs
+        lin = self.linear_of(v, idx)
+        rest = e.inputs[1:] if a.get("like") else e.inputs[2:]
+        if a.get("like"):
+            p0, p1 = "0.0", "1.0"
+        else:
+            p0, p1 = (literal(p.value, DataType.Float) if p.is_constant else f"({self.scalar(p)[0]}).to(tl.float32)"
+                      for p in e.inputs[:2])
+        if a["has_seed"]:
+            seed, off = (self.scalar(s)[0] for s in rest)
+            seed_lo = w.tmp(f"({seed}).to(tl.int64) & 0xFFFFFFFF", "s")
+            seed_hi = w.tmp(f"(({seed}).to(tl.int64) >> 32) & 0xFFFFFFFF", "s")
+            off_lo = w.tmp(f"({off}).to(tl.int64) & 0xFFFFFFFF", "s")
+            off_hi = w.tmp(f"(({off}).to(tl.int64) >> 32) & 0xFFFFFFFF", "s")
+        else:
+            # Seed and offset arrive as eight 16-bit pieces: Triton types a Python int
+            # argument by its range, so full 32-bit words would change the signature
+            # (and recompile) as the generator's state moves.
+            p = [w.arg(f"rng{v.index}_{i}", "rng", ("rng", e, i)) for i in range(8)]
+            seed_lo, seed_hi, off_lo, off_hi = (
+                w.tmp(f"({p[2 * i]}.to(tl.uint32) << 16) | {p[2 * i + 1]}.to(tl.uint32)", "s") for i in range(4))
+        r = random_value(w, a["dist"], lin.code, p0, p1, seed_lo, seed_hi, off_lo, off_hi)
+        if v.dtype is not DataType.Float:
+            r = w.tmp(f"({r}).to({TRITON_NAME[v.dtype]})")
+        return r, lin.axes
+
+    # -- reductions are the tile's business -------------------------------------------
+    def lower_reduction(self, e, v, idx):
+        return self.tile.reduction(self, e, v, idx)
+
+    lower_var_mean = lower_reduction

@@ -1,0 +1,51 @@
+"""Triton emission of pyfuser's random numbers (the definition is in ``pyfuser.rng``).
+
+Philox-4x32-10 is written out inline: Triton's interpreter cannot call ``tl.philox``
+(a nested jit function) and the kernels must run there unchanged.  The value of
+element ``i`` depends only on (seed, offset, i), so any tiling gives the same bits.
+"""
+from __future__ import annotations
+
+from .. import rng as R
+
+
+def philox_words(w, sub: str, seed_lo: str, seed_hi: str, off_lo: str, off_hi: str):
+    """Emit Philox on counter (sub, 0, off_lo, off_hi); returns the four word names."""
+    c0 = w.tmp(f"({sub}).to(tl.uint32)", "c")
+    c1 = w.tmp(f"(({sub}).to(tl.int64) >> 32).to(tl.uint32)", "c")
+    c2 = w.tmp(f"tl.full([], 0, tl.uint32) + ({off_lo}).to(tl.uint32)", "c")
+    c3 = w.tmp(f"tl.full([], 0, tl.uint32) + ({off_hi}).to(tl.uint32)", "c")
+    k0 = w.tmp(f"({seed_lo}).to(tl.uint32)", "k")
+    k1 = w.tmp(f"({seed_hi}).to(tl.uint32)", "k")
+    for r in range(R.ROUNDS):
+        hb = w.tmp(f"tl.umulhi({c2}, {R.ROUND_B})", "p")
+        lb = w.tmp(f"{c2} * {R.ROUND_B}", "p")
+        ha = w.tmp(f"tl.umulhi({c0}, {R.ROUND_A})", "p")
+        la = w.tmp(f"{c0} * {R.ROUND_A}", "p")
+        c0 = w.tmp(f"{hb} ^ {c1} ^ {k0}", "c")
+        c2 = w.tmp(f"{ha} ^ {c3} ^ {k1}", "c")
+        c1, c3 = lb, la
+        if r + 1 < R.ROUNDS:
+            k0 = w.tmp(f"{k0} + {R.KEY_A}", "k")
+            k1 = w.tmp(f"{k1} + {R.KEY_B}", "k")
+    return c0, c1, c2, c3
+
+
+def random_value(w, dist: str, lin: str, p0: str, p1: str, seed_lo, seed_hi, off_lo, off_hi) -> str:
+    """fp32 random value of the element with logical index ``lin``."""
+    sub = w.tmp(f"{lin} // 4", "r")
+    word = w.tmp(f"{lin} % 4", "r")
+    c0, c1, c2, c3 = philox_words(w, sub, seed_lo, seed_hi, off_lo, off_hi)
+    scale = repr(R.TWO_POW_M24)
+    if dist == "uniform":
+        bits = w.tmp(f"tl.where({word} == 0, {c0}, tl.where({word} == 1, {c1}, tl.where({word} == 2, {c2}, {c3})))", "r")
+        u = w.tmp(f"({bits} >> 8).to(tl.float32) * {scale}", "r")
+        return u if (p0, p1) == ("0.0", "1.0") else w.tmp(f"{p0} + ({p1} - {p0}) * {u}", "r")
+    a = w.tmp(f"tl.where({word} < 2, {c0}, {c2})", "r")
+    b = w.tmp(f"tl.where({word} < 2, {c1}, {c3})", "r")
+    u1 = w.tmp(f"(({a} >> 8) + 1).to(tl.float32) * {scale}", "r")
+    u2 = w.tmp(f"({b} >> 8).to(tl.float32) * {scale}", "r")
+    rad = w.tmp(f"tl.sqrt(-2.0 * tl.log({u1}))", "r")
+    theta = w.tmp(f"{R.TWO_PI!r} * {u2}", "r")
+    z = w.tmp(f"tl.where(({word} % 2) == 0, {rad} * tl.cos({theta}), {rad} * tl.sin({theta}))", "r")
+    return z if (p0, p1) == ("0.0", "1.0") else w.tmp(f"{p0} + {p1} * {z}", "r")

@@ -1,0 +1,252 @@
+"""Tiles: which elements one program of a kernel works on, and how it reduces.
+
+* ``FlatTile`` (pointwise): a 1-D block of the reference tensor's linear index,
+  ``x = pid * BLOCK + arange(BLOCK)``.  Contiguous tensors are addressed by ``x``
+  itself, which is what lets Triton vectorize.
+* ``ReductionTile``: a 2-D block, ``k`` over the kept elements and ``j`` over the
+  reduced ones (any set of reduced dims: each is unravelled from ``j``).  ``inner``
+  puts ``j`` on the contiguous tile axis (softmax rows), ``outer`` puts ``k`` there
+  (column sums).  ``persistent`` holds the whole reduced extent in one block;
+  otherwise the reductions run in passes over ``j`` chunks, one pass per level of
+  dependent reductions (max before sum(exp(x - max))), chunk results combined with
+  Chan's formula for var_mean, and a last pass writes the outputs.
+"""
+from __future__ import annotations
+
+from ..ir.dtypes import TRITON_NAME, DataType
+from .index import ZERO, Coord, Index, unravel
+from .lower import Unsupported, compute_dtype
+
+
+class FlatTile:
+    def __init__(self, ref, block: int, int64: bool):
+        self.ref, self.block, self.int64 = ref, block, int64
+
+    def prologue(self, low):
+        w = low.w
+        n = w.arg("numel", "numel", ("numel", self.ref, None))
+        pid = "tl.program_id(0).to(tl.int64)" if self.int64 else "tl.program_id(0)"
+        w.line(f"pid = {pid}")
+        w.line("x = pid * BLOCK + tl.arange(0, BLOCK)")
+        w.line(f"mask = x < {n}")
+        w.constexprs["BLOCK"] = self.block
+
+    def ref_index(self, low) -> Index:
+        x = Coord("x", frozenset("x"))
+        return Index(tuple(unravel(x, low.extents(self.ref))), x)
+
+    def mask(self, axes, preds=()):
+        parts = (["mask"] if "x" in axes else []) + [f"({p})" for p in preds]
+        return " & ".join(parts) if parts else None
+
+    def shape(self, axes):
+        return "[BLOCK]"
+
+    def reduction(self, low, e, v, idx):
+        raise Unsupported("a pointwise tile cannot reduce")
+
+
+_IDENT = {"sum": 0, "prod": 1}
+
+
+class ReductionTile:
+    def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool):
+        self.ref, self.red_dims = ref, tuple(red_dims)
+        self.inner, self.persistent = inner, persistent
+        self.block_k, self.block_j, self.int64 = block_k, block_j, int64
+        self.results: dict = {}  # reduction expr -> list of (code) per output slot
+        self.raxis = 1 if inner else 0
+
+    # -- layout -------------------------------------------------------------------------
+    def kept_dims(self):
+        return [d for d in range(len(self.ref.shape)) if d not in self.red_dims]
+
+    def _axis(self, which):  # tile axis expression suffix
+        on_dim1 = (which == "j") == self.inner
+        return "[None, :]" if on_dim1 else "[:, None]"
+
+    def shape(self, axes):
+        k = "BLOCK_K" if "k" in axes else "1"
+        j = "BLOCK_J" if "j" in axes else "1"
+        return f"[{k}, {j}]" if self.inner else f"[{j}, {k}]"
+
+    def prologue(self, low):
+        w = low.w
+        w.constexprs["BLOCK_K"] = self.block_k
+        w.constexprs["BLOCK_J"] = self.block_j
+        K = w.arg("K", "numel", ("numel", self.ref, tuple(self.kept_dims())))
+        w.arg("J", "numel", ("numel", self.ref, self.red_dims))
+        pid = "tl.program_id(0).to(tl.int64)" if self.int64 else "tl.program_id(0)"
+        w.line(f"pid = {pid}")
+        w.line(f"k = pid * BLOCK_K + tl.arange(0, BLOCK_K){self._axis('k')}")
+        w.line(f"kmask = k < {K}")
+
+    def open_j(self, low, start: str):
+        w = low.w
+        w.line(f"j = {start} + tl.arange(0, BLOCK_J){self._axis('j')}")
+        w.line("jmask = j < J")
+        w.line("mask = kmask & jmask")
+
+    def mask(self, axes, preds=()):
+        parts = []
+        if "k" in axes and "j" in axes:
+            parts.append("mask")
+        elif "k" in axes:
+            parts.append("kmask")
+        elif "j" in axes:
+            parts.append("jmask")
+        parts += [f"({p})" for p in preds]
+        return " & ".join(parts) if parts else None
+
+    # -- indices --------------------------------------------------------------------------
+    def _unravel_ref(self, low):
+        ext = low.extents(self.ref)
+        kept = self.kept_dims()
+        kc = unravel(Coord("k", frozenset("k")), [ext[d] for d in kept])
+        jc = unravel(Coord("j", frozenset("j")), [ext[d] for d in self.red_dims])
+        coords = [None] * len(ext)
+        for d, c in zip(kept, kc):
+            coords[d] = c
+        for d, c in zip(self.red_dims, jc):
+            coords[d] = c
+        return coords
+
+    def ref_index(self, low) -> Index:
+        coords = self._unravel_ref(low)
+        n = len(coords)
+        linear = None
+        if self.red_dims == tuple(range(n - len(self.red_dims), n)):
+            linear = Coord("(k * J + j)", frozenset("kj"))
+        elif self.red_dims == tuple(range(len(self.red_dims))):
+            linear = Coord("(j * K + k)", frozenset("kj"))
+        return Index(tuple(coords), linear)
+
+    def kept_index(self, low, keepdim: bool) -> Index:
+        coords = self._unravel_ref(low)
+        if keepdim:
+            out = [ZERO if d in self.red_dims else c for d, c in enumerate(coords)]
+        else:
+            out = [c for d, c in enumerate(coords) if d not in self.red_dims]
+        lin = Coord("k", frozenset("k")) if len(self.kept_dims()) else None
+        return Index(tuple(out), lin)
+
+    # -- reductions -----------------------------------------------------------------------
+    def reduction(self, low, e, v, idx: Index):
+        want = self.kept_index(low, e.attrs.get("keepdim", False))
+        want = low.normalize(v, want)
+        if tuple(c.code for c in idx.coords) != tuple(c.code for c in want.coords):
+            raise Unsupported(f"{e.op} result {v.name} is used at coordinates other than its own row")
+        if tuple(e.inputs[0].shape) and low.shapes[e.inputs[0]] != low.shapes[self.ref]:
+            raise Unsupported(f"{e.op} reduces {e.inputs[0].name}, not the reference {self.ref.name}")
+        if tuple(sorted(e.attrs["dims"])) != self.red_dims:
+            raise Unsupported(f"{e.op} reduces dims {e.attrs['dims']}, the tile reduces {self.red_dims}")
+        if e not in self.results:
+            if not self.persistent:
+                raise Unsupported(f"{e.op} result {v.name} needed before its pass")
+            acc = self.init(low, e)
+            self.results[e] = self.finish(low, e, self.chunk(low, e, acc, first=True))
+        return self.results[e][e.outputs.index(v)], frozenset("k")
+
+    def acc_dtype(self, e) -> DataType:
+        out = e.outputs[-1].dtype  # var_mean's mean / the reduction's result
+        return compute_dtype(out)
+
+    def init(self, low, e):
+        """Accumulator names (multi-pass) or None (persistent: the single chunk is the result)."""
+        if self.persistent:
+            return None
+        w = low.w
+        dt = self.acc_dtype(e)
+        tn = TRITON_NAME[dt]
+        shp = self.shape("k")
+        if e.op in ("var", "var_mean"):
+            return self._init_welford(low, shp, tn)
+        ident = self.identity(e.op, dt)
+        name = f"acc{len(w.lines)}"
+        w.line(f"{name} = tl.full({shp}, {ident}, {tn})")
+        return [name]
+
+    def _init_welford(self, low, shp, tn):
+        w = low.w
+        base = f"acc{len(w.lines)}"
+        names = [f"{base}_n", f"{base}_mean", f"{base}_m2"]
+        for n in names:
+            w.line(f"{n} = tl.full({shp}, 0.0, {tn})")
+        return names
+
+    @staticmethod
+    def identity(op, dt: DataType) -> str:
+        if op in _IDENT:
+            v = _IDENT[op]
+            return repr(float(v)) if dt.is_float else repr(v)
+        big = {DataType.Int: 2**63 - 1, DataType.Int32: 2**31 - 1, DataType.Bool: 1}.get(dt)
+        if op == "max":
+            return "float('-inf')" if dt.is_float else repr(-big - 1 if dt is not DataType.Bool else 0)
+        return "float('inf')" if dt.is_float else repr(big)
+
+    def chunk(self, low, e, acc, first=False):
+        """Reduce the current chunk of ``e``'s input and fold it into ``acc``."""
+        w = low.w
+        x, _ = low.value(e.inputs[0], self.ref_index(low))
+        in_dt = e.inputs[0].dtype
+        dt = self.acc_dtype(e)
+        tn = TRITON_NAME[dt]
+        ax = self.raxis
+        xs = x if in_dt is dt else f"({x}).to({tn})"
+        if e.op in ("sum", "prod"):
+            comb = "tl.standard._sum_combine" if e.op == "sum" else "_prod_combine"
+            r = w.tmp(f"tl.reduce(tl.where(mask, {xs}, {self.identity(e.op, dt)}), {ax}, {comb}, keep_dims=True)", "red")
+            if acc is None:
+                return [r]
+            w.line(f"{acc[0]} = {acc[0]} {'+' if e.op == 'sum' else '*'} {r}")
+            return acc
+        if e.op in ("max", "min"):
+            comb = f"tl.standard._elementwise_{e.op}"
+            src = xs if dt is not DataType.Bool else f"({x}).to(tl.int32)"
+            ident = self.identity(e.op, dt if dt is not DataType.Bool else DataType.Int32)
+            r = w.tmp(f"tl.reduce(tl.where(mask, {src}, {ident}), {ax}, {comb}, keep_dims=True)", "red")
+            if dt.is_float:
+                nan = w.tmp(f"tl.reduce(tl.where(mask, ({xs} != {xs}).to(tl.int32), 0), {ax}, "
+                            f"tl.standard._elementwise_max, keep_dims=True)", "red")
+                r = w.tmp(f"tl.where({nan} > 0, float('nan'), {r})", "red")
+            if dt is DataType.Bool:
+                r = w.tmp(f"{r} != 0", "red")
+            if acc is None:
+                return [r]
+            fn = "maximum" if e.op == "max" else "minimum"
+            nan_arg = ", propagate_nan=tl.PropagateNan.ALL" if dt.is_float else ""
+            w.line(f"{acc[0]} = tl.{fn}({acc[0]}, {r}{nan_arg})")
+            return acc
+        # var / var_mean: chunk mean and M2, folded with Chan's parallel formula.
+        cnt = "J" if self.persistent else "tl.minimum(J - j0, BLOCK_J)"
+        cnt = w.tmp(f"({cnt}).to({tn})", "red")
+        s = w.tmp(f"tl.reduce(tl.where(mask, {xs}, 0.0), {ax}, tl.standard._sum_combine, keep_dims=True)", "red")
+        mean = w.tmp(f"{s} / {cnt}", "red")
+        d = w.tmp(f"tl.where(mask, {xs} - {mean}, 0.0)", "red")
+        m2 = w.tmp(f"tl.reduce({d} * {d}, {ax}, tl.standard._sum_combine, keep_dims=True)", "red")
+        if acc is None:
+            return [cnt, mean, m2]
+        n, mu, M2 = acc
+        delta = w.tmp(f"{mean} - {mu}", "red")
+        tot = w.tmp(f"{n} + {cnt}", "red")
+        w.line(f"{mu} = {mu} + {delta} * ({cnt} / {tot})")
+        w.line(f"{M2} = {M2} + {m2} + {delta} * {delta} * ({n} * {cnt} / {tot})")
+        w.line(f"{n} = {tot}")
+        return acc
+
+    def finish(self, low, e, acc):
+        """Turn accumulators into the op's outputs (in the outputs' dtypes)."""
+        w = low.w
+        outs = e.outputs
+        if e.op in ("var", "var_mean"):
+            n, mean, m2 = acc
+            corr = e.attrs["correction"]
+            var = w.tmp(f"{m2} / tl.maximum({n} - {float(corr)!r}, 0.0)", "red")
+            vals = [var] if e.op == "var" else [var, mean]
+        else:
+            vals = [acc[0]]
+        res = []
+        for o, val in zip(outs, vals):
+            dt = self.acc_dtype(e)
+            res.append(w.tmp(f"({val}).to({TRITON_NAME[o.dtype]})", "red") if o.dtype is not dt else val)
+        return res

@@ -1,0 +1,88 @@
+"""Source text of one Triton kernel: statements, temporaries, and the arguments it uses.
+
+The lowering asks the writer for names (``tmp``) and for runtime arguments (``arg``);
+the writer records which arguments the body referenced, so the kernel's signature
+and the launcher's argument list are derived from the body, never kept in sync by hand.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class KernelArg:
+    name: str
+    kind: str  # "ptr" | "size" | "stride" | "scalar" | "rng"
+    source: tuple  # what the launcher reads: ("tensor", val) / ("size", val, dim) / ...
+
+
+@dataclass
+class KernelWriter:
+    name: str
+    lines: list = field(default_factory=list)
+    args: dict = field(default_factory=dict)  # name -> KernelArg, in first-use order
+    constexprs: dict = field(default_factory=dict)  # name -> value (block sizes)
+    indent: int = 1
+    _n: int = 0
+    cdtype: str = "tl.float32"  # compute dtype of the op being emitted (read by op emitters)
+    last: str = ""
+    _cse: dict = field(default_factory=dict)
+
+    def line(self, text: str):
+        self.lines.append("    " * self.indent + text)
+
+    def comment(self, text: str):
+        self.line(f"# {text}")
+
+    def tmp(self, expr: str, prefix: str = "t") -> str:
+        """Bind ``expr`` to a fresh temporary; returns its name (also kept in ``last``)."""
+        if expr.isidentifier():
+            self.last = expr
+            return expr
+        key = (expr, self.indent)
+        if key in self._cse:
+            self.last = self._cse[key]
+            return self.last
+        self._n += 1
+        name = f"{prefix}{self._n}"
+        self.line(f"{name} = {expr}")
+        self._cse[key] = name
+        self.last = name
+        return name
+
+    def forget_scope(self, indent: int):
+        """Drop CSE entries bound at ``indent`` or deeper (leaving a loop body)."""
+        self._cse = {k: v for k, v in self._cse.items() if k[1] < indent}
+
+    def arg(self, name: str, kind: str, source: tuple) -> str:
+        if name not in self.args:
+            self.args[name] = KernelArg(name, kind, source)
+        return name
+
+    def _decorator(self) -> str:
+        # Values that change every launch (random state, user scalars) must not be
+        # specialised on, or each new value could compile a new kernel.
+        volatile = [a.name for a in self.args.values() if a.kind in ("rng", "scalar")]
+        return f"@triton.jit(do_not_specialize={volatile!r})" if volatile else "@triton.jit"
+
+    def source(self, header_comment: list[str]) -> str:
+        params = list(self.args) + [f"{k}: tl.constexpr" for k in self.constexprs]
+        head = [f"# {c}" for c in header_comment]
+        sig = ",\n    ".join(params)
+        return "\n".join([
+            "import triton",
+            "import triton.language as tl",
+            "",
+            *head,
+            "",
+            "",
+            "@triton.jit",
+            "def _prod_combine(a, b):",
+            "    return a * b",
+            "",
+            "",
+            self._decorator(),
+            f"def {self.name}(\n    {sig},\n):",
+            *self.lines,
+            "",
+        ])

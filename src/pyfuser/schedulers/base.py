@@ -1,0 +1,80 @@
+"""What every scheduler shares: the segment it is asked about, rejections, overrides.
+
+A scheduler module provides ``can_schedule(seg) -> Reject | None`` (a pure look at
+the fusion and its concrete shapes), ``heuristics(seg) -> Params`` (speed only), and
+``emit(seg, params, name) -> KernelSource`` (correct for any valid params).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+
+from ..codegen.emit import live_exprs_for
+from ..ir.ops import OPS
+from ..ir.values import TensorVal
+
+INT32_LIMIT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Reject:
+    code: str  # stable identifier, e.g. "has_reduction"
+    message: str
+
+    def __str__(self):
+        return f"{self.code}: {self.message}"
+
+
+@dataclass
+class Segment:
+    """A set of fusion outputs to compute in one kernel, with the execute's shapes."""
+
+    outputs: list  # TensorVals
+    shapes: dict  # Val -> concrete shape
+    inputs_info: dict  # fusion input TensorVal -> {"contiguous": bool}
+    device_type: str  # "cuda" or "cpu" (the interpreter)
+
+    def exprs(self):
+        return live_exprs_for(self.outputs)
+
+    def reductions(self):
+        return [e for e in self.exprs() if OPS[e.op].kind in ("reduction", "var_mean")]
+
+    def numel(self, v) -> int:
+        n = 1
+        for s in self.shapes[v]:
+            n *= s
+        return n
+
+    def needs_int64(self) -> bool:
+        vals = {v for e in self.exprs() for v in list(e.inputs) + list(e.outputs) if isinstance(v, TensorVal)}
+        vals |= set(self.outputs)
+        return any(self.numel(v) > INT32_LIMIT // 2 for v in vals)
+
+
+# Parameter overrides, for tests that must exercise every variant on small shapes
+# (e.g. the multi-pass normalization, or two tilings that must give identical bits).
+_OVERRIDES: dict = {}
+
+
+@contextlib.contextmanager
+def override(**fields):
+    """``with override(persistent=False, block_j=16): ...`` forces params fields."""
+    old = dict(_OVERRIDES)
+    _OVERRIDES.update(fields)
+    try:
+        yield
+    finally:
+        _OVERRIDES.clear()
+        _OVERRIDES.update(old)
+
+
+def apply_overrides(params):
+    fields = {f.name for f in dataclasses.fields(params)}
+    chosen = {k: v for k, v in _OVERRIDES.items() if k in fields}
+    return dataclasses.replace(params, **chosen) if chosen else params
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()

@@ -1,0 +1,33 @@
+"""Inner normalization scheduler: softmax-like fusions, reduction results broadcast
+back over the reduced (innermost) dims in the same kernel.  Persistent or multi-pass:
+see ``reduction.py`` for the tile and the sizing rules."""
+from __future__ import annotations
+
+from .base import Reject, Segment
+from .reduction import ReductionParams, analyse, emit_reduction, inner_heuristics, innermost_reduced, \
+    is_normalization, reduction_grid
+
+NAME = "inner_normalization"
+
+
+def can_schedule(seg: Segment) -> Reject | None:
+    a = analyse(seg)
+    if isinstance(a, Reject):
+        return a
+    ref, dims = a
+    if not innermost_reduced(seg, ref, dims):
+        return Reject("outer_axes", f"the innermost dim of {ref.name} is kept, not reduced")
+    if not is_normalization(seg, ref):
+        return Reject("pure_reduction", "no output is shaped like the reduced tensor")
+    return None
+
+
+def heuristics(seg: Segment) -> ReductionParams:
+    return inner_heuristics(seg, *analyse(seg))
+
+
+def emit(seg: Segment, params: ReductionParams, name: str):
+    return emit_reduction(seg, params, name, NAME)
+
+
+grid = reduction_grid

@@ -1,0 +1,58 @@
+"""Pointwise scheduler: every output element is a function of input elements.
+
+The reference tensor is the largest output; the kernel walks its flat index in
+blocks (``x = pid * BLOCK + arange(BLOCK)``).  Contiguous inputs of the same shape
+are read at ``x`` itself; broadcast, permuted, sliced or strided ones through their
+coordinates.  Smaller outputs met on the way (masks, biases) are written where the
+walk meets them.
+
+Worked example: bias + GELU on [16384, 4096] fp16 with a [4096] bias: the reference
+is the [16384, 4096] output; ``x`` addresses input and output directly, the bias at
+``x % 4096``.  BLOCK 1024 with 4 warps keeps 8 fp16 elements per thread: one 16-byte
+load each.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..codegen.emit import emit_kernel
+from ..codegen.tiles import FlatTile
+from .base import Reject, Segment, apply_overrides, next_pow2
+
+NAME = "pointwise"
+
+
+@dataclass(frozen=True)
+class PointwiseParams:
+    block: int  # elements per program (a power of 2)
+    num_warps: int  # warps per program (GPU)
+    int64: bool  # index arithmetic in int64 (tensors past 2**30 elements)
+
+
+def can_schedule(seg: Segment) -> Reject | None:
+    if seg.reductions():
+        return Reject("has_reduction", f"{len(seg.reductions())} reduction(s) in the segment")
+    return None
+
+
+def reference(seg: Segment):
+    return max(seg.outputs, key=seg.numel)
+
+
+def heuristics(seg: Segment) -> PointwiseParams:
+    n = seg.numel(reference(seg))
+    if seg.device_type == "cpu":  # the interpreter runs programs one by one: few, large ones
+        block = min(next_pow2(n), 1 << 14)
+        return apply_overrides(PointwiseParams(block, 4, seg.needs_int64()))
+    block = 1024 if n >= 1 << 20 else max(128, min(1024, next_pow2(n)))
+    return apply_overrides(PointwiseParams(block, 4, seg.needs_int64()))
+
+
+def emit(seg: Segment, params: PointwiseParams, name: str):
+    tile = FlatTile(reference(seg), params.block, params.int64)
+    return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"])
+
+
+def grid(seg: Segment, params: PointwiseParams):
+    n = seg.numel(reference(seg))
+    return ((n + params.block - 1) // params.block,)

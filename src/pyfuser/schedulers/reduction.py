@@ -1,0 +1,112 @@
+"""Reduction schedulers: inner reduction, inner normalization, outer reduction.
+
+All three run on ``codegen.tiles.ReductionTile`` (k = kept elements, j = reduced
+ones) and differ in what they accept and how they size the tile:
+
+* inner reduction: the innermost dim is reduced and every output is a reduction
+  result (row sums, row max);
+* inner normalization: the innermost dim is reduced and some output combines the
+  reduction results with the reduced tensor again (softmax, log-softmax, layer norm,
+  the report's fusions).  Persistent when the row fits a register budget (the row is
+  loaded once, kept on chip); otherwise multi-pass over row chunks;
+* outer reduction: the innermost dim is kept (bias gradients: sum over dim 0), so
+  the tile is laid out with kept elements along the contiguous axis.
+
+Worked example: log-softmax over [8192, 30522] fp16.  J = 30522 pads to 32768 per
+row; persistent with one row per program, 32768 / (32 warps * 32 lanes) = 32
+elements per thread held as fp16: the row is read once and written once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..codegen.emit import emit_kernel
+from ..codegen.tiles import ReductionTile
+from .base import Reject, Segment, apply_overrides, next_pow2
+
+
+@dataclass(frozen=True)
+class ReductionParams:
+    inner: bool  # j (reduced) on the contiguous tile axis
+    persistent: bool  # the whole reduced extent in one block
+    block_k: int  # kept elements per program
+    block_j: int  # reduced elements per block (per pass chunk when not persistent)
+    num_warps: int
+    int64: bool
+
+
+def analyse(seg: Segment):
+    """(reference tensor, reduced dims) or a Reject."""
+    reds = seg.reductions()
+    if not reds:
+        return Reject("no_reduction", "the segment has no reduction")
+    first = reds[0]
+    ref = first.inputs[0]
+    dims = tuple(sorted(first.attrs["dims"]))
+    for e in reds[1:]:
+        if seg.shapes[e.inputs[0]] != seg.shapes[ref] or tuple(sorted(e.attrs["dims"])) != dims:
+            return Reject("mixed_reductions", f"{first.op} of {ref.name} over {list(dims)} and {e.op} of "
+                          f"{e.inputs[0].name} over {list(e.attrs['dims'])} need different tiles")
+    if not seg.shapes[ref]:
+        dims = ()
+    return ref, dims
+
+
+def innermost_reduced(seg, ref, dims) -> bool:
+    live = [d for d, s in enumerate(seg.shapes[ref]) if s != 1]
+    return not live or live[-1] in dims
+
+
+def is_normalization(seg, ref) -> bool:
+    from ..codegen.emit import _is_reduction
+
+    return any(seg.shapes[o] == seg.shapes[ref] and not _is_reduction(o) for o in seg.outputs)
+
+
+def _sizes(seg, ref, dims):
+    shape = seg.shapes[ref]
+    J = 1
+    for d in dims:
+        J *= shape[d]
+    K = seg.numel(ref) // J if J else 0
+    return K, J
+
+
+def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
+    K, J = _sizes(seg, ref, dims)
+    bj = next_pow2(J)
+    int64 = seg.needs_int64()
+    if seg.device_type == "cpu":
+        if bj <= 1 << 16:
+            bk = max(1, min(next_pow2(K), (1 << 14) // bj))
+            return apply_overrides(ReductionParams(True, True, bk, bj, 4, int64))
+        return apply_overrides(ReductionParams(True, False, 1, 4096, 4, int64))
+    if bj <= 1 << 15:
+        bk = max(1, min(next_pow2(K), 64, 4096 // bj))
+        warps = max(4, min(32, next_pow2(bj * bk // 512)))
+        return apply_overrides(ReductionParams(True, True, bk, bj, warps, int64))
+    return apply_overrides(ReductionParams(True, False, 1, 4096, 16, int64))
+
+
+def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
+    K, J = _sizes(seg, ref, dims)
+    int64 = seg.needs_int64()
+    if seg.device_type == "cpu":
+        bk = min(next_pow2(K), 256)
+        bj = min(next_pow2(J), max(1, (1 << 14) // bk))
+    else:
+        bk = min(next_pow2(K), 128)
+        bj = min(next_pow2(J), 64)
+    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, 4, int64))
+
+
+def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: str):
+    ref, dims = analyse(seg)
+    tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64)
+    return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
+
+
+def reduction_grid(seg: Segment, params: ReductionParams):
+    ref, dims = analyse(seg)
+    K, _ = _sizes(seg, ref, dims)
+    return (max(1, (K + params.block_k - 1) // params.block_k),)
