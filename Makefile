@@ -2,7 +2,8 @@
 # (the stamp file) and rebuilt when pyproject.toml changes.
 PY := .venv/bin/python
 STAMP := .venv/.stamp
-PACKAGES := torch==2.13.0 triton==3.6.0 pytest hypothesis pytest-xdist numpy matplotlib
+# numpy < 2.4: triton 3.6's interpreter turns loop bounds into Python ints in a way numpy 2.4 rejects.
+PACKAGES := torch==2.13.0 triton==3.6.0 pytest hypothesis pytest-xdist "numpy<2.4" matplotlib
 
 .PHONY: venv test demo bench
 
