@@ -9,6 +9,8 @@ or ``silu`` of an int tensor would pass there and fail in eager.)
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ..errors import DefinitionError, DefinitionTypeError
@@ -85,7 +87,9 @@ class Builder:
             else:
                 stand_ins.append(a)
         try:
-            r = fn(*stand_ins, **kw)
+            with warnings.catch_warnings():  # e.g. var's "degrees of freedom <= 0" on one element
+                warnings.simplefilter("ignore")
+                r = fn(*stand_ins, **kw)
         except (RuntimeError, TypeError, ValueError, NotImplementedError) as err:
             dtypes = ", ".join(str(a.dtype) for a in args if isinstance(a, Val))
             msg = str(err).splitlines()[0] if str(err) else type(err).__name__
