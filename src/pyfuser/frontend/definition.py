@@ -176,6 +176,10 @@ class FusionDefinition:
 
     # -- running ----------------------------------------------------------------------
     def execute(self, inputs, device=None, profile=False, **kwargs):
+        if not self._finalized:
+            raise DefinitionError(f"execute: fusion {self.id} is not completely defined: build it inside "
+                                  "`with FusionDefinition() as fd:` and execute after the block ends "
+                                  "(here the block has not ended, or it raised)")
         from ..runtime.executor import execute
 
         return execute(self, inputs, device=device, profile=profile)
