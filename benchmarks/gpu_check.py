@@ -35,7 +35,7 @@ def nbytes(ts):
 
 def kernel_stats(fd):
     out = []
-    for key, (src, fn) in executor._KERNELS.items():
+    for key, (src, fn) in fd._runtime.kernels.items():
         if not src.name.startswith(f"pyfuser_f{fd.id}_"):
             continue
         for dev_cache in getattr(fn, "device_caches", {}).values():

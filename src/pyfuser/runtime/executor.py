@@ -71,6 +71,7 @@ class ExecutorCache:
         self.kernel_counter = 0
         self.fresh: set = set()
         self.prepared: dict = {}  # input fingerprint -> Prepared
+        self.kernels: dict = {}  # (scheduler, outputs, signature, params) -> (KernelSource, kernel)
 
     # -- signature -------------------------------------------------------------------
     def signature(self, b: Binding, live):
@@ -146,7 +147,7 @@ class ExecutorCache:
     # -- kernels -----------------------------------------------------------------------
     def build(self, seg, sched, params):
         key = (sched.NAME, tuple(o.index for o in seg.outputs), self._current_sig, params)
-        hit = _KERNELS.get(key)
+        hit = self.kernels.get(key)
         if hit is not None:
             if key in self.fresh:  # built while planning this very execute
                 self.fresh.discard(key)
@@ -165,11 +166,8 @@ class ExecutorCache:
         except Exception as err:  # a generated kernel that does not import is our bug
             raise CompileError(f"pyfuser: generated kernel {name} failed to load: {err}") from err
         COUNTERS["kernels_compiled"] += 1
-        _KERNELS[key] = (src, fn)
+        self.kernels[key] = (src, fn)
         return src, fn
-
-
-_KERNELS: dict = {}
 
 
 def is_contiguous(x: torch.Tensor) -> bool:
