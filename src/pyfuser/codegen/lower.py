@@ -22,7 +22,7 @@ from ..ir.ops import OPS
 from ..ir.shapes import slice_shape
 from ..ir.values import ScalarVal, TensorVal
 from .index import ZERO, Coord, Index, ravel, unravel
-from .random import random_value
+from .random import random_quads, random_value
 
 
 class Unsupported(Exception):
@@ -371,7 +371,12 @@ class Lowering:
             p = [w.arg(f"rng{v.index}_{i}", "rng", ("rng", e, i)) for i in range(8)]
             seed_lo, seed_hi, off_lo, off_hi = (
                 w.tmp(f"({p[2 * i]}.to(tl.uint32) << 16) | {p[2 * i + 1]}.to(tl.uint32)", "s") for i in range(4))
-        r = random_value(w, a["dist"], lin.code, p0, p1, seed_lo, seed_hi, off_lo, off_hi)
+        quads = self.tile.quads(lin)
+        if quads is not None:
+            sub, shape = quads
+            r = random_quads(w, a["dist"], sub, shape, p0, p1, seed_lo, seed_hi, off_lo, off_hi)
+        else:
+            r = random_value(w, a["dist"], lin.code, p0, p1, seed_lo, seed_hi, off_lo, off_hi)
         if v.dtype is not DataType.Float:
             r = w.tmp(f"({r}).to({TRITON_NAME[v.dtype]})")
         return r, lin.axes

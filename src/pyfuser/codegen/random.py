@@ -49,3 +49,28 @@ def random_value(w, dist: str, lin: str, p0: str, p1: str, seed_lo, seed_hi, off
     theta = w.tmp(f"{R.TWO_PI!r} * {u2}", "r")
     z = w.tmp(f"tl.where(({word} % 2) == 0, {rad} * tl.cos({theta}), {rad} * tl.sin({theta}))", "r")
     return z if (p0, p1) == ("0.0", "1.0") else w.tmp(f"{p0} + {p1} * {z}", "r")
+
+
+def random_quads(w, dist: str, sub: str, shape: str, p0: str, p1: str, seed_lo, seed_hi, off_lo, off_hi) -> str:
+    """The same values as ``random_value``, one Philox call per 4 consecutive elements:
+    ``sub`` is a block of subsequence indices (a quarter of the tile); the four words
+    of each call are interleaved back into the tile of shape ``shape``."""
+    c0, c1, c2, c3 = philox_words(w, sub, seed_lo, seed_hi, off_lo, off_hi)
+    scale = repr(R.TWO_POW_M24)
+    if dist == "uniform":
+        vals = [w.tmp(f"({c} >> 8).to(tl.float32) * {scale}", "r") for c in (c0, c1, c2, c3)]
+    else:
+        vals = []
+        for a, b in ((c0, c1), (c2, c3)):
+            u1 = w.tmp(f"(({a} >> 8) + 1).to(tl.float32) * {scale}", "r")
+            u2 = w.tmp(f"({b} >> 8).to(tl.float32) * {scale}", "r")
+            rad = w.tmp(f"tl.sqrt(-2.0 * tl.log({u1}))", "r")
+            theta = w.tmp(f"{R.TWO_PI!r} * {u2}", "r")
+            vals += [w.tmp(f"{rad} * tl.cos({theta})", "r"), w.tmp(f"{rad} * tl.sin({theta})", "r")]
+    v0, v1, v2, v3 = vals
+    z = w.tmp(f"tl.reshape(tl.join(tl.join({v0}, {v2}), tl.join({v1}, {v3})), {shape})", "r")
+    if (p0, p1) == ("0.0", "1.0"):
+        return z
+    if dist == "uniform":
+        return w.tmp(f"{p0} + ({p1} - {p0}) * {z}", "r")
+    return w.tmp(f"{p0} + {p1} * {z}", "r")

@@ -45,12 +45,21 @@ class FlatTile:
     def reduction(self, low, e, v, idx):
         raise Unsupported("a pointwise tile cannot reduce")
 
+    def quads(self, lin: Coord):
+        """Subsequence indices for one Philox call per 4 elements, when ``lin`` is the
+        tile's own linear index (so groups of 4 are consecutive lanes)."""
+        if lin.code != "x" or self.block < 4:
+            return None
+        return "(pid * (BLOCK // 4) + tl.arange(0, BLOCK // 4))", "[BLOCK]"
+
 
 _IDENT = {"sum": 0, "prod": 1}
 
 
 class ReductionTile:
-    def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool):
+    def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
+                 quad_rng: bool = False):
+        self.quad_rng = quad_rng  # J % 4 == 0: random numbers one Philox call per 4 elements
         self.ref, self.red_dims = ref, tuple(red_dims)
         self.inner, self.persistent = inner, persistent
         self.block_k, self.block_j, self.int64 = block_k, block_j, int64
@@ -80,6 +89,12 @@ class ReductionTile:
         w.line(f"pid = {pid}")
         w.line(f"k = pid * BLOCK_K + tl.arange(0, BLOCK_K){self._axis('k')}")
         w.line(f"kmask = k < {K}")
+
+    def quads(self, lin: Coord):
+        if not (self.quad_rng and self.inner and lin.code == "(k * J + j)" and self.block_j >= 4):
+            return None
+        start = "0" if self.persistent else "j0"
+        return f"(k * (J // 4) + ({start} // 4 + tl.arange(0, BLOCK_J // 4))[None, :])", "[BLOCK_K, BLOCK_J]"
 
     def open_j(self, low, start: str):
         w = low.w

@@ -18,7 +18,7 @@ elements per thread held as fp16: the row is read once and written once.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..codegen.emit import emit_kernel
 from ..codegen.tiles import ReductionTile
@@ -33,6 +33,7 @@ class ReductionParams:
     block_j: int  # reduced elements per block (per pass chunk when not persistent)
     num_warps: int
     int64: bool
+    quad_rng: bool = False  # reduced extent % 4 == 0: one Philox call per 4 elements
 
 
 def analyse(seg: Segment):
@@ -73,6 +74,10 @@ def _sizes(seg, ref, dims):
 
 
 def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
+    return apply_overrides(replace(_inner_heuristics(seg, ref, dims), quad_rng=_sizes(seg, ref, dims)[1] % 4 == 0))
+
+
+def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     K, J = _sizes(seg, ref, dims)
     bj = next_pow2(J)
     int64 = seg.needs_int64()
@@ -102,7 +107,8 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
 
 def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: str):
     ref, dims = analyse(seg)
-    tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64)
+    tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64,
+                         params.quad_rng)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
 
 
