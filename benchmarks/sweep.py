@@ -55,13 +55,13 @@ def main():
     print(f"copy {2 * x.numel() * 4 / ms / 1e6:.0f} GB/s")
     print("| case | params | ms | GB/s | regs/spills |\n|---|---|---|---|---|")
     P = dict(persistent=True, block_k=1, block_j=32768)
-    for V in (30522, 30528):
-        run_case("log_softmax_sub", (8192, V), [
-            dict(P, num_warps=32), dict(P, num_warps=16), dict(P, num_warps=8),
-            dict(persistent=False, block_k=1, block_j=4096, num_warps=8),
-            dict(persistent=False, block_k=1, block_j=8192, num_warps=16),
-            dict(persistent=False, block_k=1, block_j=2048, num_warps=4),
-        ])
+    M = dict(persistent=False, block_k=1)
+    run_case("log_softmax_sub", (8192, 30522), [
+        {}, dict(P, num_warps=32), dict(P, num_warps=16),
+        dict(M, block_j=8192, num_warps=16), dict(M, block_j=4096, num_warps=8), dict(M, block_j=16384, num_warps=16),
+        dict(M, block_j=8192, num_warps=16, align=1), dict(M, block_j=4096, num_warps=4),
+    ])
+    run_case("log_softmax_full", (64, 128, 30522), [{}, dict(M, block_j=8192, num_warps=16)])
     run_case("bert_softmax_dropout", (64, 12, 128), [
         {}, dict(block_k=8, num_warps=4), dict(block_k=16, num_warps=4), dict(block_k=64, num_warps=8),
     ])

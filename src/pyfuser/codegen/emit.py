@@ -133,34 +133,68 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
             val, axes = low.value(o, idx)
             _store(low, o, idx, val, axes)
 
-    if tile.persistent:
+    def store_chunk(c):
+        low.reached.clear()
+        _store_walked(low, outputs, tile.ref_index(low, c), full, reached)
+
+    if tile.persistent and not tile.peeled:  # one block: reductions computed where first used
         tile.open_j(low, "0")
         _store_walked(low, outputs, tile.ref_index(low), full, reached)
         store_kept()
         return
     levels = reduction_levels(live_exprs_for(outputs))
+    if tile.persistent:  # peeled: all chunks stay live, in registers, for the whole program
+        for c in tile.chunk_names():
+            tile.open_chunk(low, c, "bstart")
+        for lvl in sorted(set(levels.values())):
+            for e in [e for e, l in levels.items() if l == lvl]:
+                acc = tile.init_accumulators(low, e)
+                for c in tile.chunk_names():
+                    tile.chunk(low, e, acc, c=c)
+                tile.results[e] = tile.finish(low, e, acc)
+        store_kept()
+        for c in tile.chunk_names():
+            store_chunk(c)
+        return
     for lvl in sorted(set(levels.values())):
         exprs = [e for e, l in levels.items() if l == lvl]
         accs = {e: tile.init(low, e) for e in exprs}
-        w.line("for j0 in range(0, J, BLOCK_J):")
-        w.indent += 1
-        low.push()
-        tile.open_j(low, "j0")
-        for e in exprs:
-            tile.chunk(low, e, accs[e])
-        low.pop()
-        w.indent -= 1
+        for c in tile.chunk_names():
+            with _chunk_scope(low, tile, c):
+                for e in exprs:
+                    tile.chunk(low, e, accs[e], c=c)
         for e in exprs:
             tile.results[e] = tile.finish(low, e, accs[e])
     store_kept()
     if full or reached:
-        w.line("for j0 in range(0, J, BLOCK_J):")
-        w.indent += 1
-        low.push()
-        tile.open_j(low, "j0")
-        _store_walked(low, outputs, tile.ref_index(low), full, reached)
-        low.pop()
-        w.indent -= 1
+        for c in tile.chunk_names():
+            with _chunk_scope(low, tile, c):
+                store_chunk(c)
+
+
+class _chunk_scope:
+    """A pass over chunk ``c``: a loop over BLOCK_J blocks for the row's body (``j`` or
+    ``b``), a single block for a peeled head or tail.  Values computed inside are
+    forgotten at the end, so the next pass recomputes (re-reads) what it needs."""
+
+    def __init__(self, low, tile, c):
+        self.low, self.tile, self.c = low, tile, c
+
+    def __enter__(self):
+        w = self.low.w
+        if self.c in ("j", "b"):
+            lo, hi = ("0", "J") if self.c == "j" else ("bstart", "bend")
+            w.line(f"for j0 in range({lo}, {hi}, BLOCK_J):")
+            w.indent += 1
+        self.low.push()
+        self.tile.open_chunk(self.low, self.c, "j0")
+        return self
+
+    def __exit__(self, *exc):
+        self.low.pop()
+        if self.c in ("j", "b"):
+            self.low.w.indent -= 1
+        return False
 
 
 __all__ = ["KernelSource", "KernelArg", "emit_kernel", "live_exprs_for", "reduction_levels"]

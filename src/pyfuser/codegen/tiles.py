@@ -58,9 +58,16 @@ _IDENT = {"sum": 0, "prod": 1}
 
 class ReductionTile:
     def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
-                 quad_rng: bool = False):
+                 quad_rng: bool = False, align: int = 1):
         self.quad_rng = quad_rng  # J % 4 == 0: random numbers one Philox call per 4 elements
         self.ref, self.red_dims = ref, tuple(red_dims)
+        n = len(ref.shape)
+        trailing = self.red_dims == tuple(range(n - len(self.red_dims), n))
+        # Peeling: a row that does not start on a 16-byte boundary is split into a head
+        # (up to the first aligned element), an aligned body and a tail, so the body's
+        # loads and stores are provably aligned and vectorize.  One row per program.
+        self.align = align
+        self.peeled = align > 1 and inner and block_k == 1 and trailing
         self.inner, self.persistent = inner, persistent
         self.block_k, self.block_j, self.int64 = block_k, block_j, int64
         self.results: dict = {}  # reduction expr -> list of (code) per output slot
@@ -76,8 +83,12 @@ class ReductionTile:
 
     def shape(self, axes):
         k = "BLOCK_K" if "k" in axes else "1"
-        j = "BLOCK_J" if "j" in axes else "1"
+        chunk = [a for a in axes if a != "k"]
+        j = "1" if not chunk else ("ALIGN" if chunk[0] in ("h", "t") else "BLOCK_J")
         return f"[{k}, {j}]" if self.inner else f"[{j}, {k}]"
+
+    def chunk_names(self):
+        return ("h", "b", "t") if self.peeled else ("j",)
 
     def prologue(self, low):
         w = low.w
@@ -89,36 +100,62 @@ class ReductionTile:
         w.line(f"pid = {pid}")
         w.line(f"k = pid * BLOCK_K + tl.arange(0, BLOCK_K){self._axis('k')}")
         w.line(f"kmask = k < {K}")
+        if self.peeled:
+            w.constexprs["ALIGN"] = self.align
+            w.comment("the row's aligned body [bstart, bend), head before it, tail after it")
+            w.line("row0 = pid * J")
+            w.line("bstart = tl.multiple_of((row0 + ALIGN - 1) // ALIGN * ALIGN, ALIGN)")
+            w.line("bend = tl.multiple_of((row0 + J) // ALIGN * ALIGN, ALIGN)")
 
     def quads(self, lin: Coord):
-        if not (self.quad_rng and self.inner and lin.code == "(k * J + j)" and self.block_j >= 4):
+        if not (self.quad_rng and self.inner and lin.code == "(k * J + j)" and self.block_j >= 4) or self.peeled:
             return None
         start = "0" if self.persistent else "j0"
         return f"(k * (J // 4) + ({start} // 4 + tl.arange(0, BLOCK_J // 4))[None, :])", "[BLOCK_K, BLOCK_J]"
 
     def open_j(self, low, start: str):
+        self.open_chunk(low, "j", start)
+
+    def open_chunk(self, low, c: str, start: str):
+        """Emit the coordinates and masks of chunk ``c`` starting at ``start``."""
         w = low.w
-        w.line(f"j = {start} + tl.arange(0, BLOCK_J){self._axis('j')}")
-        w.line("jmask = j < J")
-        w.line("mask = kmask & jmask")
+        if c == "j":
+            w.line(f"j = {start} + tl.arange(0, BLOCK_J){self._axis('j')}")
+            w.line("jmask = j < J")
+            w.line("mask = kmask & jmask")
+            return
+        if c == "h":
+            w.line("lh = row0 + tl.arange(0, ALIGN)[None, :]")
+            w.line("jmask_h = lh < tl.minimum(bstart, row0 + J)")
+        elif c == "b":
+            w.line(f"lb = {start} + tl.arange(0, BLOCK_J)[None, :]")
+            w.line("jmask_b = lb < bend")
+        else:
+            w.line("lt = bend + tl.arange(0, ALIGN)[None, :]")
+            w.line("jmask_t = (lt >= bstart) & (lt < row0 + J)")
+        w.line(f"j{c} = l{c} - row0")
+        w.line(f"mask_{c} = kmask & jmask_{c}")
 
     def mask(self, axes, preds=()):
         parts = []
-        if "k" in axes and "j" in axes:
-            parts.append("mask")
+        chunk = [a for a in axes if a != "k"]
+        suffix = "" if not chunk or chunk[0] == "j" else f"_{chunk[0]}"
+        if "k" in axes and chunk:
+            parts.append("mask" + suffix)
         elif "k" in axes:
             parts.append("kmask")
-        elif "j" in axes:
-            parts.append("jmask")
+        elif chunk:
+            parts.append("jmask" + suffix)
         parts += [f"({p})" for p in preds]
         return " & ".join(parts) if parts else None
 
     # -- indices --------------------------------------------------------------------------
-    def _unravel_ref(self, low):
+    def _unravel_ref(self, low, c="j"):
         ext = low.extents(self.ref)
         kept = self.kept_dims()
         kc = unravel(Coord("k", frozenset("k")), [ext[d] for d in kept])
-        jc = unravel(Coord("j", frozenset("j")), [ext[d] for d in self.red_dims])
+        jname = "j" if c == "j" else f"j{c}"
+        jc = unravel(Coord(jname, frozenset(c)), [ext[d] for d in self.red_dims])
         coords = [None] * len(ext)
         for d, c in zip(kept, kc):
             coords[d] = c
@@ -126,10 +163,12 @@ class ReductionTile:
             coords[d] = c
         return coords
 
-    def ref_index(self, low) -> Index:
-        coords = self._unravel_ref(low)
+    def ref_index(self, low, c="j") -> Index:
+        coords = self._unravel_ref(low, c)
         n = len(coords)
         linear = None
+        if c != "j":
+            return Index(tuple(coords), Coord(f"l{c}", frozenset(("k", c))))
         if self.red_dims == tuple(range(n - len(self.red_dims), n)):
             linear = Coord("(k * J + j)", frozenset("kj"))
         elif self.red_dims == tuple(range(len(self.red_dims))):
@@ -156,7 +195,7 @@ class ReductionTile:
         if tuple(sorted(e.attrs["dims"])) != self.red_dims:
             raise Unsupported(f"{e.op} reduces dims {e.attrs['dims']}, the tile reduces {self.red_dims}")
         if e not in self.results:
-            if not self.persistent:
+            if not self.persistent or self.peeled:
                 raise Unsupported(f"{e.op} result {v.name} needed before its pass")
             acc = self.init(low, e)
             self.results[e] = self.finish(low, e, self.chunk(low, e, acc, first=True))
@@ -181,6 +220,14 @@ class ReductionTile:
         w.line(f"{name} = tl.full({shp}, {ident}, {tn})")
         return [name]
 
+    def init_accumulators(self, low, e):
+        """Accumulators even for a persistent tile (a peeled row combines three chunks)."""
+        persistent, self.persistent = self.persistent, False
+        try:
+            return self.init(low, e)
+        finally:
+            self.persistent = persistent
+
     def _init_welford(self, low, shp, tn):
         w = low.w
         base = f"acc{len(w.lines)}"
@@ -199,10 +246,11 @@ class ReductionTile:
             return "float('-inf')" if dt.is_float else repr(-big - 1 if dt is not DataType.Bool else 0)
         return "float('inf')" if dt.is_float else repr(big)
 
-    def chunk(self, low, e, acc, first=False):
-        """Reduce the current chunk of ``e``'s input and fold it into ``acc``."""
+    def chunk(self, low, e, acc, first=False, c="j"):
+        """Reduce chunk ``c`` of ``e``'s input and fold it into ``acc``."""
         w = low.w
-        x, _ = low.value(e.inputs[0], self.ref_index(low))
+        mask = self.mask(frozenset(("k", c)))
+        x, _ = low.value(e.inputs[0], self.ref_index(low, c))
         in_dt = e.inputs[0].dtype
         dt = self.acc_dtype(e)
         tn = TRITON_NAME[dt]
@@ -210,7 +258,7 @@ class ReductionTile:
         xs = x if in_dt is dt else f"({x}).to({tn})"
         if e.op in ("sum", "prod"):
             comb = "tl.standard._sum_combine" if e.op == "sum" else "_prod_combine"
-            r = w.tmp(f"tl.reduce(tl.where(mask, {xs}, {self.identity(e.op, dt)}), {ax}, {comb}, keep_dims=True)", "red")
+            r = w.tmp(f"tl.reduce(tl.where({mask}, {xs}, {self.identity(e.op, dt)}), {ax}, {comb}, keep_dims=True)", "red")
             if acc is None:
                 return [r]
             w.line(f"{acc[0]} = {acc[0]} {'+' if e.op == 'sum' else '*'} {r}")
@@ -219,9 +267,9 @@ class ReductionTile:
             comb = f"tl.standard._elementwise_{e.op}"
             src = xs if dt is not DataType.Bool else f"({x}).to(tl.int32)"
             ident = self.identity(e.op, dt if dt is not DataType.Bool else DataType.Int32)
-            r = w.tmp(f"tl.reduce(tl.where(mask, {src}, {ident}), {ax}, {comb}, keep_dims=True)", "red")
+            r = w.tmp(f"tl.reduce(tl.where({mask}, {src}, {ident}), {ax}, {comb}, keep_dims=True)", "red")
             if dt.is_float:
-                nan = w.tmp(f"tl.reduce(tl.where(mask, ({xs} != {xs}).to(tl.int32), 0), {ax}, "
+                nan = w.tmp(f"tl.reduce(tl.where({mask}, ({xs} != {xs}).to(tl.int32), 0), {ax}, "
                             f"tl.standard._elementwise_max, keep_dims=True)", "red")
                 r = w.tmp(f"tl.where({nan} > 0, float('nan'), {r})", "red")
             if dt is DataType.Bool:
@@ -233,19 +281,21 @@ class ReductionTile:
             w.line(f"{acc[0]} = tl.{fn}({acc[0]}, {r}{nan_arg})")
             return acc
         # var / var_mean: chunk mean and M2, folded with Chan's parallel formula.
-        cnt = "J" if self.persistent else "tl.minimum(J - j0, BLOCK_J)"
-        cnt = w.tmp(f"({cnt}).to({tn})", "red")
-        s = w.tmp(f"tl.reduce(tl.where(mask, {xs}, 0.0), {ax}, tl.standard._sum_combine, keep_dims=True)", "red")
-        mean = w.tmp(f"{s} / {cnt}", "red")
-        d = w.tmp(f"tl.where(mask, {xs} - {mean}, 0.0)", "red")
+        if self.persistent and not self.peeled:
+            cnt = w.tmp(f"(J).to({tn})", "red")
+        else:
+            cnt = w.tmp(f"tl.reduce(({mask}).to({tn}), {ax}, tl.standard._sum_combine, keep_dims=True)", "red")
+        s = w.tmp(f"tl.reduce(tl.where({mask}, {xs}, 0.0), {ax}, tl.standard._sum_combine, keep_dims=True)", "red")
+        mean = w.tmp(f"{s} / tl.maximum({cnt}, 1.0)", "red")
+        d = w.tmp(f"tl.where({mask}, {xs} - {mean}, 0.0)", "red")
         m2 = w.tmp(f"tl.reduce({d} * {d}, {ax}, tl.standard._sum_combine, keep_dims=True)", "red")
         if acc is None:
             return [cnt, mean, m2]
         n, mu, M2 = acc
         delta = w.tmp(f"{mean} - {mu}", "red")
         tot = w.tmp(f"{n} + {cnt}", "red")
-        w.line(f"{mu} = {mu} + {delta} * ({cnt} / {tot})")
-        w.line(f"{M2} = {M2} + {m2} + {delta} * {delta} * ({n} * {cnt} / {tot})")
+        w.line(f"{mu} = {mu} + {delta} * ({cnt} / tl.maximum({tot}, 1.0))")
+        w.line(f"{M2} = {M2} + {m2} + {delta} * {delta} * ({n} * {cnt} / tl.maximum({tot}, 1.0))")
         w.line(f"{n} = {tot}")
         return acc
 

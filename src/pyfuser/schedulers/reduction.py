@@ -34,6 +34,7 @@ class ReductionParams:
     num_warps: int
     int64: bool
     quad_rng: bool = False  # reduced extent % 4 == 0: one Philox call per 4 elements
+    align: int = 1  # elements per 16 bytes when rows start misaligned (peel head/tail; block_k 1)
 
 
 def analyse(seg: Segment):
@@ -74,7 +75,20 @@ def _sizes(seg, ref, dims):
 
 
 def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
-    return apply_overrides(replace(_inner_heuristics(seg, ref, dims), quad_rng=_sizes(seg, ref, dims)[1] % 4 == 0))
+    J = _sizes(seg, ref, dims)[1]
+    p = replace(_inner_heuristics(seg, ref, dims), quad_rng=J % 4 == 0)
+    return apply_overrides(replace(p, align=row_alignment(seg, ref, J)))
+
+
+def row_alignment(seg: Segment, ref, J: int) -> int:
+    """Elements per 16 bytes of the narrowest tensor streamed along the rows, when rows
+    of J elements do not start on 16-byte boundaries (so peeling pays); else 1."""
+    vals = [v for v in seg.outputs + [i for i in seg.inputs_info] if seg.shapes.get(v) is not None
+            and seg.numel(v) == seg.numel(ref)]
+    if not vals:
+        return 1
+    align = 16 // min(v.dtype.itemsize for v in vals)
+    return align if J % align and J >= 4 * align else 1
 
 
 def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
@@ -108,7 +122,7 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
 def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: str):
     ref, dims = analyse(seg)
     tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64,
-                         params.quad_rng)
+                         params.quad_rng, params.align)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
 
 
