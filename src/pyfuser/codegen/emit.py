@@ -174,7 +174,7 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
 
 class _chunk_scope:
     """A pass over chunk ``c``: a loop over BLOCK_J blocks for the row's body (``j`` or
-    ``b``), a single block for a peeled head or tail.  Values computed inside are
+    ``b``), a single block for a peeled row's edges (head and tail).  Values computed inside are
     forgotten at the end, so the next pass recomputes (re-reads) what it needs."""
 
     def __init__(self, low, tile, c):

@@ -84,11 +84,11 @@ class ReductionTile:
     def shape(self, axes):
         k = "BLOCK_K" if "k" in axes else "1"
         chunk = [a for a in axes if a != "k"]
-        j = "1" if not chunk else ("ALIGN" if chunk[0] in ("h", "t") else "BLOCK_J")
+        j = "1" if not chunk else ("2 * ALIGN" if chunk[0] == "e" else "BLOCK_J")
         return f"[{k}, {j}]" if self.inner else f"[{j}, {k}]"
 
     def chunk_names(self):
-        return ("h", "b", "t") if self.peeled else ("j",)
+        return ("e", "b") if self.peeled else ("j",)
 
     def prologue(self, low):
         w = low.w
@@ -124,15 +124,13 @@ class ReductionTile:
             w.line("jmask = j < J")
             w.line("mask = kmask & jmask")
             return
-        if c == "h":
-            w.line("lh = row0 + tl.arange(0, ALIGN)[None, :]")
-            w.line("jmask_h = lh < tl.minimum(bstart, row0 + J)")
-        elif c == "b":
+        if c == "e":  # lanes [0, ALIGN): the head; [ALIGN, 2 * ALIGN): the tail
+            w.line("edge = tl.arange(0, 2 * ALIGN)[None, :]")
+            w.line("le = tl.where(edge < ALIGN, row0 + edge, bend + edge - ALIGN)")
+            w.line("jmask_e = tl.where(edge < ALIGN, le < tl.minimum(bstart, row0 + J), (le >= bstart) & (le < row0 + J))")
+        else:
             w.line(f"lb = {start} + tl.arange(0, BLOCK_J)[None, :]")
             w.line("jmask_b = lb < bend")
-        else:
-            w.line("lt = bend + tl.arange(0, ALIGN)[None, :]")
-            w.line("jmask_t = (lt >= bstart) & (lt < row0 + J)")
         w.line(f"j{c} = l{c} - row0")
         w.line(f"mask_{c} = kmask & jmask_{c}")
 
@@ -218,7 +216,12 @@ class ReductionTile:
         ident = self.identity(e.op, dt)
         name = f"acc{len(w.lines)}"
         w.line(f"{name} = tl.full({shp}, {ident}, {tn})")
-        return [name]
+        if self.persistent or dt is DataType.Bool:
+            return [name]
+        # Loop chunks fold elementwise into a block-shaped accumulator, reduced once
+        # after the loop: one cross-warp reduction per pass instead of one per block.
+        w.line(f"{name}_vec = tl.full({self.shape(frozenset('kj'))}, {ident}, {tn})")
+        return [name, f"{name}_vec"]
 
     def init_accumulators(self, low, e):
         """Accumulators even for a persistent tile (a peeled row combines three chunks)."""
@@ -256,22 +259,31 @@ class ReductionTile:
         tn = TRITON_NAME[dt]
         ax = self.raxis
         xs = x if in_dt is dt else f"({x}).to({tn})"
+        if acc is not None and len(acc) == 2 and c in ("j", "b"):
+            vec = acc[1]
+            ident = self.identity(e.op, dt)
+            masked = f"tl.where({mask}, {xs}, {ident})"
+            if e.op == "sum":
+                w.line(f"{vec} = {vec} + {masked}")
+            elif e.op == "prod":
+                w.line(f"{vec} = {vec} * {masked}")
+            else:
+                fn = "maximum" if e.op == "max" else "minimum"
+                nan_arg = ", propagate_nan=tl.PropagateNan.ALL" if dt.is_float else ""
+                w.line(f"{vec} = tl.{fn}({vec}, {masked}{nan_arg})")
+            return acc
         if e.op in ("sum", "prod"):
-            comb = "tl.standard._sum_combine" if e.op == "sum" else "_prod_combine"
+            comb = self.combine(e.op, dt)
             r = w.tmp(f"tl.reduce(tl.where({mask}, {xs}, {self.identity(e.op, dt)}), {ax}, {comb}, keep_dims=True)", "red")
             if acc is None:
                 return [r]
             w.line(f"{acc[0]} = {acc[0]} {'+' if e.op == 'sum' else '*'} {r}")
             return acc
         if e.op in ("max", "min"):
-            comb = f"tl.standard._elementwise_{e.op}"
+            comb = self.combine(e.op, dt)
             src = xs if dt is not DataType.Bool else f"({x}).to(tl.int32)"
             ident = self.identity(e.op, dt if dt is not DataType.Bool else DataType.Int32)
             r = w.tmp(f"tl.reduce(tl.where({mask}, {src}, {ident}), {ax}, {comb}, keep_dims=True)", "red")
-            if dt.is_float:
-                nan = w.tmp(f"tl.reduce(tl.where({mask}, ({xs} != {xs}).to(tl.int32), 0), {ax}, "
-                            f"tl.standard._elementwise_max, keep_dims=True)", "red")
-                r = w.tmp(f"tl.where({nan} > 0, float('nan'), {r})", "red")
             if dt is DataType.Bool:
                 r = w.tmp(f"{r} != 0", "red")
             if acc is None:
@@ -299,10 +311,30 @@ class ReductionTile:
         w.line(f"{n} = {tot}")
         return acc
 
+    @staticmethod
+    def combine(op, dt: DataType) -> str:
+        """The tl.reduce combine function; float max/min propagate NaN like torch."""
+        if op == "sum":
+            return "tl.standard._sum_combine"
+        if op == "prod":
+            return "_pyfuser_prod"
+        if dt.is_float:
+            return f"_pyfuser_{op}_nan"
+        return f"tl.standard._elementwise_{op}"
+
     def finish(self, low, e, acc):
         """Turn accumulators into the op's outputs (in the outputs' dtypes)."""
         w = low.w
         outs = e.outputs
+        if len(acc) == 2 and e.op not in ("var", "var_mean"):
+            dt = self.acc_dtype(e)
+            r = w.tmp(f"tl.reduce({acc[1]}, {self.raxis}, {self.combine(e.op, dt)}, keep_dims=True)", "red")
+            op = {"sum": "{a} + {r}", "prod": "{a} * {r}"}.get(e.op)
+            if op is None:
+                fn = "maximum" if e.op == "max" else "minimum"
+                nan_arg = ", propagate_nan=tl.PropagateNan.ALL" if dt.is_float else ""
+                op = f"tl.{fn}({{a}}, {{r}}{nan_arg})"
+            acc = [w.tmp(op.format(a=acc[0], r=r), "red")]
         if e.op in ("var", "var_mean"):
             n, mean, m2 = acc
             corr = e.attrs["correction"]

@@ -55,4 +55,7 @@ def load_kernel(name: str, source: str, device_type: str):
         return fn
     from triton.runtime.interpreter import InterpretedFunction
 
+    from .interpreter import install_fast_paths
+
+    install_fast_paths()
     return InterpretedFunction(fn.fn)
