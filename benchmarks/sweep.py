@@ -58,12 +58,21 @@ def main():
     M = dict(persistent=False, block_k=1)
     run_case("log_softmax_sub", (8192, 30522), [
         {}, dict(P, num_warps=32), dict(P, num_warps=16),
-        dict(M, block_j=8192, num_warps=16), dict(M, block_j=4096, num_warps=8), dict(M, block_j=16384, num_warps=16),
-        dict(M, block_j=8192, num_warps=16, align=1), dict(M, block_j=4096, num_warps=4),
+        dict(M, block_j=8192, num_warps=16), dict(M, block_j=8192, num_warps=8), dict(M, block_j=4096, num_warps=8),
+        dict(M, block_j=4096, num_warps=4), dict(M, block_j=2048, num_warps=4), dict(M, block_j=16384, num_warps=16),
     ])
-    run_case("log_softmax_full", (64, 128, 30522), [{}, dict(M, block_j=8192, num_warps=16)])
+    run_case("log_softmax_sub", (8192, 4096), [
+        {}, dict(persistent=True, block_k=1, block_j=4096, num_warps=8), dict(persistent=True, block_k=1, block_j=4096, num_warps=16),
+        dict(persistent=True, block_k=2, block_j=4096, num_warps=16), dict(M, block_j=2048, num_warps=4),
+    ])
+    run_case("log_softmax_sub", (65536, 1001), [
+        {}, dict(persistent=True, block_k=1, block_j=1024, num_warps=4), dict(persistent=True, block_k=2, block_j=1024, num_warps=8),
+        dict(persistent=True, block_k=4, block_j=1024, num_warps=8), dict(persistent=True, block_k=1, block_j=1024, num_warps=2),
+    ])
+    run_case("log_softmax_full", (64, 128, 30522), [{}, dict(M, block_j=4096, num_warps=4)])
     run_case("bert_softmax_dropout", (64, 12, 128), [
-        {}, dict(block_k=8, num_warps=4), dict(block_k=16, num_warps=4), dict(block_k=64, num_warps=8),
+        {}, dict(block_k=8, num_warps=4), dict(block_k=16, num_warps=8), dict(block_k=32, num_warps=16),
+        dict(block_k=4, num_warps=2), dict(block_k=8, num_warps=2),
     ])
 
 
