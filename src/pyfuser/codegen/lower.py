@@ -29,15 +29,24 @@ class Unsupported(Exception):
     """The tile cannot express this fusion (the segmenter then splits it)."""
 
 
+_SAMPLE = {DataType.Bool: True, DataType.Int: 1, DataType.Int32: 1}
+
+
 @lru_cache(maxsize=None)
-def _promote(dtypes: tuple) -> DataType:
+def _promote(args: tuple) -> DataType:
+    """PyTorch's promotion of (dtype, rank) operands (rank None: a scalar): a scalar operand (a Python
+    number to torch) does not raise a tensor's dtype within its category, so
+    ``fp32_tensor > 0.1`` compares in fp32, as eager does."""
     from ..ir.dtypes import from_torch
 
-    args = [torch.empty((1,), dtype=d.torch, device="meta") for d in dtypes]
-    r = args[0]
-    for a in args[1:]:
-        r = torch.empty((1,), dtype=torch.promote_types(r.dtype, a.dtype), device="meta")
-    return from_torch(r.dtype)
+    vals = [torch.empty((1,) * is_t if is_t else (), dtype=d.torch, device="meta") if is_t is not None
+            else _SAMPLE.get(d, 1.5) for d, is_t in args]
+    if len(vals) == 1:
+        return args[0][0]
+    r = torch.result_type(vals[0], vals[1])
+    for v in vals[2:]:
+        r = torch.result_type(torch.empty((1,), dtype=r, device="meta"), v)
+    return from_torch(r)
 
 
 def compute_dtype(dt: DataType) -> DataType:
@@ -202,7 +211,8 @@ class Lowering:
                 return code, axes
             return w.tmp(f"({code}).to({TRITON_NAME[target]})"), axes
         if row.compute == "args":
-            cdt = compute_dtype(_promote(tuple(a.dtype for _, a in args)))
+            cdt = compute_dtype(_promote(tuple((a.dtype, min(a.rank, 1) if isinstance(a, TensorVal) else None)
+                                               for _, a in args)))
         else:
             cdt = compute_dtype(v.dtype)
         conv = []
