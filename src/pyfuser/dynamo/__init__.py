@@ -1,0 +1,48 @@
+"""pyfuser as a torch.compile backend.
+
+    import pyfuser.dynamo  # registers the backend (the entry point does too, once installed)
+    model = torch.compile(model, backend="pyfuser")   # or "nvprims_nvfuser", nvFuser's old name
+
+Files, in processing order:
+
+* ``backend.py``: the Dynamo backend: AOTAutograd with the min-cut partitioner;
+* ``decompositions.py``: which composite ops are split into fusible pieces;
+* ``partition.py``: fusible regions of an ATen graph (CapabilityBasedPartitioner);
+* ``translate.py``: ATen node -> ``fd.ops`` rules, and which nodes are supported;
+* ``region.py``: a region at run time, its translation cache and ATen fallback;
+* ``bert_bench.py``: BERT training steps, eager vs torch.compile vs pyfuser.
+
+``stats()`` counts what the backend did (FusionDefinitions created, regions,
+fallbacks); ``FallbackWarning`` is warned once per distinct reason a region runs in
+ATen.
+"""
+from __future__ import annotations
+
+from .backend import pyfuser_backend
+from .region import FallbackWarning, reset, stats
+
+BACKEND_NAMES = ("pyfuser", "nvprims_nvfuser")
+
+
+def _register():
+    """Register the backend names with Dynamo, unless already known.
+
+    When Dynamo loads this module through the ``torch_dynamo_backends`` entry point it
+    registers the name itself right after the import, and a second registration
+    would be an error; so a name whose entry point Dynamo has already discovered is
+    left to Dynamo."""
+    from importlib.metadata import EntryPoint
+
+    from torch._dynamo.backends import registry
+
+    for name in BACKEND_NAMES:
+        if name in getattr(registry, "_COMPILER_FNS", {}):
+            continue
+        if isinstance(getattr(registry, "_BACKENDS", {}).get(name), EntryPoint):
+            continue
+        registry.register_backend(compiler_fn=pyfuser_backend, name=name)
+
+
+_register()
+
+__all__ = ["pyfuser_backend", "stats", "reset", "FallbackWarning", "BACKEND_NAMES"]

@@ -1,0 +1,53 @@
+"""The TorchDynamo backend: AOTAutograd, decompositions, partitioning, fusions.
+
+    model = torch.compile(model, backend="pyfuser")
+
+Dynamo hands the backend an FX graph of torch calls.  AOTAutograd traces it to ATen
+(forward and backward, with the decompositions of ``decompositions.py``) and splits
+the joint graph with the min-cut rematerialization partitioner, which recomputes
+cheap fusible values in the backward instead of saving them (it saves dropout's
+bool mask, not the float tensors around it).  Each of the two graphs is then
+partitioned (``partition.py``): fusible regions become FusionDefinitions run by
+pyfuser, everything else stays an ATen call.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+from .decompositions import decomposition_table
+from .partition import fuse_regions
+
+
+def _unfaked():
+    """Translation probes dtypes with small real tensors: leave any fake mode first."""
+    try:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+    except ImportError:  # pragma: no cover - older torch
+        import contextlib
+
+        return contextlib.nullcontext()
+    return unset_fake_temporarily()
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+    """AOTAutograd's forward / backward / inference compiler."""
+    from functorch.compile import make_boxed_func
+
+    with _unfaked():
+        gm = fuse_regions(gm)
+    return make_boxed_func(gm.forward)
+
+
+@functools.lru_cache(maxsize=None)
+def _aot_backend():
+    return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, inference_compiler=compile_graph,
+                        partition_fn=min_cut_rematerialization_partition, decompositions=decomposition_table())
+
+
+def pyfuser_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """``torch.compile(model, backend=pyfuser_backend)``, also registered as "pyfuser"."""
+    return _aot_backend()(gm, example_inputs, **kwargs)

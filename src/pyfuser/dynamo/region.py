@@ -1,0 +1,172 @@
+"""A fused region at run time: its FusionDefinitions, and ATen when they fail.
+
+``FusedRegion`` replaces one ``fused_N`` submodule of a partitioned graph.  It keeps
+the submodule (the region's ATen ops) as its fallback.  Per layout of its inputs
+(strides; sizes and dtypes are fixed by the graph) it holds one translated
+``FusionDefinition``; the first layout comes from the compile-time example tensors,
+and an input that arrives with other strides gets its own translation, so a
+definition's contiguity claims always hold.
+
+Translations are cached process-wide on the region's op text plus its input specs,
+so the twelve identical layers of BERT share one FusionDefinition (and its kernels).
+
+A region whose translation or execution fails runs its ATen submodule from then on;
+the backend warns once per distinct cause (``FallbackWarning``).
+"""
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+
+import torch
+from torch.fx.node import Node
+
+from .translate import InputSpec, Translation, Unsupported, meta, translate
+
+STATS: Counter = Counter()  # fusions_created, regions, fallbacks, translation_cache_hits
+_TRANSLATIONS: dict = {}  # (region text, input specs) -> Translation | Unsupported
+_warned: set = set()
+
+
+class FallbackWarning(UserWarning):
+    """A region runs in ATen instead of pyfuser; the message says why."""
+
+
+def warn_once(cause: str, message: str):
+    if cause in _warned:
+        return
+    _warned.add(cause)
+    warnings.warn(f"pyfuser.dynamo: {message}; the region runs in ATen", FallbackWarning, stacklevel=3)
+
+
+def stats() -> dict:
+    """Counters of the backend: ``fusions_created`` (FusionDefinitions translated),
+    ``regions`` (fused regions compiled), ``fallbacks`` (regions running in ATen)."""
+    return dict(STATS)
+
+
+def reset():
+    """Forget the translation cache, counters and warnings (tests; a fresh benchmark)."""
+    STATS.clear()
+    _TRANSLATIONS.clear()
+    _warned.clear()
+
+
+def region_text(graph) -> str:
+    """The region's ops with node names canonicalised: the cache key's structural part."""
+    names = {}
+    lines = []
+    for node in graph.nodes:
+        names[node] = f"v{len(names)}"
+
+        def spell(x):
+            if isinstance(x, Node):
+                return names[x]
+            if isinstance(x, (list, tuple)):
+                return "[" + ", ".join(spell(v) for v in x) + "]"
+            return repr(x)
+
+        args = spell(list(node.args))
+        kwargs = ", ".join(f"{k}={spell(v)}" for k, v in sorted(node.kwargs.items()))
+        target = "" if node.op in ("placeholder", "output") else node.target
+        lines.append(f"{names[node]} = {node.op} {target}({args}; {kwargs})")
+    return "\n".join(lines)
+
+
+def _translation(graph, text, specs) -> Translation:
+    key = (text, specs)
+    hit = _TRANSLATIONS.get(key)
+    if hit is None:
+        try:
+            hit = translate(graph, specs)
+            STATS["fusions_created"] += 1
+        except Unsupported as err:
+            hit = err
+        except Exception as err:  # a frontend error on a node we thought fine: our bug, not the user's
+            hit = Unsupported(f"translation: {type(err).__name__}", f"translation failed: {type(err).__name__}: "
+                              f"{str(err).splitlines()[0] if str(err) else ''}")
+        _TRANSLATIONS[key] = hit
+    else:
+        STATS["translation_cache_hits"] += 1
+    if isinstance(hit, Unsupported):
+        raise hit
+    return hit
+
+
+class FusedRegion(torch.nn.Module):
+    """Runs one region with pyfuser; its ATen submodule is the fallback."""
+
+    def __init__(self, submodule: torch.fx.GraphModule, name: str):
+        super().__init__()
+        self.fallback = submodule
+        self.name = name
+        self.text = region_text(submodule.graph)
+        self.entries: dict = {}  # input strides -> Translation
+        self.broken = False
+        placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
+        examples = [meta(n) for n in placeholders]
+        STATS["regions"] += 1
+        try:
+            self.device = self._device(examples)
+            self._check_devices(submodule.graph)
+            self._moves = tuple(i for i, x in enumerate(examples) if x.device != self.device)
+            self._prepare(examples)
+        except Unsupported as err:
+            self._give_up(err.cause, str(err))
+
+    # -- preparing -------------------------------------------------------------------------
+    @staticmethod
+    def _device(examples):
+        if not examples or not all(isinstance(x, torch.Tensor) for x in examples):
+            raise Unsupported("non-tensor region input", "a region input is not a tensor")
+        devices = {x.device for x in examples if x.dim() > 0} or {examples[0].device}
+        if len(devices) > 1:
+            raise Unsupported("mixed devices", f"region inputs on several devices {sorted(map(str, devices))}")
+        return devices.pop()
+
+    def _check_devices(self, graph):
+        for node in graph.nodes:
+            v = meta(node)
+            for x in (v if isinstance(v, (tuple, list)) else (v,)):
+                if isinstance(x, torch.Tensor) and x.device != self.device and not (
+                        node.op == "placeholder" and x.dim() == 0):
+                    raise Unsupported("mixed devices", f"{node.name} is on {x.device}, the region on {self.device}")
+
+    def _prepare(self, tensors):
+        key = tuple(tuple(x.stride()) for x in tensors)
+        specs = tuple(InputSpec.of(x) for x in tensors)
+        specs = tuple(s if i not in self._moves else InputSpec(s.dtype, s.shape, s.contiguity, s.stride_order,
+                                                               self.device.type)
+                      for i, s in enumerate(specs))
+        entry = _translation(self.fallback.graph, self.text, specs)
+        self.entries[key] = entry
+        return entry
+
+    def _give_up(self, cause: str, message: str):
+        self.broken = True
+        STATS["fallbacks"] += 1
+        warn_once(cause, f"{self.name}: {message}")
+
+    # -- running -----------------------------------------------------------------------------
+    def forward(self, *args):
+        if self.broken:
+            return self.fallback(*args)
+        try:
+            key = tuple(x.stride() for x in args)
+            entry = self.entries.get(key)
+            if entry is None:
+                entry = self._prepare(args)
+            inputs = list(args)
+            for i in self._moves:
+                inputs[i] = inputs[i].to(self.device, non_blocking=True)
+            outs = entry.fd.execute(inputs)
+        except Unsupported as err:
+            self._give_up(err.cause, str(err))
+            return self.fallback(*args)
+        except Exception as err:
+            msg = str(err).splitlines()[0] if str(err) else ""
+            self._give_up(f"execute: {type(err).__name__}", f"executing the fusion failed: {type(err).__name__}: {msg}")
+            return self.fallback(*args)
+        for pos in entry.copy_outputs:
+            outs[pos] = outs[pos].clone()
+        return tuple(outs) if entry.tuple_output else outs[0]

@@ -1,0 +1,185 @@
+"""The backend on small functions: registration, forward and backward against
+eager, what stays in ATen, fallbacks and their warnings, dumps, autocast."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pyfuser
+import pyfuser.dynamo as pd
+from pyfuser.dynamo import region, translate
+from pyfuser.dynamo.translate import Rule
+
+aten = torch.ops.aten
+
+
+def grads_of(fn, *xs):
+    xs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in xs]
+    out = fn(*xs)
+    out.float().sum().backward()
+    return out.detach(), [x.grad for x in xs if x.requires_grad]
+
+
+def check_against_eager(fn, *xs, rtol=1.3e-5, atol=1e-6):
+    want, want_grads = grads_of(fn, *xs)
+    got, got_grads = grads_of(torch.compile(fn, backend="pyfuser"), *xs)
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=rtol, atol=atol)
+
+
+def test_backends_are_registered():
+    names = torch._dynamo.list_backends()
+    assert "pyfuser" in names and "nvprims_nvfuser" in names
+    from torch._dynamo.backends.registry import lookup_backend
+
+    assert lookup_backend("pyfuser") is pd.pyfuser_backend
+    assert lookup_backend("nvprims_nvfuser") is pd.pyfuser_backend
+
+
+def softmax_gelu(x, w):
+    y = torch.softmax(x * 0.5 + w, dim=-1)
+    return F.gelu(y) * torch.rsqrt(x.abs() + 1)
+
+
+def test_forward_and_backward_match_eager():
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(4, 16, generator=g), torch.randn(16, generator=g)
+    launches = pyfuser.cache_info()["launches"]
+    check_against_eager(softmax_gelu, x, w)
+    assert pd.stats()["fusions_created"] >= 2  # one forward, one backward region
+    assert pyfuser.cache_info()["launches"] > launches
+
+
+def test_layer_norm_and_log_softmax():
+    g = torch.Generator().manual_seed(1)
+    x, wt, b = torch.randn(6, 32, generator=g), torch.randn(32, generator=g), torch.randn(32, generator=g)
+
+    def fn(x, wt, b):
+        return F.log_softmax(F.layer_norm(x, (32,), wt, b), dim=-1)
+
+    check_against_eager(fn, x, wt, b, rtol=1e-4, atol=1e-5)
+
+
+def test_views_and_reductions_inside_regions():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, 4, generator=g)
+
+    def fn(x):
+        y = (x.exp() * 2).transpose(1, 2).reshape(2, 12)
+        m = y.mean(dim=1, keepdim=True)
+        v, mu = torch.var_mean(y, dim=0)
+        return (y - m).sum(0) * v + mu.unsqueeze(0).expand(3, 12)[1:].sum(0)
+
+    check_against_eager(fn, x, rtol=1e-5, atol=1e-5)
+
+
+def test_a_single_view_stays_in_aten():
+    def fn(x):
+        return (x.view(8, 2) * 3).t()
+
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x), fn(x))
+    assert pd.stats().get("regions", 0) == 0
+
+
+def test_unsupported_op_runs_in_aten_between_fusions():
+    def fn(x):
+        y = torch.sigmoid(x * 2 + 1)
+        z = torch.cumsum(y, dim=1)  # not translated: ATen
+        return torch.tanh(z) * y - 1
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 8, generator=g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.FallbackWarning)  # an op pyfuser never claims warns nothing
+        check_against_eager(fn, x)
+    assert pd.stats()["regions"] >= 2 and pd.stats().get("fallbacks", 0) == 0
+
+
+def test_failed_translation_falls_back_with_one_warning(monkeypatch):
+    def broken(t, n, a):
+        raise RuntimeError("simulated translator bug")
+
+    monkeypatch.setitem(translate.RULES, aten.exp.default, Rule(broken))
+
+    def fn(x):
+        a = torch.exp(x * 2) + 1
+        b = torch.exp(a * 3) - 1
+        return torch.cumsum(a, 0) + b
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(4, 5, generator=g) * 0.1
+    with pytest.warns(pd.FallbackWarning, match="simulated translator bug") as record:
+        check_against_eager(fn, x)
+    ours = [w for w in record if issubclass(w.category, pd.FallbackWarning)]
+    assert len(ours) == 1, [str(w.message) for w in ours]
+    assert pd.stats()["fallbacks"] >= 2
+
+
+def test_failed_execute_falls_back_with_one_warning(monkeypatch):
+    def broken(self, inputs, **kw):
+        raise RuntimeError("simulated launch failure")
+
+    monkeypatch.setattr(pyfuser.FusionDefinition, "execute", broken)
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(4, 16, generator=g), torch.randn(16, generator=g)
+    with pytest.warns(pd.FallbackWarning, match="simulated launch failure") as record:
+        check_against_eager(softmax_gelu, x, w)
+    assert len([w for w in record if issubclass(w.category, pd.FallbackWarning)]) == 1
+
+
+def test_new_input_strides_get_their_own_translation():
+    def fn(x):
+        return torch.exp(x) * x + 1
+
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(5, 6, generator=g)
+    gm = torch.fx.symbolic_trace(fn)
+    from torch._dynamo.backends.common import aot_autograd
+
+    compiled = torch.compile(fn, backend="pyfuser", dynamic=False)
+    torch.testing.assert_close(compiled(x), fn(x))
+    torch.testing.assert_close(compiled(x.t()), fn(x.t()))  # Dynamo recompiles; a new layout
+    assert pd.stats()["fusions_created"] == 2
+    del gm, aot_autograd
+
+
+def test_translation_cache_shares_identical_regions():
+    def fn(x, y):
+        a = torch.exp(x) * 2 + 1
+        b = torch.cumsum(a, 1)  # splits the graph into two identical regions
+        return torch.exp(b) * 2 + 1 + y
+
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(3, 4, generator=g) * 0.1, torch.randn(3, 4, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x, y), fn(x, y))
+    s = pd.stats()
+    assert s["regions"] == 2
+
+
+def test_dumps_work_for_backend_fusions(monkeypatch, capsys):
+    monkeypatch.setenv("PYFUSER_DUMP", "segmented_fusion")
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(4, 8, generator=g)
+    with torch.no_grad():
+        torch.compile(lambda x: torch.softmax(x * 2, -1), backend="pyfuser")(x)
+    assert "segmented fusion" in capsys.readouterr().out.lower()
+
+
+def test_autocast_casts_are_fused():
+    lin = torch.nn.Linear(16, 16)
+
+    def fn(x):
+        return F.gelu(lin(x)).float().softmax(-1)
+
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(4, 16, generator=g)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = torch.compile(fn, backend="pyfuser")(x)
+        want = fn(x)
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=1e-3)
+    ops = {e.op for t in region._TRANSLATIONS.values() if not isinstance(t, Exception) for e in t.fd.ir.exprs}
+    assert "cast" in ops and "erf" in ops
