@@ -54,12 +54,20 @@ def main():
     ms = triton.testing.do_bench(lambda: y.copy_(x), return_mode="median")
     print(f"copy {2 * x.numel() * 4 / ms / 1e6:.0f} GB/s")
     print("| case | params | ms | GB/s | regs/spills |\n|---|---|---|---|---|")
-    run_case("bert_softmax_dropout", (64, 12, 128), [
-        dict(block_k=8, num_warps=4), dict(block_k=8, num_warps=4, quad_rng=False),
-        dict(block_k=4, num_warps=4), dict(block_k=16, num_warps=4, quad_rng=False),
+    O = dict(persistent=False)
+    run_custom("sum_dim0 [16384,4096] fp16", sum_dim0, [
+        dict(O, block_k=128, block_j=64, num_warps=4), dict(O, block_k=32, block_j=64, num_warps=4),
+        dict(O, block_k=8, block_j=256, num_warps=4), dict(O, block_k=16, block_j=256, num_warps=8),
+        dict(O, block_k=32, block_j=256, num_warps=8), dict(O, block_k=64, block_j=128, num_warps=8),
+        dict(O, block_k=16, block_j=512, num_warps=8), dict(O, block_k=32, block_j=128, num_warps=4),
     ])
-    run_custom("softmax_only", softmax_only, [dict(block_k=8, num_warps=4), dict(block_k=16, num_warps=4)])
-    run_custom("dropout_only", dropout_only, [{}, dict(block=2048), dict(block=4096, num_warps=8)])
+
+
+def sum_dim0(fd):
+    from pyfuser import DataType
+    x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
+    fd.add_output(fd.ops.sum(x, dims=[0]))
+    return [torch.randn(16384, 4096, device="cuda", dtype=torch.float16)]
 
 
 def softmax_only(fd):

@@ -413,10 +413,10 @@ HOST_TARGET_US = 30.0
 # --- the list ---------------------------------------------------------------------------------
 
 
-def _seed_case(name, eager=None, describe=None, keep_output=None):
+def _seed_case(name, eager=None, describe=None, keep_output=None, tol=None):
     return Case(name=name, group="seed", sizes=_seed_sizes(name), build=_seed_build(name),
                 make_inputs=lambda s, device, gen, _n=name: _seed_inputs_on(_n, s, device, gen),
-                eager=eager or _seed_eager(name), describe=describe, keep_output=keep_output)
+                eager=eager or _seed_eager(name), describe=describe, keep_output=keep_output, tol=tol or {})
 
 
 def _rows_desc(s):
@@ -431,7 +431,10 @@ CASES: list[Case] = [
     Case("bert_softmax_dropout_noview", "seed", _seed_sizes("bert_softmax_dropout"), build_bert_noview,
          _bert_noview_inputs, lambda t, s, keep=None: eager_bert(t, s, keep, view=False),
          lambda s: f"{_shape(*s, s[2])} fp16, mask {_shape(s[0], 1, 1, s[2])} fp32", keep_output=2),
-    _seed_case("log_softmax_full", describe=lambda s: f"{_shape(s[0] * s[1], s[2])} fp16 (2 views)"),
+    # Its fp32 output is the fp16 output cast back up: one fp16 rounding step apart from
+    # eager's where the fp32 values differ in the last bit, so it compares at fp16 precision.
+    _seed_case("log_softmax_full", describe=lambda s: f"{_shape(s[0] * s[1], s[2])} fp16 (2 views)",
+               tol={torch.float32: (2e-3, 1e-4)}),
     _seed_case("log_softmax_logsum", eager=eager_log_softmax_logsum,
                describe=lambda s: f"{_shape(*s)} fp16->fp32"),
     _seed_case("log_softmax_sub", describe=lambda s: f"{_shape(*s)} fp16->fp32"),
