@@ -1,13 +1,32 @@
-"""``PYFUSER_DUMP=name,name``: debug output, nvFuser style.
+"""``PYFUSER_DUMP=name,name``: debug output on stdout, nvFuser style.
 
-The variable is read on every check (tests and users flip it at run time); an
-unknown name is an error listing the valid ones, so a typo never silently dumps
-nothing.
+The variable is read once per ``execute`` (tests and users flip it at run time) and
+parsed once per distinct value; an unknown name is an error listing the valid ones,
+so a typo never silently dumps nothing.  What each name prints, and when:
+
+* ``python_definition``  ``repr(fd)``, the runnable definition, on a fusion's first dumped execute;
+* ``fusion_args``        dtype, sizes, strides, pointer and device of every input and output;
+* ``segmented_fusion``   the segments (ops, inputs, outputs) when a new plan is made;
+* ``scheduler_params``   per segment the chosen scheduler, its params, why the others declined,
+                         whenever heuristics run (a new plan or new input sizes);
+* ``launch_params``      grid, num_warps, num_stages and block sizes before every launch;
+* ``kernel_code``        the generated Triton source when a kernel is built;
+* ``ptx``                the PTX of each compiled kernel (CUDA; a one-line note on CPU);
+* ``kernel_time``        ``kernel<N> run in <ms> ms, achieved: <GB/s> GB/s`` after every launch
+                         (CUDA, synchronizing; a note with the interpreter's wall time on CPU);
+* ``cache``              per execute: hit or miss, and for each miss why (new signature, new params).
+
+This module only formats; ``runtime.probe`` decides when.
 """
 from __future__ import annotations
 
 import os
 import sys
+
+import torch
+
+from ..codegen.emit import live_exprs_for
+from ..ir.values import ScalarVal
 
 VALID = ("python_definition", "fusion_args", "scheduler_params", "segmented_fusion", "launch_params",
          "kernel_code", "ptx", "kernel_time", "cache")
@@ -17,13 +36,14 @@ _parsed: dict[str, frozenset] = {}
 
 def enabled_dumps() -> frozenset:
     raw = os.environ.get("PYFUSER_DUMP", "")
-    if raw not in _parsed:
+    names = _parsed.get(raw)
+    if names is None:
         names = frozenset(n.strip() for n in raw.split(",") if n.strip())
         bad = sorted(names - set(VALID))
         if bad:
             raise ValueError(f"PYFUSER_DUMP: unknown option(s) {', '.join(bad)}; valid options: {', '.join(VALID)}")
         _parsed[raw] = names
-    return _parsed[raw]
+    return names
 
 
 def dumping(name: str) -> bool:
@@ -34,3 +54,120 @@ def dumping(name: str) -> bool:
 def emit(text: str):
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     sys.stdout.flush()
+
+
+# -- fusion_args ------------------------------------------------------------------------
+
+CPP_DTYPES = {torch.float16: "__half", torch.bfloat16: "__bfloat", torch.float32: "float", torch.float64: "double",
+              torch.int64: "int64_t", torch.int32: "int", torch.int16: "int16_t", torch.int8: "int8_t",
+              torch.uint8: "uint8_t", torch.bool: "bool", torch.complex64: "std::complex<float>",
+              torch.complex128: "std::complex<double>"}
+
+
+def cpp_dtype(dtype: torch.dtype) -> str:
+    return CPP_DTYPES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def tensor_line(x: torch.Tensor) -> str:
+    """The report's line, with the device added at the end."""
+    sizes = "".join(f"{s}, " for s in x.shape)
+    strides = "".join(f"{s}, " for s in x.stride())
+    return (f"tensor dtype: {cpp_dtype(x.dtype)} sizes: ({sizes}) stride: ({strides}) "
+            f"pointer: {x.data_ptr():#x} device: {x.device}")
+
+
+def fusion_args(fusion_id: int, ir_inputs, inputs, outputs) -> str:
+    lines = [f"Arguments for fusion{fusion_id}:", "Inputs:"]
+    for v, x in zip(ir_inputs, inputs):
+        if isinstance(x, torch.Tensor):
+            lines.append(tensor_line(x))
+        else:
+            lines.append(f"scalar dtype: {cpp_dtype(v.dtype.torch)} value: {x!r}")
+    lines.append("Outputs:")
+    lines += [tensor_line(o) for o in outputs]
+    return "\n".join(lines)
+
+
+# -- segmented_fusion and scheduler_params ------------------------------------------------
+
+def _typed(v, shapes) -> str:
+    if isinstance(v, ScalarVal):
+        return f"{v.name}={v.value!r}" if v.is_constant else f"{v.name} (scalar input)"
+    return f"{v.name} {cpp_dtype(v.dtype.torch)}{list(shapes.get(v, v.shape))}"
+
+
+def _operand(v) -> str:
+    if isinstance(v, ScalarVal) and v.is_constant:
+        return repr(v.value)
+    return v.name
+
+
+def segment_lines(step, shapes, ir_inputs) -> list[str]:
+    exprs = live_exprs_for(step.outputs)
+    made = {id(o) for e in exprs for o in e.outputs}
+    inputs = []
+    for e in exprs:
+        for v in e.inputs:
+            if id(v) not in made and (v in ir_inputs) and v not in inputs:
+                inputs.append(v)
+    lines = [f"    inputs: {', '.join(_typed(v, shapes) for v in inputs) or 'none'}",
+             f"    outputs: {', '.join(_typed(o, shapes) for o in step.outputs)}",
+             f"    ops ({len(exprs)}):"]
+    for e in exprs:
+        outs = ", ".join(o.name for o in e.outputs)
+        call = getattr(e, "spelling", None) or ", ".join(_operand(v) for v in e.inputs)
+        lines.append(f"      {outs} = {e.op}({call})  # {', '.join(_typed(o, shapes) for o in e.outputs)}")
+    return lines
+
+
+def segmented_fusion(fusion_id: int, plan, ir, shapes) -> str:
+    lines = [f"Segmented fusion{fusion_id}: {len(plan.steps)} segment(s)"]
+    for pos, kind in sorted(plan.aliases.items()):
+        what = "an input" if kind == "input" else "a view of an input"
+        lines.append(f"  output {pos} ({ir.outputs[pos].name}): {what}, no kernel")
+    for i, s in enumerate(plan.steps):
+        name = s.scheduler.NAME if s.scheduler else "host (reference torch ops)"
+        lines.append(f"  segment {i}: {name}")
+        lines += segment_lines(s, shapes, ir.inputs)
+    return "\n".join(lines)
+
+
+def scheduler_params(fusion_id: int, decisions) -> str:
+    """``decisions``: per segment (outputs, chosen NAME or None, params, [(NAME, verdict)])."""
+    lines = [f"Scheduler params for fusion{fusion_id}:"]
+    for i, (outputs, chosen, params, verdicts) in enumerate(decisions):
+        outs = ", ".join(o.name for o in outputs)
+        lines.append(f"  segment {i} (outputs {outs}): {chosen or 'host (reference torch ops): no scheduler accepted'}")
+        if params is not None:
+            lines.append(f"    params: {params!r}")
+        for name, verdict in verdicts:
+            lines.append(f"    {name}: {verdict}")
+    return "\n".join(lines)
+
+
+# -- launch_params, kernel_time, ptx -----------------------------------------------------
+
+def launch_params(number: int, name: str, scheduler: str, grid, kw: dict, device_type: str) -> str:
+    g = tuple(grid) + (1,) * (3 - len(grid))
+    parts = [f"grid = {g}"]
+    if device_type == "cuda":
+        parts += [f"num_warps = {kw.get('num_warps', 4)}", f"num_stages = {kw.get('num_stages', 3)}"]
+    parts += [f"{k} = {v}" for k, v in kw.items() if k not in ("num_warps", "num_stages")]
+    line = f"Launch Parameters: kernel{number} ({name}, {scheduler}): {', '.join(parts)}"
+    if device_type != "cuda":
+        line += " (CPU: Triton interpreter, one program at a time; num_warps/num_stages do not apply)"
+    return line
+
+
+def kernel_time(number: int, ms: float, gbps: float, regs, spills, name: str) -> str:
+    return (f"kernel{number} run in {ms:.6f} ms, achieved: {gbps:.3f} GB/s"
+            f"  [{name}: registers {regs}, spills {spills}]")
+
+
+def kernel_time_cpu(number: int, name: str, wall_ms: float) -> str:
+    return (f"kernel{number} ({name}): kernel_time needs a CUDA device; on CPU the kernel ran in Triton's "
+            f"interpreter (wall time {wall_ms:.3f} ms, not a GPU time)")
+
+
+def ptx_cpu(name: str) -> str:
+    return f"ptx: {name} runs on CPU under Triton's interpreter; PTX needs a CUDA device"

@@ -1,34 +1,32 @@
 """execute(): bind inputs, pick or build the kernels, allocate outputs, launch.
 
-Per FusionDefinition an ``ExecutorCache`` maps an input *signature* (device kind,
-which dims are size 1, which inputs are contiguous, 16-byte alignment, index width,
-normalised slice bounds) to a ``Plan``: which outputs alias inputs, and the
-segments with their schedulers.  Sizes are not in the signature: they are kernel
-arguments, and each execute re-runs the (cheap, pure) heuristics, so a new size
-compiles a new kernel only when the heuristics choose different parameters.
+Planning (signature -> ``Plan``, kernels) lives in ``plan.ExecutorCache``.  Sizes
+are not in the signature: they are kernel arguments, and each new set of input
+sizes re-runs the (cheap, pure) heuristics, so a new size compiles a new kernel
+only when the heuristics choose different parameters.  A ``Prepared`` then holds
+the launches for one input fingerprint: a cached execute is ``Prepared.run``.
+Dumps and the profiler hook in through a ``probe.Probe``, built only when one is on.
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+import time
 
 import torch
 
-from ..codegen.lower import Unsupported
 from ..errors import CompileError
 from ..ir.concretize import Binding, bind
 from ..ir.ops import OPS
-from ..ir.shapes import slice_shape
-from ..ir.values import ScalarVal, TensorVal
+from ..ir.values import ScalarVal
 from ..reference import run_expr, run_reference
-from ..schedulers import SCHEDULERS, Segment
 from ..schedulers.base import _OVERRIDES
-from . import dump
-from .cache import COUNTERS, load_kernel
+from . import dump, profiler
+from .cache import COUNTERS
+from .plan import ExecutorCache, is_contiguous
+from .probe import LaunchMeta, Probe, input_positions, scheduler_decisions
 from .rng_state import draw_seed_offset
 
-VIEW_OPS = ("reshape", "squeeze", "permute")
 POISON_OUTPUTS = os.environ.get("PYFUSER_POISON_OUTPUTS", "") == "1"
 # When a list, every launch appends (kernel, grid, args, kwargs): benchmarks replay
 # them to time the kernels without the host-side work of execute().
@@ -46,148 +44,6 @@ def make_rng_state(ir, device):
     seed, base = draw_seed_offset(device, len(rexprs))
     table = {id(e): (seed, base + 4 * k) for k, e in enumerate(rexprs)}
     return (lambda e: table[id(e)]), table
-
-
-@dataclass
-class Step:
-    """One segment of a plan: a scheduler module and the outputs it computes."""
-
-    outputs: list
-    scheduler: object  # a schedulers.* module, or None for a host (reference) step
-    reason: str = ""
-    kernels: dict = field(default_factory=dict)  # params -> (KernelSource, launchable)
-
-
-@dataclass
-class Plan:
-    aliases: dict  # output position -> "input" | "view"
-    steps: list
-
-
-class ExecutorCache:
-    def __init__(self, fd):
-        self.fd = fd
-        self.plans: dict = {}
-        self.kernel_counter = 0
-        self.fresh: set = set()
-        self.prepared: dict = {}  # input fingerprint -> Prepared
-        self.kernels: dict = {}  # (scheduler, outputs, signature, params) -> (KernelSource, kernel)
-
-    # -- signature -------------------------------------------------------------------
-    def signature(self, b: Binding, live):
-        parts = [b.device.type]
-        for v in self.fd.ir.inputs:
-            if isinstance(v, TensorVal):
-                x = b.values[v]
-                parts.append((is_contiguous(x), x.data_ptr() % 16 == 0))
-        for e in live:
-            for o in e.outputs:
-                if isinstance(o, TensorVal):
-                    parts.append(tuple(s == 1 for s in b.shapes[o]))
-            if e.op == "slice":
-                parts.append(tuple(slice_shape(e.op, b.shapes[e.inputs[0]], e.attrs["starts"], e.attrs["ends"],
-                                               e.attrs["steps"])[1]))
-        for v in self.fd.ir.inputs:
-            if isinstance(v, TensorVal):
-                parts.append(tuple(s == 1 for s in b.shapes[v]))
-        parts.append(any(math.prod(s) > 2**30 for s in b.shapes.values()))
-        return tuple(parts)
-
-    def segment(self, b: Binding, outputs) -> Segment:
-        info = {v: {"contiguous": is_contiguous(b.values[v])} for v in self.fd.ir.inputs if isinstance(v, TensorVal)}
-        return Segment(list(outputs), b.shapes, info, b.device.type)
-
-    # -- planning ----------------------------------------------------------------------
-    def make_plan(self, b: Binding) -> Plan:
-        ir = self.fd.ir
-        aliases = {}
-        rest = []
-        for pos, o in enumerate(ir.outputs):
-            if o in ir.inputs:
-                aliases[pos] = "input"
-            elif _is_view_of_input(o, ir):
-                aliases[pos] = "view"
-            elif o not in rest:
-                rest.append(o)
-        steps = self.split(b, [o for o in rest if math.prod(b.shapes[o]) > 0])
-        return Plan(aliases, steps)
-
-    def try_schedule(self, b, outputs):
-        seg = self.segment(b, outputs)
-        reasons = []
-        for sched in SCHEDULERS:
-            rej = sched.can_schedule(seg)
-            if rej is not None:
-                reasons.append(f"{sched.NAME}: {rej}")
-                continue
-            params = sched.heuristics(seg)
-            try:
-                self.build(seg, sched, params)
-            except Unsupported as err:
-                reasons.append(f"{sched.NAME}: {err}")
-                continue
-            return Step(list(outputs), sched, "; ".join(reasons)), reasons
-        return None, reasons
-
-    def split(self, b, outputs):
-        if not outputs:
-            return []
-        step, reasons = self.try_schedule(b, outputs)
-        if step is not None:
-            return [step]
-        if len(outputs) == 1:
-            return [Step(list(outputs), None, "; ".join(reasons))]
-        groups: dict = {}
-        for o in outputs:
-            groups.setdefault(b.shapes[o], []).append(o)
-        if len(groups) > 1:
-            return [s for g in groups.values() for s in self.split(b, g)]
-        return [s for o in outputs for s in self.split(b, [o])]
-
-    # -- kernels -----------------------------------------------------------------------
-    def build(self, seg, sched, params):
-        key = (sched.NAME, tuple(o.index for o in seg.outputs), self._current_sig, params)
-        hit = self.kernels.get(key)
-        if hit is not None:
-            if key in self.fresh:  # built while planning this very execute
-                self.fresh.discard(key)
-            else:
-                COUNTERS["hits"] += 1
-            return hit
-        COUNTERS["misses"] += 1
-        self.fresh.add(key)
-        self.kernel_counter += 1
-        name = f"pyfuser_f{self.fd.id}_k{self.kernel_counter}"
-        src = sched.emit(seg, params, name)
-        if dump.dumping("kernel_code"):
-            dump.emit(f"===== kernel {name} ({sched.NAME}) =====\n{src.source}")
-        try:
-            fn = load_kernel(name, src.source, seg.device_type)
-        except Exception as err:  # a generated kernel that does not import is our bug
-            raise CompileError(f"pyfuser: generated kernel {name} failed to load: {err}") from err
-        COUNTERS["kernels_compiled"] += 1
-        self.kernels[key] = (src, fn)
-        return src, fn
-
-
-def is_contiguous(x: torch.Tensor) -> bool:
-    expected = 1
-    for d in reversed(range(x.dim())):
-        if x.shape[d] == 1:
-            continue
-        if x.stride(d) != expected:
-            return False
-        expected *= x.shape[d]
-    return True
-
-
-def _is_view_of_input(o, ir) -> bool:
-    v = o
-    while v.definition is not None:
-        if v.definition.op not in VIEW_OPS:
-            return False
-        v = v.definition.inputs[0]
-    return v in ir.inputs and v is not o
 
 
 def fingerprint(inputs, device):
@@ -230,7 +86,8 @@ class Prepared:
             if b.device.type == "cuda":
                 kw["num_warps"] = params.num_warps
             outs = [(o, b.shapes[o], o.dtype.torch) for o in src.outputs]
-            self.launches.append((src, fn, sched.grid(seg, params), builders, kw, outs, params))
+            meta = LaunchMeta(fd._runtime.kernel_info[src.name], input_positions(src, pos))
+            self.launches.append((src, fn, sched.grid(seg, params), builders, kw, outs, params, meta))
         self.result_spec = []
         for p, o in enumerate(ir.outputs):
             kind = plan.aliases.get(p)
@@ -240,13 +97,13 @@ class Prepared:
                 self.result_spec.append(("kernel", o))
         self.binding = b
 
-    def run(self, inputs):
+    def run(self, inputs, probe: Probe | None = None):
         table = {}
         if self.rexprs:
             seed, base = draw_seed_offset(self.device, len(self.rexprs))
             table = {id(e): (seed, base + 4 * k) for k, e in enumerate(self.rexprs)}
         results = {}
-        for src, fn, grid, builders, kw, outs, params in self.launches:
+        for src, fn, grid, builders, kw, outs, params, meta in self.launches:
             out_tensors = {}
             for o, shape, dtype in outs:
                 t = torch.empty(shape, dtype=dtype, device=self.device)
@@ -264,9 +121,13 @@ class Prepared:
                     args.append(out_tensors[bld[1]])
                 else:
                     args.append(_rng_word(table[bld[1]], bld[2]))
-            if dump.dumping("launch_params"):
-                dump.emit(f"{src.name}: grid={grid} num_warps={params.num_warps} {src.constexprs}")
-            fn[grid](*args, **kw)
+            try:
+                if probe is None:
+                    fn[grid](*args, **kw)
+                else:
+                    probe.launch(meta, fn, grid, args, kw, inputs, out_tensors)
+            except Exception as err:
+                raise launch_error(src, err) from err
             COUNTERS["launches"] += 1
             if RECORD_LAUNCHES is not None:
                 RECORD_LAUNCHES.append((fn, grid, args, kw))
@@ -295,48 +156,91 @@ def _rng_word(seed_offset, i):
     return (word >> 16) & 0xFFFF if i % 2 == 0 else word & 0xFFFF
 
 
+def launch_error(src, err) -> CompileError:
+    if isinstance(err, CompileError):
+        return err
+    return CompileError(f"pyfuser: kernel {src.name} failed to compile or run: {type(err).__name__}: {err}")
+
+
 def execute(fd, inputs, device=None, profile=False):
+    """Run the fusion.  ``profile=True`` (or ``PYFUSER_PROF=print``) records a
+    ``FusionProfile`` in ``fd.last_profile``; ``PYFUSER_DUMP`` names what to print."""
     ir = fd.ir
     if not ir.outputs:
         return []
     if fd._runtime is None:
         fd._runtime = ExecutorCache(fd)
     rt: ExecutorCache = fd._runtime
-    if isinstance(inputs, (list, tuple)):
-        fp = fingerprint(inputs, device)
-        prep = rt.prepared.get(fp)
-        if prep is not None:
-            for _ in prep.launches:
-                COUNTERS["hits"] += 1
-            return prep.run(inputs)
+    active = dump.enabled_dumps()
+    profile = profile or profiler.printing()
+    try:
+        if isinstance(inputs, (list, tuple)):
+            prep = rt.prepared.get(fingerprint(inputs, device))
+            if prep is not None:
+                for _ in prep.launches:
+                    COUNTERS["hits"] += 1
+                if not (active or profile):
+                    return prep.run(inputs)
+                probe = Probe(fd, rt, active, profile, prep.device)
+                rt.events.clear()
+                rt.last_metas = [launch[-1] for launch in prep.launches]
+                outs = prep.run(inputs, probe)
+                probe.finish(inputs, outs)
+                return outs
+        return _execute_slow(fd, rt, inputs, device, active, profile)
+    except CompileError as err:
+        from .repro import with_repro
+
+        raise with_repro(fd, inputs, device, err) from (err.__cause__ or err)
+
+
+def _execute_slow(fd, rt, inputs, device, active, profile):
+    ir = fd.ir
+    rt.events.clear()
     b = bind(ir, inputs, device)
     b.input_pos = {v: i for i, v in enumerate(ir.inputs)}
+    probe = Probe(fd, rt, active, profile, b.device) if active or profile else None
     live = ir.live_exprs()
     sig = rt.signature(b, live)
     rt._current_sig = sig
     plan = rt.plans.get(sig)
     if plan is None:
+        rt.events.append(rt.explain_signature(sig))
         plan = rt.make_plan(b)
         rt.plans[sig] = plan
-        if dump.dumping("segmented_fusion"):
-            dump.emit(describe_plan(plan, ir))
+        if "segmented_fusion" in active:
+            dump.emit(dump.segmented_fusion(fd.id, plan, ir, b.shapes))
+    else:
+        rt.events.append("new input sizes or strides (signature known: plan reused, heuristics re-run)")
     host_scalars = [e for e in live if all(isinstance(o, ScalarVal) for o in e.outputs)]
     host_steps = [s for s in plan.steps if s.scheduler is None]
+    inputs = list(inputs)
     if host_scalars or host_steps:  # rare: run the general path every time
-        return _execute_general(fd, rt, plan, b, live, inputs)
-    launches = []
-    for step in plan.steps:
-        seg = rt.segment(b, step.outputs)
-        params = step.scheduler.heuristics(seg)
-        src, fn = rt.build(seg, step.scheduler, params)
-        launches.append((src, fn, step.scheduler, seg, params))
-    prep = Prepared(fd, plan, b, launches)
-    rt.prepared[fingerprint(inputs, device)] = prep
-    return prep.run(list(inputs))
+        outs = _execute_general(fd, rt, plan, b, live, inputs, probe)
+    else:
+        launches = []
+        for step in plan.steps:
+            seg = rt.segment(b, step.outputs)
+            params = step.scheduler.heuristics(seg)
+            src, fn = rt.build(seg, step.scheduler, params)
+            launches.append((src, fn, step.scheduler, seg, params))
+        if "scheduler_params" in active:
+            dump.emit(dump.scheduler_params(fd.id, scheduler_decisions(rt, plan, b, [la[4] for la in launches])))
+        prep = Prepared(fd, plan, b, launches)
+        rt.prepared[fingerprint(inputs, device)] = prep
+        if probe is None and b.device.type == "cuda":  # the first launches compile: time that for profiles
+            probe = Probe(fd, rt, frozenset(), False, b.device)
+        rt.last_metas = [launch[-1] for launch in prep.launches]
+        outs = prep.run(inputs, probe)
+    if probe is not None:
+        probe.finish(inputs, outs)
+    return outs
 
 
-def _execute_general(fd, rt, plan, b, live, inputs):
+def _execute_general(fd, rt, plan, b, live, inputs, probe=None):
     ir = fd.ir
+    if rt.events and rt.events[0].startswith("new input sizes"):
+        rt.events[0] = "host segments or host scalar math: this fusion takes the general path on every execute"
     rng_state, rng_table = make_rng_state(ir, b.device)
     env = dict(b.values)
     for e in live:  # scalar arithmetic runs on the host
@@ -344,14 +248,23 @@ def _execute_general(fd, rt, plan, b, live, inputs):
             outs = run_expr(e, [env[v] for v in e.inputs], b)
             env.update(zip(e.outputs, outs))
     results = {}
-    for step in plan.steps:
+    chosen = []
+    for i, step in enumerate(plan.steps):
         if step.scheduler is None:
-            results.update(_host_step(ir, step, b, env, rng_state))
+            t0 = time.perf_counter()
+            host = _host_step(ir, step, b, env, rng_state)
+            if probe is not None:
+                probe.host_step(i, host, (time.perf_counter() - t0) * 1e3, inputs)
+            results.update(host)
+            chosen.append(None)
             continue
         seg = rt.segment(b, step.outputs)
         params = step.scheduler.heuristics(seg)
+        chosen.append(params)
         src, fn = rt.build(seg, step.scheduler, params)
-        results.update(launch(src, fn, step.scheduler, seg, params, b, env, rng_table))
+        results.update(launch(src, fn, step.scheduler, seg, params, b, env, rng_table, probe, inputs))
+    if probe is not None and "scheduler_params" in probe.active:
+        dump.emit(dump.scheduler_params(fd.id, scheduler_decisions(rt, plan, b, chosen)))
     outs = []
     for pos, o in enumerate(ir.outputs):
         kind = plan.aliases.get(pos)
@@ -397,7 +310,7 @@ def _poison(t: torch.Tensor):
         t.fill_(torch.iinfo(t.dtype).max)
 
 
-def launch(src, fn, sched, seg, params, b: Binding, env, rng_table):
+def launch(src, fn, sched, seg, params, b: Binding, env, rng_table, probe=None, inputs=()):
     out_tensors = {}
     for o in src.outputs:
         t = torch.empty(b.shapes[o], dtype=o.dtype.torch, device=b.device)
@@ -409,9 +322,14 @@ def launch(src, fn, sched, seg, params, b: Binding, env, rng_table):
     kw = dict(src.constexprs)
     if b.device.type == "cuda":
         kw["num_warps"] = params.num_warps
-    if dump.dumping("launch_params"):
-        dump.emit(f"{src.name}: grid={grid} num_warps={params.num_warps} {src.constexprs}")
-    fn[grid](*args, **kw)
+    try:
+        if probe is None:
+            fn[grid](*args, **kw)
+        else:
+            meta = LaunchMeta(probe.rt.kernel_info[src.name], input_positions(src, b.input_pos))
+            probe.launch(meta, fn, grid, args, kw, inputs, out_tensors)
+    except Exception as err:
+        raise launch_error(src, err) from err
     COUNTERS["launches"] += 1
     if RECORD_LAUNCHES is not None:
         RECORD_LAUNCHES.append((fn, grid, args, kw))
@@ -437,15 +355,3 @@ def arg_value(a, b: Binding, env, outs, rng_table):
     if kind == "rng":
         return _rng_word(rng_table[id(a.source[1])], a.source[2])
     raise AssertionError(kind)
-
-
-def describe_plan(plan: Plan, ir) -> str:
-    lines = [f"segmented fusion: {len(plan.steps)} segment(s)"]
-    for pos, kind in sorted(plan.aliases.items()):
-        lines.append(f"  output {pos} ({ir.outputs[pos].name}): {kind} alias, no kernel")
-    for i, s in enumerate(plan.steps):
-        name = s.scheduler.NAME if s.scheduler else "host (reference torch ops)"
-        lines.append(f"  segment {i}: {name}; outputs {', '.join(o.name for o in s.outputs)}")
-        if s.reason:
-            lines.append(f"    declined: {s.reason}")
-    return "\n".join(lines)

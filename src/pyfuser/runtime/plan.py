@@ -1,0 +1,219 @@
+"""Planning: from an input signature to the segments of a fusion and their kernels.
+
+``ExecutorCache`` (one per FusionDefinition) maps an input *signature* (device kind,
+which dims are size 1, which inputs are contiguous, 16-byte alignment, index width,
+normalised slice bounds) to a ``Plan``: which outputs alias inputs, and the segments
+(``Step``) with their schedulers.  It also owns the definition's kernels, keyed by
+(scheduler, outputs, signature, params), and remembers for dumps and profiles why
+each was built (``events``) and what it cost (``kernel_info``).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..codegen.lower import Unsupported
+from ..errors import CompileError
+from ..ir.concretize import Binding
+from ..ir.shapes import slice_shape
+from ..ir.values import TensorVal
+from ..schedulers import SCHEDULERS, Segment
+from . import dump
+from .cache import COUNTERS, load_kernel
+from .probe import KernelInfo
+
+VIEW_OPS = ("reshape", "squeeze", "permute")
+
+
+@dataclass
+class Step:
+    """One segment of a plan: a scheduler module and the outputs it computes."""
+
+    outputs: list
+    scheduler: object  # a schedulers.* module, or None for a host (reference) step
+    reason: str = ""
+    kernels: dict = field(default_factory=dict)  # params -> (KernelSource, launchable)
+    declined: list = field(default_factory=list)  # (scheduler NAME, "code: message") of those that declined
+
+
+@dataclass
+class Plan:
+    aliases: dict  # output position -> "input" | "view"
+    steps: list
+
+
+class ExecutorCache:
+    def __init__(self, fd):
+        self.fd = fd
+        self.plans: dict = {}
+        self.kernel_counter = 0
+        self.fresh: set = set()
+        self.prepared: dict = {}  # input fingerprint -> Prepared
+        self.kernels: dict = {}  # (scheduler, outputs, signature, params) -> (KernelSource, kernel)
+        # For dumps and the profiler:
+        self.kernel_info: dict = {}  # kernel name -> probe.KernelInfo
+        self.events: list = []  # this execute's cache story (PYFUSER_DUMP=cache), first line the verdict
+        self.sig_labels: list = []  # what each part of the last signature() means
+        self.last_metas: list = []  # LaunchMeta of the launches the last execute ran
+        self.definition_dumped = False
+        self.ptx_noted: set = set()
+
+    # -- signature -------------------------------------------------------------------
+    def signature(self, b: Binding, live):
+        parts, labels = [b.device.type], ["device"]
+        for v in self.fd.ir.inputs:
+            if isinstance(v, TensorVal):
+                x = b.values[v]
+                parts.append((is_contiguous(x), x.data_ptr() % 16 == 0))
+                labels.append(f"input {v.name} (contiguous, 16-byte aligned)")
+        for e in live:
+            for o in e.outputs:
+                if isinstance(o, TensorVal):
+                    parts.append(tuple(s == 1 for s in b.shapes[o]))
+                    labels.append(f"{o.name} size-1 dims")
+            if e.op == "slice":
+                parts.append(tuple(slice_shape(e.op, b.shapes[e.inputs[0]], e.attrs["starts"], e.attrs["ends"],
+                                               e.attrs["steps"])[1]))
+                labels.append(f"{e.outputs[0].name} slice bounds")
+        for v in self.fd.ir.inputs:
+            if isinstance(v, TensorVal):
+                parts.append(tuple(s == 1 for s in b.shapes[v]))
+                labels.append(f"input {v.name} size-1 dims")
+        parts.append(any(math.prod(s) > 2**30 for s in b.shapes.values()))
+        labels.append("int64 indexing")
+        self.sig_labels = labels
+        return tuple(parts)
+
+    def explain_signature(self, sig) -> str:
+        if not self.plans:
+            return "new input signature (first execute of this fusion)"
+        last = list(self.plans)[-1]
+        diffs = [f"{label} {a} -> {b}" for label, a, b in zip(self.sig_labels, last, sig) if a != b]
+        return f"new input signature ({len(self.plans)} cached); differs from the last one in: {'; '.join(diffs)}"
+
+    def segment(self, b: Binding, outputs) -> Segment:
+        info = {v: {"contiguous": is_contiguous(b.values[v])} for v in self.fd.ir.inputs if isinstance(v, TensorVal)}
+        return Segment(list(outputs), b.shapes, info, b.device.type)
+
+    # -- planning ----------------------------------------------------------------------
+    def make_plan(self, b: Binding) -> Plan:
+        ir = self.fd.ir
+        aliases = {}
+        rest = []
+        for pos, o in enumerate(ir.outputs):
+            if o in ir.inputs:
+                aliases[pos] = "input"
+            elif _is_view_of_input(o, ir):
+                aliases[pos] = "view"
+            elif o not in rest:
+                rest.append(o)
+        steps = self.split(b, [o for o in rest if math.prod(b.shapes[o]) > 0])
+        return Plan(aliases, steps)
+
+    def try_schedule(self, b, outputs):
+        seg = self.segment(b, outputs)
+        reasons = []
+        for sched in SCHEDULERS:
+            rej = sched.can_schedule(seg)
+            if rej is not None:
+                reasons.append((sched.NAME, str(rej)))
+                continue
+            params = sched.heuristics(seg)
+            try:
+                self.build(seg, sched, params)
+            except Unsupported as err:
+                reasons.append((sched.NAME, f"unsupported: {err}"))
+                continue
+            return _step(outputs, sched, reasons), reasons
+        return None, reasons
+
+    def split(self, b, outputs):
+        if not outputs:
+            return []
+        step, reasons = self.try_schedule(b, outputs)
+        if step is not None:
+            return [step]
+        if len(outputs) == 1:
+            return [_step(outputs, None, reasons)]
+        groups: dict = {}
+        for o in outputs:
+            groups.setdefault(b.shapes[o], []).append(o)
+        if len(groups) > 1:
+            return [s for g in groups.values() for s in self.split(b, g)]
+        return [s for o in outputs for s in self.split(b, [o])]
+
+    # -- kernels -----------------------------------------------------------------------
+    def build(self, seg, sched, params):
+        key = (sched.NAME, tuple(o.index for o in seg.outputs), self._current_sig, params)
+        hit = self.kernels.get(key)
+        if hit is not None:
+            if key in self.fresh:  # built while planning this very execute
+                self.fresh.discard(key)
+            else:
+                COUNTERS["hits"] += 1
+                info = self.kernel_info[hit[0].name]
+                self.events.append(f"kernel{info.number} {info.name} ({sched.NAME}): hit (same scheduler, "
+                                   f"signature and params)")
+            return hit
+        COUNTERS["misses"] += 1
+        reason = self._miss_reason(key)
+        self.fresh.add(key)
+        self.kernel_counter += 1
+        name = f"pyfuser_f{self.fd.id}_k{self.kernel_counter}"
+        t0 = time.perf_counter()
+        try:
+            src = sched.emit(seg, params, name)
+        except Unsupported:
+            raise
+        except Exception as err:  # a scheduler that cannot emit what it accepted is our bug
+            raise CompileError(f"pyfuser: {sched.NAME} failed to generate kernel {name} with {params!r}: "
+                               f"{type(err).__name__}: {err}") from err
+        if dump.dumping("kernel_code"):
+            dump.emit(f"===== kernel {name} ({sched.NAME}) =====\n{src.source}")
+        try:
+            fn = load_kernel(name, src.source, seg.device_type)
+        except Exception as err:  # a generated kernel that does not import is our bug
+            raise CompileError(f"pyfuser: generated kernel {name} failed to load: {type(err).__name__}: {err}") \
+                from err
+        ms = (time.perf_counter() - t0) * 1e3
+        COUNTERS["kernels_compiled"] += 1
+        self.kernels[key] = (src, fn)
+        self.kernel_info[name] = KernelInfo(name, self.kernel_counter, sched.NAME, params, ms)
+        self.events.append(f"kernel{self.kernel_counter} {name} ({sched.NAME}): miss, compiled in {ms:.1f} ms: "
+                           f"{reason}")
+        return src, fn
+
+    def _miss_reason(self, key) -> str:
+        same_sig = [k[3] for k in self.kernels if k[:3] == key[:3]]
+        if same_sig:
+            return f"new heuristics: params {key[3]!r} (cached for this segment and signature: {same_sig[-1]!r})"
+        if any(k[:2] == key[:2] for k in self.kernels):
+            return "new input signature for this segment"
+        return "first kernel for this segment"
+
+
+def _step(outputs, sched, reasons) -> Step:
+    return Step(list(outputs), sched, "; ".join(f"{n}: {r}" for n, r in reasons), declined=list(reasons))
+
+
+def is_contiguous(x: torch.Tensor) -> bool:
+    expected = 1
+    for d in reversed(range(x.dim())):
+        if x.shape[d] == 1:
+            continue
+        if x.stride(d) != expected:
+            return False
+        expected *= x.shape[d]
+    return True
+
+
+def _is_view_of_input(o, ir) -> bool:
+    v = o
+    while v.definition is not None:
+        if v.definition.op not in VIEW_OPS:
+            return False
+        v = v.definition.inputs[0]
+    return v in ir.inputs and v is not o
