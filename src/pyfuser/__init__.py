@@ -11,7 +11,8 @@
 
 See README.md for the tour and src/pyfuser/README.md for the code's layout.
 """
-from .errors import CompileError, DefinitionError, DefinitionTypeError, InputError, InputTypeError, PyfuserError
+from .errors import (CompileError, DefinitionError, DefinitionTypeError, InputError, InputTypeError, PyfuserError,
+                     ValidationError)
 from .frontend import Fusion, FusionDefinition
 from .ir.dtypes import DataType
 
@@ -24,4 +25,4 @@ def cache_info() -> dict:
 
 
 __all__ = ["FusionDefinition", "Fusion", "DataType", "cache_info", "PyfuserError", "DefinitionError",
-           "DefinitionTypeError", "InputError", "InputTypeError", "CompileError"]
+           "DefinitionTypeError", "InputError", "InputTypeError", "CompileError", "ValidationError"]

@@ -29,3 +29,7 @@ class InputTypeError(PyfuserError, TypeError):
 
 class CompileError(PyfuserError, RuntimeError):
     """Generating or compiling a kernel failed; the message says where a repro was written."""
+
+
+class ValidationError(PyfuserError, AssertionError):
+    """``fd.validate``: the fusion's outputs disagree with the reference executor's."""

@@ -44,6 +44,11 @@ class Fusion:
             raise DefinitionError("Fusion.execute: nothing was defined; use `with FusionDefinition(fs) as fd:` first")
         return self._definition.execute(inputs, **kwargs)
 
+    def __getattr__(self, name):  # profile, validate, repro_script, ...: the definition's
+        if name.startswith("_") or self.__dict__.get("_definition") is None:
+            raise AttributeError(name)
+        return getattr(self._definition, name)
+
     def __repr__(self):
         return repr(self._definition) if self._definition else "Fusion(<empty>)"
 
@@ -183,6 +188,31 @@ class FusionDefinition:
         from ..runtime.executor import execute
 
         return execute(self, inputs, device=device, profile=profile)
+
+    def profile(self):
+        """The ``FusionProfile`` of the last ``execute(..., profile=True)``: per-kernel time,
+        GB/s, bytes, launch shape, registers; ``print(fd.profile())`` shows the table."""
+        if self.last_profile is None:
+            from ..runtime.profiler import NoProfileError
+
+            raise NoProfileError(f"fd.profile(): fusion {self.id} has no profile yet; run "
+                                 f"fd.execute(inputs, profile=True) first (or set PYFUSER_PROF=print)")
+        return self.last_profile
+
+    def repro_script(self, inputs, device=None) -> str:
+        """A standalone Python script that rebuilds this fusion and inputs shaped like
+        ``inputs`` (random values), executes it and validates it against the reference."""
+        from ..runtime.repro import repro_script
+
+        return repro_script(self, inputs, device)
+
+    def validate(self, inputs, device=None):
+        """Execute, run the reference executor on the same inputs and random state, and
+        raise ``ValidationError`` (with the largest error per output) if they disagree;
+        returns the outputs otherwise."""
+        from ..runtime.validate import validate
+
+        return validate(self, inputs, device)
 
     def reference(self, inputs, device=None):
         """Run the fusion with the reference executor (torch ops): pyfuser's semantics."""

@@ -1,0 +1,105 @@
+"""``fd.validate(inputs)``: run the fusion and the reference executor, compare.
+
+Both runs see the same random numbers: the generator state of the inputs' device is
+saved before ``execute`` and restored for the reference run, which then draws the
+same (seed, offset) through ``make_rng_state``, exactly as ``execute`` did; the state
+after ``validate`` is the state ``execute`` left.  Floats compare at their own
+precision (fp32 about 1e-5 relative, fp16 and bf16 about two units in the last
+place), NaN equal to NaN; ints and bools exactly.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import ValidationError
+from ..ir.concretize import bind
+from ..reference import run_reference
+from .executor import make_rng_state
+
+# (rtol, atol) per output dtype
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-9),
+    torch.float32: (1.3e-5, 1e-6),
+    torch.float16: (2e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+}
+
+
+def _rng_state(device: torch.device):
+    if device.type == "cuda":
+        return torch.cuda.get_rng_state(device)
+    return torch.get_rng_state()
+
+
+def _set_rng_state(device: torch.device, state):
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.set_rng_state(state)
+
+
+def validate(fd, inputs, device=None):
+    inputs = list(inputs)
+    dev = bind(fd.ir, inputs, device).device
+    before = _rng_state(dev)
+    outs = fd.execute(inputs, device=device)
+    after = _rng_state(dev)
+    _set_rng_state(dev, before)
+    try:
+        rng_state, _ = make_rng_state(fd.ir, dev)
+        refs = run_reference(fd.ir, inputs, device=device, rng_state=rng_state)
+    finally:
+        _set_rng_state(dev, after)
+    reports = [compare(o, r) for o, r in zip(outs, refs)]
+    bad = [i for i, (ok, _) in enumerate(reports) if not ok]
+    if bad:
+        lines = [f"validate: fusion {fd.id} disagrees with the reference executor on {len(bad)} of {len(outs)} "
+                 f"output(s)"]
+        for i, (ok, text) in enumerate(reports):
+            lines.append(f"  output {i} ({fd.ir.outputs[i].name}): {'ok' if ok else 'MISMATCH'}: {text}")
+        raise ValidationError("\n".join(lines))
+    return outs
+
+
+def compare(got: torch.Tensor, want: torch.Tensor) -> tuple[bool, str]:
+    """(within tolerance, a one-line account with the largest error)."""
+    if got.dtype != want.dtype:
+        return False, f"dtype {got.dtype}, reference {want.dtype}"
+    if tuple(got.shape) != tuple(want.shape):
+        return False, f"shape {list(got.shape)}, reference {list(want.shape)}"
+    what = f"{str(got.dtype).replace('torch.', '')} {list(got.shape)}"
+    if got.numel() == 0:
+        return True, f"{what}, empty"
+    if not (got.dtype.is_floating_point or got.dtype.is_complex):
+        bad = got != want
+        n = int(bad.sum())
+        if not n:
+            return True, f"{what}, exact"
+        idx = unravel(int(bad.reshape(-1).to(torch.uint8).argmax()), got.shape)
+        return False, (f"{what}, {n} of {got.numel()} elements differ (exact compare); first at {idx}: "
+                       f"got {got[idx].item()!r}, reference {want[idx].item()!r}")
+    rtol, atol = TOLERANCES.get(got.dtype, (1.3e-5, 1e-6))
+    g, w = got.to(torch.float64), want.to(torch.float64)
+    close = torch.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+    err = (g - w).abs()
+    err = torch.where(close, torch.zeros_like(err), err.nan_to_num(float("inf")))  # excess over exact agreement
+    both = torch.isfinite(g) & torch.isfinite(w)
+    abs_err = torch.where(both, (g - w).abs(), torch.zeros_like(g))
+    rel_err = abs_err / w.abs().clamp_min(1e-30)
+    stats = (f"max abs error {abs_err.max().item():.3g}, max rel error {rel_err.max().item():.3g} "
+             f"(rtol {rtol:g}, atol {atol:g})")
+    n = int((~close).sum())
+    if not n:
+        return True, f"{what}, {stats}"
+    excess = torch.where(close, torch.full_like(g, -1.0), err - (atol + rtol * w.abs().nan_to_num(0.0)))
+    idx = unravel(int(excess.reshape(-1).argmax()), got.shape)
+    return False, (f"{what}, {n} of {got.numel()} elements out of tolerance; worst at {idx}: "
+                   f"got {got[idx].item()!r}, reference {want[idx].item()!r}; {stats}")
+
+
+def unravel(flat: int, shape) -> tuple:
+    idx = []
+    for s in reversed(shape):
+        flat, r = divmod(flat, s)
+        idx.insert(0, r)
+    return tuple(idx)
