@@ -183,3 +183,26 @@ def test_autocast_casts_are_fused():
     torch.testing.assert_close(got, want, rtol=2e-2, atol=1e-3)
     ops = {e.op for t in region._TRANSLATIONS.values() if not isinstance(t, Exception) for e in t.fd.ir.exprs}
     assert "cast" in ops and "erf" in ops
+
+
+def test_dynamic_shapes_run_in_aten_with_a_warning():
+    def fn(x):
+        return torch.softmax(x * 2, -1) + 1
+
+    compiled = torch.compile(fn, backend="pyfuser", dynamic=True)
+    with pytest.warns(pd.FallbackWarning, match="dynamic"):
+        for n in (3, 5):
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_regions_without_inputs():
+    def fn(x):
+        noise = torch.rand(4, 8) * 0.5 + 1.0  # a region of its own: no inputs
+        total = torch.cumsum(noise, 1)  # ATen
+        return x * 2 + (total > 0)  # always True: the value does not depend on the draw
+
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x), fn(x))
+    assert pd.stats()["regions"] == 2 and pd.stats()["fusions_created"] == 2

@@ -16,11 +16,12 @@ from __future__ import annotations
 import inspect
 import logging
 
+import torch
 from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .region import FusedRegion
+from .region import FusedRegion, warn_once
 from .translate import ATEN_VIEWS, is_compute, unsupported_reason
 
 MIN_COMPUTE_OPS = 2
@@ -50,8 +51,21 @@ def _partitioner(gm):
                                       non_compute_ops=_view_names(), **kw)
 
 
+def _has_symbolic_shapes(gm) -> bool:
+    for node in gm.graph.nodes:
+        v = node.meta.get("val")
+        if isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and not all(
+                isinstance(s, int) for s in tuple(v.shape) + tuple(v.stride()))):
+            return True
+    return False
+
+
 def fuse_regions(gm):
     """Replace each fusible region of ``gm`` by a ``FusedRegion``; returns ``gm``."""
+    if _has_symbolic_shapes(gm):
+        warn_once("dynamic shapes", "a graph with symbolic (dynamic) shapes is not fused; compile with "
+                                    "dynamic=False to fuse it")
+        return gm
     partitioner = _partitioner(gm)
     partitions = partitioner.propose_partitions()
     partitioner.remove_bookend_non_compute_ops(partitions)

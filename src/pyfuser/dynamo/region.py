@@ -23,7 +23,7 @@ from torch.fx.node import Node
 
 from .translate import InputSpec, Translation, Unsupported, meta, translate
 
-STATS: Counter = Counter()  # fusions_created, regions, fallbacks, translation_cache_hits
+STATS: Counter = Counter()  # fusions_created, regions, fallbacks, translation_cache_hits, region_calls
 _TRANSLATIONS: dict = {}  # (region text, input specs) -> Translation | Unsupported
 _warned: set = set()
 
@@ -36,12 +36,14 @@ def warn_once(cause: str, message: str):
     if cause in _warned:
         return
     _warned.add(cause)
-    warnings.warn(f"pyfuser.dynamo: {message}; the region runs in ATen", FallbackWarning, stacklevel=3)
+    warnings.warn(f"pyfuser.dynamo: {message}", FallbackWarning, stacklevel=3)
 
 
 def stats() -> dict:
     """Counters of the backend: ``fusions_created`` (FusionDefinitions translated),
-    ``regions`` (fused regions compiled), ``fallbacks`` (regions running in ATen)."""
+    ``regions`` (fused regions compiled), ``fallbacks`` (regions running in ATen),
+    ``translation_cache_hits`` (regions that reused a translation), ``region_calls``
+    (regions run, pyfuser or fallback)."""
     return dict(STATS)
 
 
@@ -107,7 +109,7 @@ class FusedRegion(torch.nn.Module):
         examples = [meta(n) for n in placeholders]
         STATS["regions"] += 1
         try:
-            self.device = self._device(examples)
+            self.device = self._device(examples, submodule.graph)
             self._check_devices(submodule.graph)
             self._moves = tuple(i for i, x in enumerate(examples) if x.device != self.device)
             self._prepare(examples)
@@ -116,12 +118,14 @@ class FusedRegion(torch.nn.Module):
 
     # -- preparing -------------------------------------------------------------------------
     @staticmethod
-    def _device(examples):
-        if not examples or not all(isinstance(x, torch.Tensor) for x in examples):
+    def _device(examples, graph):
+        if not all(isinstance(x, torch.Tensor) for x in examples):
             raise Unsupported("non-tensor region input", "a region input is not a tensor")
-        devices = {x.device for x in examples if x.dim() > 0} or {examples[0].device}
-        if len(devices) > 1:
-            raise Unsupported("mixed devices", f"region inputs on several devices {sorted(map(str, devices))}")
+        devices = {x.device for x in examples if x.dim() > 0} or {x.device for x in examples}
+        if not devices:  # no inputs (fills and random numbers only): the outputs' device
+            devices = {v.device for v in map(meta, graph.nodes) if isinstance(v, torch.Tensor)}
+        if len(devices) != 1:
+            raise Unsupported("mixed devices", f"region on several devices {sorted(map(str, devices))}")
         return devices.pop()
 
     def _check_devices(self, graph):
@@ -145,10 +149,11 @@ class FusedRegion(torch.nn.Module):
     def _give_up(self, cause: str, message: str):
         self.broken = True
         STATS["fallbacks"] += 1
-        warn_once(cause, f"{self.name}: {message}")
+        warn_once(cause, f"{self.name}: {message}; the region runs in ATen")
 
     # -- running -----------------------------------------------------------------------------
     def forward(self, *args):
+        STATS["region_calls"] += 1
         if self.broken:
             return self.fallback(*args)
         try:
@@ -159,7 +164,7 @@ class FusedRegion(torch.nn.Module):
             inputs = list(args)
             for i in self._moves:
                 inputs[i] = inputs[i].to(self.device, non_blocking=True)
-            outs = entry.fd.execute(inputs)
+            outs = entry.fd.execute(inputs, device=None if inputs else self.device)
         except Unsupported as err:
             self._give_up(err.cause, str(err))
             return self.fallback(*args)

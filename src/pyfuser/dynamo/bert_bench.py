@@ -1,0 +1,227 @@
+"""BERT training steps: eager vs torch.compile (Inductor) vs torch.compile(backend="pyfuser").
+
+    PYTHONPATH=src python -m pyfuser.dynamo.bert_bench                 # 64x128 and 16x512, on the GPU
+    PYTHONPATH=src python -m pyfuser.dynamo.bert_bench --configs 64x128 --steps 10 --no-dropout
+
+The model is ``BertForMaskedLM`` built from ``transformers.BertConfig()`` (bert-base,
+random weights, nothing downloaded, eager attention).  Each implementation starts
+from the same weights and trains on the same batches: fp16 autocast (bf16 on CPU),
+AdamW, no loss scaling.  Per implementation ``run_bert_benchmark`` returns:
+
+* ``median_ms``: median training-step time (forward, backward, optimizer step), from
+  CUDA events around each step after ``warmup`` steps (wall clock on CPU);
+* ``losses``: the loss of each of the ``steps`` timed steps (with dropout on, each
+  implementation draws its own masks, so losses agree only roughly);
+* ``fusions``: FusionDefinitions the pyfuser backend created (forward + backward);
+  ``region_calls_per_step`` and ``pyfuser_launches_per_step``: fused regions run and
+  pyfuser kernels launched per step (``pyfuser.cache_info()["launches"]``);
+* ``gpu_kernels_per_step``: every GPU kernel of one step, from the profiler (all
+  implementations, for comparison); ``fallbacks``: regions that ran in ATen;
+  ``first_step_s``: the first step, compilation included.
+
+transformers is imported lazily, so this module imports on machines without it.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+IMPLEMENTATIONS = ("eager", "inductor", "pyfuser")
+CONFIGS = ((64, 128), (16, 512))
+
+
+def _bert_config(dropout: bool, overrides: dict | None):
+    from transformers import BertConfig
+
+    config = BertConfig()
+    if not dropout:
+        config.hidden_dropout_prob = 0.0
+        config.attention_probs_dropout_prob = 0.0
+    for k, v in (overrides or {}).items():
+        setattr(config, k, v)
+    return config
+
+
+def _new_model(config):
+    from transformers import BertForMaskedLM
+
+    try:
+        return BertForMaskedLM._from_config(config, attn_implementation="eager")
+    except TypeError:  # an older transformers without the keyword
+        config._attn_implementation = "eager"
+        return BertForMaskedLM(config)
+
+
+def _batches(config, batch, seq, n, device, seed):
+    """``n`` masked-LM batches: random tokens, labels on about 15% of the positions."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(0, config.vocab_size, (batch, seq), generator=g)
+        labels = torch.where(torch.rand(batch, seq, generator=g) < 0.15, ids, torch.full_like(ids, -100))
+        labels[:, 0] = ids[:, 0]  # never an all-ignored batch
+        out.append((ids.to(device), labels.to(device)))
+    return out
+
+
+class _Timer:
+    """CUDA events on a GPU, the wall clock on CPU."""
+
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.marks = []
+
+    def start(self):
+        self.marks.append([self._mark(), None])
+
+    def stop(self):
+        self.marks[-1][1] = self._mark()
+
+    def _mark(self):
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def times_ms(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) for a, b in self.marks]
+        return [(b - a) * 1e3 for a, b in self.marks]
+
+
+def _count_gpu_kernels(step):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr):
+    import pyfuser
+    import pyfuser.dynamo as pd
+
+    if impl == "pyfuser":
+        model = torch.compile(model, backend="pyfuser", dynamic=False)
+    elif impl == "inductor":
+        model = torch.compile(model, dynamic=False)
+    elif impl != "eager":
+        raise ValueError(f"run_bert_benchmark: unknown implementation {impl!r}; expected one of {IMPLEMENTATIONS}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr)
+    dev_type = torch.device(device).type
+
+    def step(ids, labels):
+        with torch.autocast(dev_type, dtype=amp_dtype):
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    stats0 = pd.stats()
+    t0 = time.perf_counter()
+    for ids, labels in batches[:warmup]:
+        step(ids, labels)
+    if dev_type == "cuda":
+        torch.cuda.synchronize()
+    first_step_s = time.perf_counter() - t0
+    launches0, stats1 = pyfuser.cache_info()["launches"], pd.stats()
+    timer, losses = _Timer(device), []
+    for ids, labels in batches[warmup:warmup + steps]:
+        timer.start()
+        losses.append(step(ids, labels))
+        timer.stop()
+    times = timer.times_ms()
+    launches, stats2 = pyfuser.cache_info()["launches"] - launches0, pd.stats()
+    kernels = _count_gpu_kernels(lambda: step(*batches[-1])) if dev_type == "cuda" else None
+    return {
+        "median_ms": statistics.median(times),
+        "times_ms": times,
+        "losses": [float(x) for x in losses],
+        "fusions": stats2.get("fusions_created", 0) - stats0.get("fusions_created", 0),
+        "region_calls_per_step": (stats2.get("region_calls", 0) - stats1.get("region_calls", 0)) / steps,
+        "pyfuser_launches_per_step": launches / steps,
+        "gpu_kernels_per_step": kernels,
+        "fallbacks": stats2.get("fallbacks", 0) - stats0.get("fallbacks", 0),
+        "first_step_s": first_step_s,
+    }
+
+
+def run_bert_benchmark(batch, seq, steps=20, device="cuda", dropout=True, *, implementations=IMPLEMENTATIONS,
+                       warmup=3, config_overrides=None, lr=1e-4, seed=0) -> dict:
+    """Train BERT for ``warmup + steps`` steps with each implementation; returns
+    ``{implementation: results}`` (see the module docstring).  ``config_overrides``
+    (BertConfig fields) shrinks the model for tests."""
+    config = _bert_config(dropout, config_overrides)
+    torch.manual_seed(seed)
+    initial = _new_model(config).state_dict()
+    batches = _batches(config, batch, seq, warmup + steps, device, seed + 1)
+    amp_dtype = torch.float16 if torch.device(device).type == "cuda" else torch.bfloat16
+    results = {}
+    for impl in implementations:
+        torch._dynamo.reset()
+        model = _new_model(config)
+        model.load_state_dict(copy.deepcopy(initial))
+        model.to(device).train()
+        torch.manual_seed(seed + 2)  # the same dropout stream for eager and Inductor
+        results[impl] = _train(impl, model, batches, steps, warmup, device, amp_dtype, lr)
+        del model
+        gc.collect()
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+    return results
+
+
+def markdown_table(batch, seq, results) -> str:
+    base = results.get("eager", {}).get("median_ms")
+    ind = results.get("inductor", {}).get("median_ms")
+    lines = [f"BERT MLM training step (fp16 autocast, AdamW), batch {batch} x seq {seq}", "",
+             "| implementation | median step (ms) | vs eager | vs torch.compile | fusions | regions/step "
+             "| pyfuser launches/step | GPU kernels/step | fallbacks | first loss | last loss |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for impl, r in results.items():
+        t = r["median_ms"]
+        vs = lambda ref: f"{ref / t:.2f}x" if ref else "-"  # noqa: E731
+        kernels = "-" if r["gpu_kernels_per_step"] is None else str(r["gpu_kernels_per_step"])
+        lines.append(f"| {impl} | {t:.2f} | {vs(base)} | {vs(ind)} | {r['fusions']} | "
+                     f"{r['region_calls_per_step']:.0f} | {r['pyfuser_launches_per_step']:.0f} | {kernels} | "
+                     f"{r['fallbacks']} | {r['losses'][0]:.4f} | {r['losses'][-1]:.4f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m pyfuser.dynamo.bert_bench", description=__doc__.splitlines()[0])
+    p.add_argument("--configs", default=",".join(f"{b}x{s}" for b, s in CONFIGS), help="BATCHxSEQ,...")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--no-dropout", action="store_true")
+    p.add_argument("--impl", default=",".join(IMPLEMENTATIONS), help="comma-separated: eager,inductor,pyfuser")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--json", default=None, help="also write the results to this file")
+    args = p.parse_args(argv)
+    everything = {}
+    for cfg in args.configs.split(","):
+        batch, seq = (int(x) for x in cfg.lower().split("x"))
+        results = run_bert_benchmark(batch, seq, args.steps, args.device, not args.no_dropout,
+                                     implementations=tuple(args.impl.split(",")), warmup=args.warmup)
+        everything[cfg] = results
+        print(markdown_table(batch, seq, results), end="\n\n", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(everything, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
