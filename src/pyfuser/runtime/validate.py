@@ -70,7 +70,7 @@ def compare(got: torch.Tensor, want: torch.Tensor) -> tuple[bool, str]:
     what = f"{str(got.dtype).replace('torch.', '')} {list(got.shape)}"
     if got.numel() == 0:
         return True, f"{what}, empty"
-    if not (got.dtype.is_floating_point or got.dtype.is_complex):
+    if not got.dtype.is_floating_point:
         bad = got != want
         n = int(bad.sum())
         if not n:
@@ -81,20 +81,19 @@ def compare(got: torch.Tensor, want: torch.Tensor) -> tuple[bool, str]:
     rtol, atol = TOLERANCES.get(got.dtype, (1.3e-5, 1e-6))
     g, w = got.to(torch.float64), want.to(torch.float64)
     close = torch.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
-    err = (g - w).abs()
-    err = torch.where(close, torch.zeros_like(err), err.nan_to_num(float("inf")))  # excess over exact agreement
-    both = torch.isfinite(g) & torch.isfinite(w)
-    abs_err = torch.where(both, (g - w).abs(), torch.zeros_like(g))
+    diff = (g - w).abs()
+    abs_err = torch.where(torch.isfinite(diff), diff, 0.0)  # inf - inf and NaN - NaN: judged by isclose alone
     rel_err = abs_err / w.abs().clamp_min(1e-30)
     stats = (f"max abs error {abs_err.max().item():.3g}, max rel error {rel_err.max().item():.3g} "
              f"(rtol {rtol:g}, atol {atol:g})")
     n = int((~close).sum())
     if not n:
         return True, f"{what}, {stats}"
-    excess = torch.where(close, torch.full_like(g, -1.0), err - (atol + rtol * w.abs().nan_to_num(0.0)))
+    inf = float("inf")
+    excess = torch.where(close, -inf, (diff - rtol * w.abs()).nan_to_num(nan=inf, posinf=inf))
     idx = unravel(int(excess.reshape(-1).argmax()), got.shape)
     return False, (f"{what}, {n} of {got.numel()} elements out of tolerance; worst at {idx}: "
-                   f"got {got[idx].item()!r}, reference {want[idx].item()!r}; {stats}")
+                   f"got {got[idx].item():.6g}, reference {want[idx].item():.6g}; {stats}")
 
 
 def unravel(flat: int, shape) -> tuple:
