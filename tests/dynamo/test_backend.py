@@ -206,3 +206,18 @@ def test_regions_without_inputs():
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x), fn(x))
     assert pd.stats()["regions"] == 2 and pd.stats()["fusions_created"] == 2
+
+
+def test_failed_partitioning_runs_the_graph_in_aten(monkeypatch):
+    from pyfuser.dynamo import backend, partition
+
+    def half_done(gm):
+        partition.fuse_regions(gm)  # mutates the copy, then fails
+        raise RuntimeError("simulated partitioner bug")
+
+    monkeypatch.setattr(backend, "fuse_regions", half_done)
+    g = torch.Generator().manual_seed(10)
+    x, w = torch.randn(4, 16, generator=g), torch.randn(16, generator=g)
+    with pytest.warns(pd.FallbackWarning, match="simulated partitioner bug") as record:
+        check_against_eager(softmax_gelu, x, w)
+    assert len([w for w in record if issubclass(w.category, pd.FallbackWarning)]) == 1

@@ -20,6 +20,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from .decompositions import decomposition_table
 from .partition import fuse_regions
+from .region import warn_once
 
 
 def _unfaked():
@@ -33,12 +34,27 @@ def _unfaked():
     return unset_fake_temporarily()
 
 
+def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A GraphModule sharing ``gm``'s attributes with a copy of its graph (node meta
+    shallow-copied), so a partitioning that fails half-way leaves ``gm`` runnable."""
+    graph = torch.fx.Graph()
+    graph._codegen = gm.graph._codegen
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph)
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs):
     """AOTAutograd's forward / backward / inference compiler."""
     from functorch.compile import make_boxed_func
 
-    with _unfaked():
-        gm = fuse_regions(gm)
+    try:
+        with _unfaked():
+            gm = fuse_regions(_copy(gm))
+    except Exception as err:  # never fail the user's compile: run the graph as it is
+        msg = str(err).splitlines()[0] if str(err) else ""
+        warn_once(f"partition: {type(err).__name__}", f"partitioning the graph failed ({type(err).__name__}: {msg}); "
+                                                      "the whole graph runs in ATen")
     return make_boxed_func(gm.forward)
 
 

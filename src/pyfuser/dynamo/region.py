@@ -15,6 +15,7 @@ the backend warns once per distinct cause (``FallbackWarning``).
 """
 from __future__ import annotations
 
+import re
 import warnings
 from collections import Counter
 
@@ -85,8 +86,9 @@ def _translation(graph, text, specs) -> Translation:
         except Unsupported as err:
             hit = err
         except Exception as err:  # a frontend error on a node we thought fine: our bug, not the user's
-            hit = Unsupported(f"translation: {type(err).__name__}", f"translation failed: {type(err).__name__}: "
-                              f"{str(err).splitlines()[0] if str(err) else ''}")
+            msg = str(err).splitlines()[0] if str(err) else ""
+            hit = Unsupported(f"translation: {type(err).__name__}: {re.sub(r'[0-9]+', 'N', msg)[:160]}",
+                              f"translation failed: {type(err).__name__}: {msg}")
         _TRANSLATIONS[key] = hit
     else:
         STATS["translation_cache_hits"] += 1
@@ -170,7 +172,9 @@ class FusedRegion(torch.nn.Module):
             return self.fallback(*args)
         except Exception as err:
             msg = str(err).splitlines()[0] if str(err) else ""
-            self._give_up(f"execute: {type(err).__name__}", f"executing the fusion failed: {type(err).__name__}: {msg}")
+            # Numbers (kernel names, sizes) differ between regions failing for one reason.
+            self._give_up(f"execute: {type(err).__name__}: {re.sub(r'[0-9]+', 'N', msg)[:160]}",
+                          f"executing the fusion failed: {type(err).__name__}: {msg}")
             return self.fallback(*args)
         for pos in entry.copy_outputs:
             outs[pos] = outs[pos].clone()

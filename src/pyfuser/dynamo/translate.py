@@ -61,10 +61,10 @@ def _overloads(*names):
     out = []
     for name in names:
         ns = prims if name.startswith("prims.") else aten
-        packet, _, overload = name.removeprefix("prims.").partition(".")
-        op = getattr(getattr(ns, packet, None), overload or "default", None)
-        if op is not None:
-            out.append(op)
+        packet_name, _, overload = name.removeprefix("prims.").partition(".")
+        packet = getattr(ns, packet_name, None)
+        if packet is not None and (overload or "default") in packet.overloads():
+            out.append(getattr(packet, overload or "default"))
     return out
 
 
@@ -280,7 +280,10 @@ def _binary(fd_op):
 
 
 for _name, _fd in _BINARY.items():
-    rule(f"{_name}.Tensor", f"{_name}.Scalar", f"{_name}.default")(_binary(_fd))
+    # ".default" is the tensor overload only of ops without a ".Tensor" one (for mul
+    # or div it is the scalar-scalar arithmetic of symbolic shapes).
+    _tensor_form = "Tensor" in getattr(aten, _name).overloads()
+    rule(*((f"{_name}.Tensor", f"{_name}.Scalar") if _tensor_form else (f"{_name}.default",)))(_binary(_fd))
 
 
 def _alpha(t, n, a, fd_op):
