@@ -38,13 +38,15 @@ def _tolerance(dtype):
     return {torch.float16: (1e-3, 1e-3), torch.bfloat16: (8e-3, 8e-3)}.get(dtype, (1e-5, 1e-5))
 
 
-def _check(name, got, want) -> bool:
+def _check(name, got, want, precision=None) -> bool:
+    """``precision``: the dtype whose tolerance applies, when an output carries less
+    precision than its dtype (the fp32 copy of an fp16 result)."""
     import torch
 
     if got.shape != want.shape or got.dtype != want.dtype:
         print(f"  {name}: FAIL: got {tuple(got.shape)} {got.dtype}, expected {tuple(want.shape)} {want.dtype}")
         return False
-    rtol, atol = _tolerance(got.dtype)
+    rtol, atol = _tolerance(precision or got.dtype)
     ok = torch.allclose(got.double(), want.double(), rtol=rtol, atol=atol, equal_nan=True) \
         if got.dtype != torch.bool else torch.equal(got, want)
     print(f"  {name}: {tuple(got.shape)} {str(got.dtype).replace('torch.', '')}  "
@@ -85,8 +87,10 @@ def _run_case(case, sizes, device, gen) -> bool:
     names = {"log_softmax_full": ["T1", "T14", "T15"]}.get(case.name, ["out"])
     ok = True
     for name, got, ref in zip(names, outs, want):
-        ok &= _check(name, got, ref)
+        # T15 = float(T14): fp16 precision in an fp32 tensor
+        ok &= _check(name, got, ref, precision=torch.float16 if name == "T15" else None)
     if case.name == "log_softmax_full":
+        ok &= _check("T15 (vs float(T14))", outs[2], outs[1].float())
         shares = outs[0].untyped_storage().data_ptr() == inputs[0].untyped_storage().data_ptr()
         print(f"  T1 is a view of the input (moves no bytes): {shares}")
     return ok
@@ -97,10 +101,14 @@ def main(argv=None) -> int:
     if args.show_kernels:
         dump = [d for d in os.environ.get("PYFUSER_DUMP", "").split(",") if d]
         os.environ["PYFUSER_DUMP"] = ",".join(dump + ["kernel_code"])
+    import warnings
+
     import torch
 
     from .bench.seeds import SEEDS
 
+    # Masked-off lanes under Triton's interpreter compute on padding (inf * 0, ...); numpy warns.
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     full = device.startswith("cuda") and not args.small
     gen = torch.Generator().manual_seed(0)
