@@ -221,3 +221,19 @@ def test_failed_partitioning_runs_the_graph_in_aten(monkeypatch):
     with pytest.warns(pd.FallbackWarning, match="simulated partitioner bug") as record:
         check_against_eager(softmax_gelu, x, w)
     assert len([w for w in record if issubclass(w.category, pd.FallbackWarning)]) == 1
+
+
+def test_outputs_never_alias_where_aten_copies():
+    def fn(x):
+        a = x.clone()  # an identity in the fusion: pyfuser would hand back x itself
+        b = (a * 2).exp()
+        return a, b, b.clone(), torch.cumsum(a, 0) + torch.cumsum(b, 0)
+
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        a, b, b2, _ = torch.compile(fn, backend="pyfuser")(x)
+    assert pd.stats()["regions"] == 1
+    assert a.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert b.untyped_storage().data_ptr() != b2.untyped_storage().data_ptr()
+    torch.testing.assert_close(a, x)
+    torch.testing.assert_close(b2, b)

@@ -106,6 +106,7 @@ class FusedRegion(torch.nn.Module):
         self.name = name
         self.text = region_text(submodule.graph)
         self.entries: dict = {}  # input strides -> Translation
+        self.copies: dict = {}  # input strides -> output positions to copy (see _copies)
         self.broken = False
         placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
         examples = [meta(n) for n in placeholders]
@@ -176,6 +177,20 @@ class FusedRegion(torch.nn.Module):
             self._give_up(f"execute: {type(err).__name__}: {re.sub(r'[0-9]+', 'N', msg)[:160]}",
                           f"executing the fusion failed: {type(err).__name__}: {msg}")
             return self.fallback(*args)
-        for pos in entry.copy_outputs:
+        copies = self.copies.get(key)
+        if copies is None:
+            copies = self.copies[key] = _copies(entry, args, outs)
+        for pos in copies:
             outs[pos] = outs[pos].clone()
         return tuple(outs) if entry.tuple_output else outs[0]
+
+
+def _copies(entry: Translation, inputs, outs) -> tuple:
+    """Outputs pyfuser returns as views of an input (an identity, a reshape) where
+    ATen returns a new tensor, plus repeated outputs: the region copies these, so no
+    two tensors share memory that do not in ATen.  Which outputs alias is decided by
+    the fusion's plan, fixed per input layout: checked on the first run only."""
+    storages = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor) and x.numel()}
+    aliased = [pos for pos, (o, view) in enumerate(zip(outs, entry.aten_views))
+               if not view and o.numel() and o.untyped_storage().data_ptr() in storages]
+    return tuple(sorted(set(aliased) | set(entry.duplicates)))

@@ -146,8 +146,8 @@ class InputSpec:
 @dataclass
 class Translation:
     fd: FusionDefinition
-    copy_outputs: tuple  # output positions that pyfuser returns as an alias where ATen copies
-    n_outputs: int
+    aten_views: tuple  # per output: ATen returns a view of a region input there
+    duplicates: tuple  # output positions holding a value an earlier output already holds
     tuple_output: bool  # the region's submodule returns a tuple (else one tensor)
 
 
@@ -173,15 +173,17 @@ class Translator:
                 raise Unsupported(f"{node.op} node", f"cannot translate a {node.op} node ({node.name})")
         result = out_node.args[0]
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
-        copy_outputs = []
+        added, duplicates = set(), []
         for pos, o in enumerate(outs):
             v = self.env.get(o) if isinstance(o, Node) else None
             if not isinstance(v, TensorVal):
                 raise Unsupported("non-tensor output", f"region output {pos} ({o}) is not a tensor")
-            if _fd_alias(v) and not _aten_alias(o):
-                copy_outputs.append(pos)
+            if v in added:  # e.g. x and clone(x): ATen gives two tensors, pyfuser would give one
+                duplicates.append(pos)
+            added.add(v)
             self.fd.add_output(v)
-        return Translation(self.fd, tuple(copy_outputs), len(outs), isinstance(result, (tuple, list)))
+        return Translation(self.fd, tuple(_aten_alias(o) for o in outs), tuple(duplicates),
+                           isinstance(result, (tuple, list)))
 
     def translate(self, node):
         if node.target is operator.getitem:
@@ -224,14 +226,6 @@ class Translator:
 
 
 ATEN_VIEWS = set()  # filled below with the targets of the view rules
-_FD_VIEWS = ("reshape", "squeeze", "permute")  # what pyfuser's runtime returns as views of inputs
-
-
-def _fd_alias(v) -> bool:
-    """Whether pyfuser returns fusion output ``v`` as a view of a fusion input."""
-    while v.definition is not None and v.definition.op in _FD_VIEWS:
-        v = v.definition.inputs[0]
-    return v in v.fusion.inputs
 
 
 def _aten_alias(node) -> bool:
