@@ -147,6 +147,18 @@ def test_reshape_element_count_at_execute_time():
     assert_still_runs(fd, [X], X.reshape(3, 2))
 
 
+def test_view_original_shape_contradicted_at_execute_time():
+    """The 2022 view states the input's sizes; an input of other sizes (even with the
+    same element count) is refused, not silently reshaped."""
+    fs = Fusion()
+    with FusionDefinition(fs) as fd:
+        t = fd.define_tensor(symbolic_sizes=[-1, -1], contiguous=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.view(t, original_shape=[2, 3], new_shape=[3, 2]))
+    with raises("view", "original_shape [2, 3]", "[3, 2]"):
+        fs.execute([torch.ones(3, 2)])
+    assert_still_runs(fs, [X], X.reshape(3, 2))
+
+
 def test_broadcast_in_dim_extent_at_execute_time():
     with FusionDefinition() as fd:
         t = fd.define_tensor(shape=[-1], contiguity=[True])

@@ -231,7 +231,8 @@ class Operators:
             if e is not None and e != o:
                 raise DefinitionError(f"{op}: original_shape {orig} says dim {d} is {o}, but {t.name} has {e}")
         resolved = S.reshape_shape(op, tuple(orig), new)
-        attrs = {"new_shape": tuple(resolved)}
+        # original_shape states the input's sizes; execute checks them (ir.infer)
+        attrs = {"new_shape": tuple(resolved), "original_shape": tuple(orig)}
         (out,) = self._record("reshape", [t], attrs, [t.dtype], f"{fmt(t)}, new_shape={fmt(list(resolved))}")
         return out
 

@@ -21,6 +21,12 @@ def output_shapes(e: Expr, in_shapes: list) -> list[tuple]:
     if kind == "broadcast_in_dim":
         return [S.broadcast_in_dim_shape(e.op, in_shapes[0], a["shape"], a["broadcast_dims"])]
     if kind == "reshape":
+        orig = a.get("original_shape")  # the 2022 view(original_shape=, new_shape=)
+        if orig is not None:
+            for d, (have, said) in enumerate(zip(in_shapes[0], orig)):
+                if have is not None and have != said:
+                    raise S.DefinitionError(f"view: original_shape {list(orig)} says dim {d} is {said}, "
+                                            f"but the input's sizes are {list(in_shapes[0])}")
         return [S.reshape_shape(e.op, in_shapes[0], a["new_shape"])]
     if kind == "permute":
         return [tuple(in_shapes[0][d] for d in a["dims"])]
