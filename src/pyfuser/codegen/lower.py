@@ -227,13 +227,16 @@ class Lowering:
             else:
                 conv.append(f"({code}).to({TRITON_NAME[want]})")
         w.cdtype = TRITON_NAME[cdt]
-        if e.op == "clamp":
-            it = iter(conv[1:])
-            lo = next(it) if e.attrs["has_min"] else None
-            hi = next(it) if e.attrs["has_max"] else None
-            code = row.emit(w, conv[0], lo, hi)
-        else:
-            code = row.emit(w, *conv)
+        try:
+            if e.op == "clamp":
+                it = iter(conv[1:])
+                lo = next(it) if e.attrs["has_min"] else None
+                hi = next(it) if e.attrs["has_max"] else None
+                code = row.emit(w, conv[0], lo, hi)
+            else:
+                code = row.emit(w, *conv)
+        except NotImplementedError as err:
+            raise Unsupported(f"{e.op}: {err}") from None
         result_cdt = DataType.Bool if row.compute == "args" else cdt
         if e.op in ("where",):
             result_cdt = cdt

@@ -72,6 +72,7 @@ class KernelWriter:
         return "\n".join([
             "import triton",
             "import triton.language as tl",
+            "from triton.language.extra import libdevice",
             "",
             *head,
             "",

@@ -16,11 +16,11 @@ A row (``OpDef``) carries what every layer needs to know about an op:
 
 Adding an elementwise op is one row here plus one sample in the op-sweep test.
 
-The Triton expressions use only ``tl`` builtins (no libdevice, no helper
-functions): Triton's interpreter, which runs the very same kernels on CPU, supports
-neither extern calls nor nested jit functions.  Functions without a builtin
-(expm1, log1p, tanh, erfc, atan2, pow, round) are written out from builtins with
-care for accuracy near the points where the naive formula cancels.
+The Triton expressions use ``tl`` builtins and, for functions Triton has no
+builtin for (expm1, log1p, tan, tanh, erfc, atan2, pow, fmod, rint, trunc), CUDA's
+libdevice: accurate and fast on the GPU.  Triton's interpreter, which runs the very
+same kernels on CPU, cannot call libdevice; ``runtime.interpreter`` binds those
+names to torch's implementations while an interpreted kernel runs.
 """
 from __future__ import annotations
 
@@ -83,122 +83,38 @@ def _clamp_ref(x, lo=None, hi=None):
 # b.lit(v) spells a constant in the compute dtype, b.cdtype is that dtype's Triton name.
 
 
-def _expm1(b, a):
-    # Taylor series near 0 (|a| < 0.5, error < 1e-8 relative), exp(a) - 1 elsewhere.
-    t = b.tmp(a)
-    poly = "1.0 + t / 9.0"
-    for k in (8, 7, 6, 5, 4, 3, 2):
-        poly = f"1.0 + t / {k}.0 * ({poly})"
-    poly = poly.replace("t", t)
-    return f"tl.where(tl.abs({t}) < 0.5, {t} * ({poly}), tl.exp({t}) - 1.0)"
-
-
-def _log1p(b, a):
-    # log(u) * a / (u - 1) with u = 1 + a cancels the rounding error of u (Goldberg).
-    t = b.tmp(a)
-    u = b.tmp(f"1.0 + {t}")
-    return f"tl.where({u} == 1.0, {t}, tl.where({u} == float('inf'), {u}, tl.log({u}) * ({t} / ({u} - 1.0))))"
-
-
-def _tanh(b, a):
-    t = b.tmp(a)
-    e = b.tmp(_expm1(b, f"-2.0 * tl.abs({t})"))
-    mag = b.tmp(f"-{e} / (2.0 + {e})")
-    return f"tl.where({t} != {t}, {t}, tl.where({t} < 0, -{mag}, {mag}))"
-
-
-def _erfc(b, a):
-    # 1 - erf(a) loses all relative accuracy for large a; the Chebyshev-fitted form
-    # t * exp(-z^2 + P(t)), t = 1 / (1 + z/2), has relative error < 1.2e-7 for all z >= 0.
-    t0 = b.tmp(a)
-    z = b.tmp(f"tl.abs({t0})")
-    t = b.tmp(f"1.0 / (1.0 + 0.5 * {z})")
-    coeffs = [-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
-              0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277]
-    poly = f"{coeffs[-1]}"
-    for c in reversed(coeffs[:-1]):
-        poly = f"{c} + {t} * ({poly})"
-    r = b.tmp(f"{t} * tl.exp(-{z} * {z} + {poly})")
-    return f"tl.where({t0} != {t0}, {t0}, tl.where({t0} >= 0, {r}, 2.0 - {r}))"
-
-
-# atan on [0, 1] as x * P(x^2); coefficients fitted to atan(x)/x on Chebyshev nodes
-# (max relative error about 2e-8 on [0, 1]).
-_ATAN_COEFFS = None
-
-
-def _atan_coeffs():
-    global _ATAN_COEFFS
-    if _ATAN_COEFFS is None:
-        import numpy as np
-
-        n = 400
-        x = (np.cos(np.pi * (np.arange(n) + 0.5) / n) + 1) / 2
-        y = np.arctan(x) / np.where(x == 0, 1, x)
-        y[x == 0] = 1.0
-        _ATAN_COEFFS = [float(c) for c in np.polynomial.polynomial.polyfit(x * x, y, 10)]
-    return _ATAN_COEFFS
-
-
-def _atan2(b, y, x):
-    ty, tx = b.tmp(y), b.tmp(x)
-    ax, ay = b.tmp(f"tl.abs({tx})"), b.tmp(f"tl.abs({ty})")
-    hi = b.tmp(f"tl.maximum({ax}, {ay})")
-    lo = b.tmp(f"tl.minimum({ax}, {ay})")
-    q = b.tmp(f"tl.where({hi} == 0.0, 0.0, tl.where({hi} == float('inf'), tl.where({lo} == float('inf'), 1.0, 0.0), {lo} / {hi}))")
-    q2 = b.tmp(f"{q} * {q}")
-    cs = _atan_coeffs()
-    poly = f"{cs[-1]!r}"
-    for c in reversed(cs[:-1]):
-        poly = f"{c!r} + {q2} * ({poly})"
-    r = b.tmp(f"{q} * ({poly})")
-    r = b.tmp(f"tl.where({ay} > {ax}, {math.pi / 2!r} - {r}, {r})")
-    r = b.tmp(f"tl.where({tx} < 0, {math.pi!r} - {r}, {r})")
-    r = b.tmp(f"tl.where(({tx} == 0) & ({ty} == 0), tl.where(({tx}.to(tl.int32, bitcast=True) < 0), {math.pi!r}, 0.0), {r})"
-              if b.cdtype == "tl.float32" else f"tl.where(({tx} == 0) & ({ty} == 0), tl.where(1.0 / {tx} < 0, {math.pi!r}, 0.0), {r})")
-    sign_y = f"({ty}.to(tl.int32, bitcast=True) < 0)" if b.cdtype == "tl.float32" else f"(({ty} < 0) | (1.0 / {ty} < 0))"
-    out = b.tmp(f"tl.where({sign_y}, -{r}, {r})")
-    return f"tl.where(({tx} != {tx}) | ({ty} != {ty}), {tx} + {ty}, {out})"
+_POW_BY_MUL = {2.0: "{x} * {x}", 3.0: "{x} * {x} * {x}", 1.0: "{x}"}
 
 
 def _pow(b, x, y):
+    """Constant exponents 1, 2, 3 as products and 0.5 as sqrt (what eager computes); others
+    through libdevice.pow, which follows C's pow like torch.  Integer tensors take only
+    small constant exponents (unrolled products)."""
+    try:
+        const = float(y)
+    except ValueError:
+        const = None
     if b.cdtype in ("tl.int32", "tl.int64"):
-        raise NotImplementedError("pow on integer tensors")
-    tx, ty = b.tmp(x), b.tmp(y)
-    mag = b.tmp(f"tl.exp2({ty} * tl.log2(tl.abs({tx})))")
-    y_int = b.tmp(f"tl.floor({ty}) == {ty}")
-    y_odd = b.tmp(f"{y_int} & (tl.abs({ty}) < 9007199254740992.0) & ((tl.floor({ty} * 0.5) * 2.0) != {ty})")
-    neg = b.tmp(f"tl.where({y_int}, tl.where({y_odd}, -{mag}, {mag}), float('nan'))")
-    r = b.tmp(f"tl.where({tx} < 0, {neg}, {mag})")
-    return f"tl.where(({ty} == 0.0) | ({tx} == 1.0), 1.0, {r})"
-
-
-def _round_half_even(b, a):
-    t = b.tmp(a)
-    r = b.tmp(f"tl.floor({t} + 0.5)")
-    tie = b.tmp(f"({r} - {t}) == 0.5")
-    odd = b.tmp(f"(tl.floor({r} * 0.5) * 2.0) != {r}")
-    rounded = b.tmp(f"tl.where({tie} & {odd}, {r} - 1.0, {r})")
-    return f"tl.where(tl.abs({t}) >= 4503599627370496.0, {t}, {rounded})" if b.cdtype == "tl.float64" else \
-        f"tl.where(tl.abs({t}) >= 8388608.0, {t}, {rounded})"
+        if const is None or const != int(const) or not 0 <= const <= 8:
+            raise NotImplementedError("pow on integer tensors needs a constant exponent in 0..8")
+        tx = b.tmp(x)
+        return " * ".join([tx] * int(const)) if const else f"({tx} * 0 + 1)"
+    if const in _POW_BY_MUL:
+        tx = b.tmp(x)
+        return "(" + _POW_BY_MUL[const].format(x=tx) + ")"
+    if const == 0.5:  # eager takes sqrt for a scalar exponent of 0.5 (so pow(-inf, 0.5) is nan)
+        return _sqrt(b, x)
+    return f"libdevice.pow({x}, {y})"
 
 
 def _remainder(b, a, c):
     ta, tc = b.tmp(a), b.tmp(c)
-    r = b.tmp(f"{ta} % {tc}")
+    r = b.tmp(f"libdevice.fmod({ta}, {tc})" if _is_float(b) else f"{ta} % {tc}")
     return f"tl.where(({r} != 0) & (({r} < 0) != ({tc} < 0)), {r} + {tc}, {r})"
 
 
 def _fmod(b, a, c):
-    if b.cdtype in ("tl.float32", "tl.float64"):
-        ta, tc = b.tmp(a), b.tmp(c)
-        # a - trunc(a / c) * c, exact for |a / c| < 2^24, with fmod's NaN/inf rules.
-        q = b.tmp(f"{ta} / {tc}")
-        tq = b.tmp(f"tl.where({q} < 0, tl.ceil({q}), tl.floor({q}))")
-        r = b.tmp(f"tl.fma(-{tq}, {tc}, {ta})")
-        r = b.tmp(f"tl.where(tl.abs({r}) >= tl.abs({tc}), 0.0 * {ta}, {r})")
-        return f"tl.where(({tc} == 0) | (tl.abs({ta}) == float('inf')), float('nan'), tl.where(tl.abs({tc}) == float('inf'), {ta}, {r}))"
-    return f"{a} % {c}"
+    return f"libdevice.fmod({a}, {c})" if _is_float(b) else f"{a} % {c}"
 
 
 def _is_float(b):
@@ -214,14 +130,11 @@ def _ceil(b, a):
 
 
 def _trunc(b, a):
-    if not _is_float(b):
-        return a
-    t = b.tmp(a)
-    return f"tl.where({t} < 0, tl.ceil({t}), tl.floor({t}))"
+    return f"libdevice.trunc({a})" if _is_float(b) else a
 
 
 def _round(b, a):
-    return _round_half_even(b, a) if _is_float(b) else a
+    return f"libdevice.rint({a})" if _is_float(b) else a  # rint: halves to even, like torch.round
 
 
 def _sign(b, a):
@@ -229,7 +142,7 @@ def _sign(b, a):
     if b.cdtype == "tl.int1":
         return t
     one, zero = ("1.0", "0.0") if _is_float(b) else ("1", "0")
-    return f"tl.where({t} > 0, {one}, tl.where({t} < 0, -{one}, {t} * {zero}))"
+    return f"tl.where({t} > 0, {one}, tl.where({t} < 0, -{one}, {zero}))"  # nan -> 0, like torch
 
 
 def _abs(b, a):
@@ -314,9 +227,9 @@ _ROWS = [
     _u("neg", lambda a: -a, lambda b, a: f"-{a}"),
     _u("exp", torch.exp, lambda b, a: f"tl.exp({a})"),
     _u("exp2", torch.exp2, lambda b, a: f"tl.exp2({a})"),
-    _u("expm1", torch.expm1, _expm1),
+    _u("expm1", torch.expm1, lambda b, a: f"libdevice.expm1({a})"),
     _u("log", torch.log, lambda b, a: f"tl.log({a})"),
-    _u("log1p", torch.log1p, _log1p),
+    _u("log1p", torch.log1p, lambda b, a: f"libdevice.log1p({a})"),
     _u("log2", torch.log2, lambda b, a: f"tl.log2({a})"),
     _u("log10", torch.log10, lambda b, a: f"(tl.log2({a}) * 0.30102999566398120)"),
     _u("sqrt", torch.sqrt, _sqrt),
@@ -324,13 +237,13 @@ _ROWS = [
     _u("reciprocal", torch.reciprocal, lambda b, a: _div(b, "1.0", a)),
     _u("sin", torch.sin, lambda b, a: f"tl.sin({a})"),
     _u("cos", torch.cos, lambda b, a: f"tl.cos({a})"),
-    _u("tan", torch.tan, lambda b, a: _div(b, f"tl.sin({b.tmp(a)})", f"tl.cos({b.last})")),
-    _u("tanh", torch.tanh, _tanh),
+    _u("tan", torch.tan, lambda b, a: f"libdevice.tan({a})"),
+    _u("tanh", torch.tanh, lambda b, a: f"libdevice.tanh({a})"),
     _u("sigmoid", torch.sigmoid, lambda b, a: _div(b, "1.0", f"(1.0 + tl.exp(-{a}))")),
     _u("relu", torch.relu, lambda b, a: f"tl.where({b.tmp(a)} < 0, 0, {b.last})"),
     _u("silu", torch.nn.functional.silu, lambda b, a: _div(b, b.tmp(a), f"(1.0 + tl.exp(-{b.last}))")),
     _u("erf", torch.erf, lambda b, a: f"tl.erf({a})"),
-    _u("erfc", torch.erfc, _erfc),
+    _u("erfc", torch.erfc, lambda b, a: f"libdevice.erfc({a})"),
     _u("floor", torch.floor, _floor),
     _u("ceil", torch.ceil, _ceil),
     _u("round", torch.round, _round),
@@ -350,7 +263,7 @@ _ROWS = [
     _b("pow", lambda a, b: a ** b, _pow),
     _b("fmod", _tensor_first(torch.fmod), _fmod),
     _b("remainder", _tensor_first(torch.remainder), _remainder),
-    _b("atan2", _tensor_first(torch.atan2), _atan2),
+    _b("atan2", _tensor_first(torch.atan2), lambda b, y, x: f"libdevice.atan2({y}, {x})"),
     _b("maximum", _tensor_first(torch.maximum), _max_min("maximum")),
     _b("minimum", _tensor_first(torch.minimum), _max_min("minimum")),
     _cmp("eq", lambda a, b: a == b, "=="),

@@ -53,9 +53,6 @@ def load_kernel(name: str, source: str, device_type: str):
     fn = getattr(mod, name)
     if device_type == "cuda":
         return fn
-    from triton.runtime.interpreter import InterpretedFunction
+    from .interpreter import InterpretedKernel
 
-    from .interpreter import install_fast_paths
-
-    install_fast_paths()
-    return InterpretedFunction(fn.fn)
+    return InterpretedKernel(fn)

@@ -1,4 +1,12 @@
-"""Fast paths for pyfuser's reduction combine functions in Triton's interpreter.
+"""What Triton's interpreter needs to run pyfuser's kernels unchanged, and fast.
+
+1. libdevice: kernels call ``libdevice.tanh`` and friends (accurate and fast on the
+   GPU).  The interpreter cannot call extern functions, so while an interpreted
+   kernel runs, those names are bound to the same functions computed by torch on
+   the interpreter's numpy arrays (``InterpretedKernel``).  The kernel text is the
+   same on CPU and GPU; only the implementation of the math library differs, as
+   between any two math libraries, by an ulp or so.
+2. Reductions: fast paths for pyfuser's combine functions (below).
 
 The interpreter reduces with numpy when the combine function is one of Triton's own
 (sum, NaN-ignoring max/min); any other combine function runs element by element in
@@ -12,6 +20,65 @@ import numpy as np
 
 _NUMPY = {"_pyfuser_max_nan": np.max, "_pyfuser_min_nan": np.min, "_pyfuser_prod": np.prod}
 _installed = False
+
+
+def _data(x):
+    return x.handle.data if hasattr(x, "handle") else np.asarray(x)
+
+
+def _torch_fn(fn):
+    """A libdevice stand-in: apply the torch function to the interpreter's arrays."""
+
+    def shim(*args, _semantic=None):
+        import torch
+        from triton.runtime.interpreter import TensorHandle
+
+        first = next(a for a in args if hasattr(a, "handle"))
+        datas = [_data(a) for a in args]
+        dtype = _data(first).dtype
+        ts = [torch.from_numpy(np.ascontiguousarray(np.asarray(d, dtype=dtype))) for d in datas]
+        out = fn(*ts).numpy().astype(dtype)
+        return type(first)(TensorHandle(out, first.handle.dtype), first.type)
+
+    return shim
+
+
+def _libdevice_shims():
+    import torch
+
+    return {"tanh": _torch_fn(torch.tanh), "expm1": _torch_fn(torch.expm1), "log1p": _torch_fn(torch.log1p),
+            "erfc": _torch_fn(torch.erfc), "atan2": _torch_fn(torch.atan2), "pow": _torch_fn(torch.pow),
+            "tan": _torch_fn(torch.tan), "rint": _torch_fn(torch.round), "trunc": _torch_fn(torch.trunc),
+            "fmod": _torch_fn(torch.fmod)}
+
+
+class InterpretedKernel:
+    """``kernel[grid](*args)`` through Triton's interpreter, libdevice bound to torch."""
+
+    _shims = None
+
+    def __init__(self, jit_fn):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        install_fast_paths()
+        self.fn = InterpretedFunction(jit_fn.fn)
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            from triton.language.extra import libdevice
+
+            if InterpretedKernel._shims is None:
+                InterpretedKernel._shims = _libdevice_shims()
+            saved = {name: getattr(libdevice, name) for name in self._shims}
+            try:
+                for name, shim in self._shims.items():
+                    setattr(libdevice, name, shim)
+                return self.fn[grid](*args, **kwargs)
+            finally:
+                for name, orig in saved.items():
+                    setattr(libdevice, name, orig)
+
+        return launch
 
 
 def install_fast_paths():
