@@ -196,7 +196,8 @@ def test_cache_hits_misses_and_reasons(dumps, capsys):
                           f"(pyfuser_f{fd.id}_k1)\n")
 
     _, resized = run(capsys, fd, gelu_inputs(rows=40, cols=24))  # new size: heuristics pick a new block
-    assert resized.startswith(f"cache fusion{fd.id}: miss: new input sizes or strides (signature known")
+    assert resized.startswith(f"cache fusion{fd.id}: miss: new input sizes, strides or parameter overrides "
+                               "(signature known")
     assert "new heuristics: params PointwiseParams(" in resized or "hit (same scheduler" in resized
 
     _, new_sig = run(capsys, fd, gelu_inputs(rows=1, cols=24))  # a size-1 dim: a new signature

@@ -32,10 +32,24 @@ VALID = ("python_definition", "fusion_args", "scheduler_params", "segmented_fusi
          "kernel_code", "ptx", "kernel_time", "cache")
 
 _parsed: dict[str, frozenset] = {}
+_ENV_DATA = getattr(os.environ, "_data", None)  # CPython: the dict behind os.environ, kept current by its setters
+_KEYS: dict[str, object] = {}
+
+
+def getenv(name: str) -> str:
+    """``os.environ.get(name, "")`` in ~0.2 us instead of ~1.5 us (a missing key costs
+    os.environ a KeyError): every execute reads PYFUSER_DUMP and PYFUSER_PROF."""
+    if _ENV_DATA is None:
+        return os.environ.get(name, "")
+    key = _KEYS.get(name)
+    if key is None:
+        key = _KEYS[name] = os.environ.encodekey(name)
+    value = _ENV_DATA.get(key)
+    return "" if value is None else os.environ.decodevalue(value)
 
 
 def enabled_dumps() -> frozenset:
-    raw = os.environ.get("PYFUSER_DUMP", "")
+    raw = getenv("PYFUSER_DUMP")
     names = _parsed.get(raw)
     if names is None:
         names = frozenset(n.strip() for n in raw.split(",") if n.strip())

@@ -211,7 +211,8 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
         if "segmented_fusion" in active:
             dump.emit(dump.segmented_fusion(fd.id, plan, ir, b.shapes))
     else:
-        rt.events.append("new input sizes or strides (signature known: plan reused, heuristics re-run)")
+        rt.events.append("new input sizes, strides or parameter overrides (signature known: plan reused, heuristics "
+                         "re-run)")
     host_scalars = [e for e in live if all(isinstance(o, ScalarVal) for o in e.outputs)]
     host_steps = [s for s in plan.steps if s.scheduler is None]
     inputs = list(inputs)

@@ -91,8 +91,11 @@ class ExecutorCache:
         if not self.plans:
             return "new input signature (first execute of this fusion)"
         last = list(self.plans)[-1]
-        diffs = [f"{label} {a} -> {b}" for label, a, b in zip(self.sig_labels, last, sig) if a != b]
-        return f"new input signature ({len(self.plans)} cached); differs from the last one in: {'; '.join(diffs)}"
+        diffs = [(label, f"{label} {a} -> {b}") for label, a, b in zip(self.sig_labels, last, sig) if a != b]
+        shown = [d for label, d in diffs if not label.startswith("T")]  # inputs, device, index width first
+        derived = [d for label, d in diffs if label.startswith("T")]  # intermediate tensors follow the inputs
+        shown += derived[:2] + ([f"{len(derived) - 2} more intermediate tensors"] if len(derived) > 2 else [])
+        return f"new input signature ({len(self.plans)} cached); differs from the last one in: {'; '.join(shown)}"
 
     def segment(self, b: Binding, outputs) -> Segment:
         info = {v: {"contiguous": is_contiguous(b.values[v])} for v in self.fd.ir.inputs if isinstance(v, TensorVal)}

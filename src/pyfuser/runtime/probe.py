@@ -80,18 +80,32 @@ class Probe:
         info = meta.info
         if "launch_params" in self.active:
             dump.emit(dump.launch_params(info.number, info.name, info.scheduler, grid, kw, self.device.type))
+        events = None
+        if self.cuda and self.timed:
+            torch.cuda.synchronize(self.device)
+            events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            events[0].record()
         t = time.perf_counter()
         ret = fn[grid](*args, **kw)
         wall_ms = (time.perf_counter() - t) * 1e3
+        if events is not None:
+            events[1].record()
         ck = compiled_kernel(fn, ret) if self.cuda else None
-        if ck is not None and ck.hash not in info.seen:  # this launch compiled (or loaded) the kernel
+        compiled = ck is not None and ck.hash not in info.seen
+        if compiled:  # this launch compiled (or loaded from Triton's disk cache) the kernel
             info.seen.add(ck.hash)
             info.jit_ms += wall_ms
         if "ptx" in self.active:
             self._dump_ptx(info, ck)
         if not self.timed:
             return
-        ms = self._cuda_time(fn, grid, args, kw) if self.cuda else wall_ms
+        if events is None:
+            ms = wall_ms
+        elif compiled:  # the events spanned the compile: time one more launch
+            ms = self._cuda_time(fn, grid, args, kw)
+        else:
+            events[1].synchronize()
+            ms = events[0].elapsed_time(events[1])
         nin = sum(inputs[p].nbytes for p in meta.input_positions)
         nout = sum(t.nbytes for t in out_tensors.values())
         regs, spills = (getattr(ck, "n_regs", None), getattr(ck, "n_spills", None)) if ck is not None else (None, None)
@@ -123,8 +137,8 @@ class Probe:
             dump.emit(f"===== PTX of {info.name} (kernel{info.number}) =====\n{_ptx(ck)}")
 
     def _cuda_time(self, fn, grid, args, kw) -> float:
-        """Event time of one more launch of the same arguments: kernels write only their own
-        fresh outputs, so running one twice gives the same results."""
+        """Event time of one more launch with the same arguments: a kernel writes only its
+        own fresh outputs, so running it twice gives the same results."""
         torch.cuda.synchronize(self.device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()

@@ -15,18 +15,18 @@ launches, and there is no copy bandwidth to compare with (None).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import torch
 
 from ..errors import PyfuserError
+from .dump import getenv
 
 _COPY_GBPS: dict = {}
 
 
 def printing() -> bool:
-    raw = os.environ.get("PYFUSER_PROF", "")
+    raw = getenv("PYFUSER_PROF")
     if raw in ("", "0"):
         return False
     if raw != "print":
