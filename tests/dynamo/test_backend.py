@@ -237,3 +237,25 @@ def test_outputs_never_alias_where_aten_copies():
     assert b.untyped_storage().data_ptr() != b2.untyped_storage().data_ptr()
     torch.testing.assert_close(a, x)
     torch.testing.assert_close(b2, b)
+
+
+def test_regions_are_cut_where_reductions_of_two_kinds_chain():
+    def fn(x, w):  # a row reduction (layer norm) feeding a column reduction (sum over rows)
+        return (F.layer_norm(x, (16,)) * w).sum(0) + 1
+
+    g = torch.Generator().manual_seed(11)
+    x, w = torch.randn(6, 16, generator=g), torch.randn(16, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x, w), fn(x, w), rtol=1e-5, atol=1e-5)
+    assert pd.stats()["regions"] == 2
+
+
+def test_regions_are_cut_where_a_reshape_changes_a_normalized_shape():
+    def fn(x, y):
+        return torch.log_softmax(x, -1).view(2, 3, 8) * 2 + y
+
+    g = torch.Generator().manual_seed(12)
+    x, y = torch.randn(6, 8, generator=g), torch.randn(2, 3, 8, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x, y), fn(x, y), rtol=1e-5, atol=1e-5)
+    assert pd.stats()["regions"] == 2

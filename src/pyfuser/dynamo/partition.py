@@ -6,6 +6,12 @@ accepts into acyclic regions.  Then:
 * views at a region's edges are handed back to ATen, where they cost nothing
   (inside a fusion, a reshape at the top is only re-indexing, but there is no
   reason to make the scheduler look at it);
+* a region is cut in two where a reduction consumes the result of a reduction of
+  another kind (row vs column vs whole-tensor: layer norm's backward feeding a bias
+  gradient's column sum), and where a reshape changes the shape of a row
+  reduction's result (log-softmax's backward reshaped and added to another
+  gradient): pyfuser's schedulers give such a chain no single kernel, and the
+  runtime would run it as host torch ops.  Remove these cuts once they do;
 * a region with fewer than ``MIN_COMPUTE_OPS`` ops that compute stays in ATen: one
   op gains nothing from fusion and pays the fusion's host overhead;
 * each remaining region becomes a ``fused_N`` submodule, replaced by a
@@ -18,11 +24,11 @@ import logging
 
 import torch
 from torch.fx.node import _get_qualified_name
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .region import FusedRegion, warn_once
-from .translate import ATEN_VIEWS, is_compute, unsupported_reason
+from .translate import ATEN_VIEWS, bind_args, is_compute, meta, unsupported_reason
 
 MIN_COMPUTE_OPS = 2
 log = logging.getLogger(__name__)
@@ -69,6 +75,9 @@ def fuse_regions(gm):
     partitioner = _partitioner(gm)
     partitions = partitioner.propose_partitions()
     partitioner.remove_bookend_non_compute_ops(partitions)
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    partitions = [q for p in partitions for q in split_mixed_reductions(p, order)]
+    partitioner.remove_bookend_non_compute_ops(partitions)
     partitions = [p for p in partitions if sum(is_compute(n) for n in p.nodes) >= MIN_COMPUTE_OPS]
     if not partitions:
         return gm
@@ -84,3 +93,65 @@ def fuse_regions(gm):
             if isinstance(mod, FusedRegion):
                 log.debug("%s:\n%s", name, mod.fallback.code)
     return gm
+
+
+_REDUCTIONS = {"aten.sum.dim_IntList", "aten.sum.default", "aten.amax.default", "aten.amin.default",
+               "aten.mean.dim", "aten.mean.default", "aten.var_mean.correction", "aten.var.correction"}
+
+
+def reduction_kind(node) -> str | None:
+    """"row" (the innermost non-broadcast dim is reduced), "column" (it is kept),
+    "all" (every non-broadcast dim is reduced), or None for other nodes."""
+    if node.op != "call_function" or str(node.target) not in _REDUCTIONS:
+        return None
+    shape = list(meta(node.args[0]).shape)
+    dim = getattr(bind_args(node.target, node.args, node.kwargs), "dim", None)
+    rank = len(shape)
+    dims = set(range(rank)) if not dim else {d % rank for d in ([dim] if isinstance(dim, int) else dim)}
+    real = [d for d in range(rank) if shape[d] != 1]
+    if set(real) <= dims:
+        return "all"
+    return "row" if real[-1] in dims else "column"
+
+
+_RESHAPES = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"}
+
+
+def _cuts_here(node, kinds: set) -> bool:
+    """Whether a region must be cut before ``node``, given the kinds of the
+    reductions it depends on inside the region."""
+    k = reduction_kind(node)
+    if k is not None:
+        return bool(kinds - {k})
+    if str(node.target) in _RESHAPES and kinds & {"row", "all"}:
+        before, after = meta(node.args[0]).shape, meta(node).shape
+        return [e for e in before if e != 1] != [e for e in after if e != 1]
+    return False
+
+
+def split_mixed_reductions(partition, order) -> list:
+    """Cut ``partition`` before the first node ``_cuts_here`` accepts; returns the
+    pieces, producers first.  The piece after a cut holds the node and everything
+    it feeds inside the region, so no path runs from it back into the piece before
+    (and none can leave the region and come back: the partitioner's regions are
+    convex)."""
+    nodes = sorted(partition.nodes, key=order.__getitem__)
+    inside = set(nodes)
+    kinds: dict = {}  # node -> kinds of the reductions it depends on inside the region
+    cut = None
+    for n in nodes:
+        ks = set().union(*(kinds[i] for i in n.all_input_nodes if i in inside))
+        if _cuts_here(n, ks):
+            cut = n
+            break
+        k = reduction_kind(n)
+        kinds[n] = ks | ({k} if k else set())
+    if cut is None:
+        return [partition]
+    later = {cut}
+    for n in nodes[nodes.index(cut) + 1:]:
+        if any(i in later for i in n.all_input_nodes):
+            later.add(n)
+    before = Partition(nodes=[n for n in nodes if n not in later])
+    after = Partition(nodes=[n for n in nodes if n in later])
+    return [before] + split_mixed_reductions(after, order)
