@@ -83,6 +83,21 @@ def _clamp_ref(x, lo=None, hi=None):
 # b.lit(v) spells a constant in the compute dtype, b.cdtype is that dtype's Triton name.
 
 
+def _tensor_arg(b, a: str) -> str:
+    """A constant argument as a typed 0-d tensor (extern calls, and the interpreter's
+    stand-ins for them, take tensors)."""
+    try:
+        float(a)
+    except ValueError:
+        return a
+    return f"tl.full([], {a}, {b.cdtype})"
+
+
+def _ld(b, name, *args):
+    """A libdevice call."""
+    return f"libdevice.{name}({', '.join(_tensor_arg(b, a) for a in args)})"
+
+
 _POW_BY_MUL = {2.0: "{x} * {x}", 3.0: "{x} * {x} * {x}", 1.0: "{x}"}
 
 
@@ -104,17 +119,17 @@ def _pow(b, x, y):
         return "(" + _POW_BY_MUL[const].format(x=tx) + ")"
     if const == 0.5:  # eager takes sqrt for a scalar exponent of 0.5 (so pow(-inf, 0.5) is nan)
         return _sqrt(b, x)
-    return f"libdevice.pow({x}, {y})"
+    return _ld(b, "pow", x, y)
 
 
 def _remainder(b, a, c):
-    ta, tc = b.tmp(a), b.tmp(c)
-    r = b.tmp(f"libdevice.fmod({ta}, {tc})" if _is_float(b) else f"{ta} % {tc}")
+    ta, tc = b.tmp(_tensor_arg(b, a)), b.tmp(_tensor_arg(b, c))
+    r = b.tmp(_ld(b, "fmod", ta, tc) if _is_float(b) else f"{ta} % {tc}")
     return f"tl.where(({r} != 0) & (({r} < 0) != ({tc} < 0)), {r} + {tc}, {r})"
 
 
 def _fmod(b, a, c):
-    return f"libdevice.fmod({a}, {c})" if _is_float(b) else f"{a} % {c}"
+    return _ld(b, "fmod", a, c) if _is_float(b) else f"{a} % {c}"
 
 
 def _is_float(b):
@@ -263,7 +278,7 @@ _ROWS = [
     _b("pow", lambda a, b: a ** b, _pow),
     _b("fmod", _tensor_first(torch.fmod), _fmod),
     _b("remainder", _tensor_first(torch.remainder), _remainder),
-    _b("atan2", _tensor_first(torch.atan2), lambda b, y, x: f"libdevice.atan2({y}, {x})"),
+    _b("atan2", _tensor_first(torch.atan2), lambda b, y, x: _ld(b, "atan2", y, x)),
     _b("maximum", _tensor_first(torch.maximum), _max_min("maximum")),
     _b("minimum", _tensor_first(torch.minimum), _max_min("minimum")),
     _cmp("eq", lambda a, b: a == b, "=="),

@@ -33,7 +33,8 @@ def _torch_fn(fn):
         import torch
         from triton.runtime.interpreter import TensorHandle
 
-        first = next(a for a in args if hasattr(a, "handle"))
+        # the result takes the type of the largest tensor argument (others broadcast)
+        first = max((a for a in args if hasattr(a, "handle")), key=lambda a: np.size(a.handle.data))
         datas = [_data(a) for a in args]
         dtype = _data(first).dtype
         ts = [torch.from_numpy(np.ascontiguousarray(np.asarray(d, dtype=dtype))) for d in datas]
