@@ -61,6 +61,25 @@ def main():
         dict(O, block_k=32, block_j=256, num_warps=8), dict(O, block_k=64, block_j=128, num_warps=8),
         dict(O, block_k=16, block_j=512, num_warps=8), dict(O, block_k=32, block_j=128, num_warps=4),
     ])
+    M = dict(persistent=False, block_k=1)
+    run_bench_case("softmax_30522_bf16", [{}, dict(M, block_j=8192, num_warps=16), dict(M, block_j=4096, num_warps=8),
+                                          dict(persistent=True, block_k=1, block_j=32768, num_warps=16)])
+    run_bench_case("log_softmax_50257_bf16", [{}, dict(M, block_j=4096, num_warps=8), dict(M, block_j=16384, num_warps=16),
+                                              dict(persistent=True, block_k=1, block_j=65536, num_warps=32)])
+    run_bench_case("bias_gelu_tanh_fp16", [{}, dict(block=2048, num_warps=8), dict(block=4096, num_warps=8)])
+    run_bench_case("bert_softmax_dropout_noview", [{}])
+
+
+def run_bench_case(name, variants):
+    from pyfuser.bench import cases
+    c = cases.BY_NAME[name]
+    sizes = c.sizes(1.0)
+
+    def build(fd):
+        c.build(fd, sizes)
+        return [x for x in c.make_inputs(sizes, "cuda", None)]
+
+    run_custom(name, build, variants)
 
 
 def sum_dim0(fd):
@@ -101,7 +120,7 @@ def run_custom(name, build, variants):
             executor.RECORD_LAUNCHES = []
             out = fd.execute(inputs)
             rec, executor.RECORD_LAUNCHES = executor.RECORD_LAUNCHES, None
-        nbytes = sum(t.numel() * t.element_size() for t in list(inputs) + list(out))
+        nbytes = sum(t.numel() * t.element_size() for t in list(inputs) + list(out) if isinstance(t, torch.Tensor))
 
         def replay():
             for fn, grid, args, kw in rec:
