@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 import pyfuser
 import pyfuser.dynamo as pd
-from pyfuser.dynamo import region, translate
-from pyfuser.dynamo.translate import Rule
+from pyfuser.dynamo import region, rules
+from pyfuser.dynamo.rules import Rule
 
 aten = torch.ops.aten
 
@@ -102,7 +102,7 @@ def test_failed_translation_falls_back_with_one_warning(monkeypatch):
     def broken(t, n, a):
         raise RuntimeError("simulated translator bug")
 
-    monkeypatch.setitem(translate.RULES, aten.exp.default, Rule(broken))
+    monkeypatch.setitem(rules.RULES, aten.exp.default, Rule(broken))
 
     def fn(x):
         a = torch.exp(x * 2) + 1

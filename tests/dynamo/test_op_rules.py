@@ -2,21 +2,21 @@
 
 Ops are grouped so each group compiles to one or two fused regions (the Triton
 interpreter is slow); ``covers`` names the ATen ops a group must exercise, and
-``test_every_rule_is_covered`` keeps the groups in step with ``translate.RULES``.
+``test_every_rule_is_covered`` keeps the groups in step with ``rules.RULES``.
 """
 import pytest
 import torch
 import torch.nn.functional as F
 
 import pyfuser.dynamo as pd
-from pyfuser.dynamo import translate
+from pyfuser.dynamo import rules, translate
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 
 
 def _ops(*names):
-    return set(translate._overloads(*names))
+    return set(rules.overloads(*names))
 
 
 def unary(x, b):
@@ -97,7 +97,7 @@ NOT_COVERED = _ops("add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar", "div.
 
 def test_every_rule_is_covered():
     covered = set().union(*(g[2] for g in GROUPS.values()))
-    assert set(translate.RULES) <= covered | NOT_COVERED, set(translate.RULES) - covered - NOT_COVERED
+    assert set(rules.RULES) <= covered | NOT_COVERED, set(rules.RULES) - covered - NOT_COVERED
 
 
 @pytest.mark.parametrize("group", sorted(GROUPS))

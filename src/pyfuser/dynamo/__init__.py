@@ -8,7 +8,8 @@ Files, in processing order:
 * ``backend.py``: the Dynamo backend: AOTAutograd with the min-cut partitioner;
 * ``decompositions.py``: which composite ops are split into fusible pieces;
 * ``partition.py``: fusible regions of an ATen graph (CapabilityBasedPartitioner);
-* ``translate.py``: ATen node -> ``fd.ops`` rules, and which nodes are supported;
+* ``rules.py``: ATen op -> ``fd.ops`` rules, and which nodes are supported;
+* ``translate.py``: a region's graph -> FusionDefinition, checked against ATen's shapes and dtypes;
 * ``region.py``: a region at run time, its translation cache and ATen fallback;
 * ``bert_bench.py``: BERT training steps, eager vs torch.compile vs pyfuser.
 

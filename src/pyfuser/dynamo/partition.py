@@ -28,7 +28,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .region import FusedRegion, warn_once
-from .translate import ATEN_VIEWS, bind_args, is_compute, meta, unsupported_reason
+from .rules import ATEN_VIEWS, bind_args, is_compute, meta, unsupported_reason
 
 MIN_COMPUTE_OPS = 2
 log = logging.getLogger(__name__)

@@ -22,7 +22,8 @@ from collections import Counter
 import torch
 from torch.fx.node import Node
 
-from .translate import InputSpec, Translation, Unsupported, meta, translate
+from .rules import Unsupported, meta
+from .translate import InputSpec, Translation, translate
 
 STATS: Counter = Counter()  # fusions_created, regions, fallbacks, translation_cache_hits, region_calls
 _TRANSLATIONS: dict = {}  # (region text, input specs) -> Translation | Unsupported

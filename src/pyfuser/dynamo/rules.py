@@ -1,0 +1,477 @@
+"""The ATen ops pyfuser fuses: one ``Rule`` per op, and which nodes are supported.
+
+A rule records its op with ``fd.ops`` calls (``fn(translator, node, args)``, the
+arguments bound by schema name), may ``check`` a use and name why pyfuser cannot
+express it with ATen's semantics (a rounding mode, a device-changing copy, ...),
+and says whether the op computes anything (views and identities do not: a region
+of them alone stays in ATen).  ``RULES`` is the single list both the partitioner's
+operator support (``unsupported_reason``) and the translator read.
+
+Adding an op is one rule here plus one use in ``tests/dynamo/test_op_rules.py``.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Callable
+
+import torch
+from torch.fx.node import Node
+
+from ..ir.dtypes import DataType, from_torch
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+SUPPORTED_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                    torch.bool)
+
+
+class Unsupported(Exception):
+    """A node pyfuser cannot translate with ATen's semantics.  ``cause`` is short and
+    stable (op name and kind of problem): the backend warns once per cause."""
+
+    def __init__(self, cause: str, message: str):
+        super().__init__(message)
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class Rule:
+    fn: Callable  # (translator, node, args namespace) -> fd value or tuple of them
+    check: Callable | None = None  # (node, args namespace) -> reason it is unsupported, or None
+    compute: bool = True  # False: a view / identity, which alone is not worth a fusion
+
+
+RULES: dict = {}
+
+
+def overloads(*names):
+    """OpOverloads by "packet.overload" name; names this torch lacks are skipped."""
+    out = []
+    for name in names:
+        ns = prims if name.startswith("prims.") else aten
+        packet_name, _, overload = name.removeprefix("prims.").partition(".")
+        packet = getattr(ns, packet_name, None)
+        if packet is not None and (overload or "default") in packet.overloads():
+            out.append(getattr(packet, overload or "default"))
+    return out
+
+
+def rule(*names, check=None, compute=True):
+    def register(fn):
+        for op in overloads(*names):
+            RULES[op] = Rule(fn, check, compute)
+        return fn
+
+    return register
+
+
+def bind_args(target, args, kwargs) -> SimpleNamespace:
+    """The node's arguments by schema name, defaults filled in."""
+    out = {}
+    for i, arg in enumerate(target._schema.arguments):
+        if i < len(args) and not arg.kwarg_only:
+            out[arg.name] = args[i]
+        elif arg.name in kwargs:
+            out[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            out[arg.name] = arg.default_value
+        else:
+            raise Unsupported(f"{target}: arguments", f"{target}: no value for argument {arg.name}")
+    return SimpleNamespace(**out)
+
+
+def meta(node):
+    return node.meta.get("val") if isinstance(node, Node) else None
+
+
+ATEN_VIEWS = set()  # filled below with the targets of the view rules
+
+
+def _identity_rule(*names, aten_view):
+    def fn(t, n, a):
+        return a.self
+
+    for op in overloads(*names):
+        RULES[op] = Rule(fn, None, compute=False)
+        if aten_view:
+            ATEN_VIEWS.add(op)
+
+
+# --- pointwise ops --------------------------------------------------------------------
+
+_UNARY = ("abs", "neg", "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal",
+          "sin", "cos", "tan", "tanh", "sigmoid", "relu", "erf", "erfc", "floor", "ceil", "trunc", "sign",
+          "isnan", "isinf", "logical_not", "bitwise_not", "silu")
+
+
+def _unary(fd_op):
+    return lambda t, n, a: getattr(t.ops, fd_op)(a.self)
+
+
+for _name in _UNARY:
+    rule(_name)(_unary(_name))
+rule("round")(_unary("round"))
+rule("isfinite")(_unary("isfinite"))
+
+_BINARY = {"mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum", "atan2": "atan2",
+           "fmod": "fmod", "remainder": "remainder", "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt",
+           "ge": "ge", "logical_and": "logical_and", "logical_or": "logical_or", "bitwise_and": "bitwise_and",
+           "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor"}
+
+
+def _binary(fd_op):
+    return lambda t, n, a: getattr(t.ops, fd_op)(a.self, a.other)
+
+
+for _name, _fd in _BINARY.items():
+    # ".default" is the tensor overload only of ops without a ".Tensor" one (for mul
+    # or div it is the scalar-scalar arithmetic of symbolic shapes).
+    _tensor_form = "Tensor" in getattr(aten, _name).overloads()
+    rule(*((f"{_name}.Tensor", f"{_name}.Scalar") if _tensor_form else (f"{_name}.default",)))(_binary(_fd))
+
+
+def _alpha(t, n, a, fd_op):
+    other = a.other
+    if a.alpha != 1:
+        other = t.ops.mul(other, a.alpha) if not isinstance(other, (int, float)) else other * a.alpha
+    return getattr(t.ops, fd_op)(a.self, other)
+
+
+rule("add.Tensor", "add.Scalar")(lambda t, n, a: _alpha(t, n, a, "add"))
+rule("sub.Tensor", "sub.Scalar")(lambda t, n, a: _alpha(t, n, a, "sub"))
+
+
+def _div_mode_check(n, a):
+    return None if a.rounding_mode is None else f"rounding_mode={a.rounding_mode!r}"
+
+
+rule("div.Tensor_mode", "div.Scalar_mode", check=_div_mode_check)(lambda t, n, a: t.ops.div(a.self, a.other))
+
+
+def _pow_check(n, a):
+    # fd.ops.pow does not run yet (its kernel fails in Triton's interpreter), so only
+    # the exponents written as products or roots are claimed.
+    y = a.exponent
+    if isinstance(y, bool) or not isinstance(y, (int, float)):
+        return "tensor exponent"
+    if y in (0.5, -0.5) or (y == int(y) and 1 <= abs(y) <= 64):
+        return None
+    return f"exponent {y!r}"
+
+
+@rule("pow.Tensor_Scalar", check=_pow_check)
+def _pow_scalar(t, n, a):
+    x, y = a.self, a.exponent
+    out = t.dtype(n)
+    if x.dtype is not out:
+        x = t.ops.cast(x, out)
+    if y == 0.5:
+        return t.ops.sqrt(x)
+    if y == -0.5:
+        return t.ops.rsqrt(x)
+    k, result, base = abs(int(y)), None, x
+    while k:  # binary powering: x**k in O(log k) multiplies
+        if k & 1:
+            result = base if result is None else t.ops.mul(result, base)
+        k >>= 1
+        if k:
+            base = t.ops.mul(base, base)
+    return t.ops.reciprocal(result) if y < 0 else result
+
+
+rule("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")(
+    lambda t, n, a: t.ops.where(a.condition, a.self, a.other))
+
+
+def _clamp_check(n, a):
+    for bound in (getattr(a, "min", None), getattr(a, "max", None)):
+        if isinstance(bound, Node):
+            return "tensor bounds"
+    return None
+
+
+rule("clamp.default", check=_clamp_check)(lambda t, n, a: t.ops.clamp(a.self, min=a.min, max=a.max))
+rule("clamp_min.default", check=_clamp_check)(lambda t, n, a: t.ops.clamp(a.self, min=a.min))
+rule("clamp_max.default", check=_clamp_check)(lambda t, n, a: t.ops.clamp(a.self, max=a.max))
+
+
+# --- casts ----------------------------------------------------------------------------
+
+
+def _to_copy_check(n, a):
+    src = meta(n.args[0])
+    if a.device is not None and torch.device(a.device) != src.device:
+        return "changes device"
+    if a.layout not in (None, torch.strided):
+        return "changes layout"
+    if a.memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+        return f"memory_format={a.memory_format}"
+    return None
+
+
+@rule("_to_copy.default", check=_to_copy_check)
+def _to_copy(t, n, a):
+    if a.dtype is None or a.dtype == meta(n.args[0]).dtype:
+        return a.self
+    return t.ops.cast(a.self, from_torch(a.dtype))
+
+
+@rule("prims.convert_element_type.default")
+def _convert(t, n, a):
+    return a.a if a.a.dtype.torch == a.dtype else t.ops.cast(a.a, from_torch(a.dtype))
+
+
+# --- reductions ---------------------------------------------------------------------
+
+
+def _dims(x, dim):
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(x.rank))
+    return [dim] if isinstance(dim, int) else list(dim)
+
+
+def _reduce(t, n, fd_op, x, dim, keepdim, dtype=None):
+    if x.rank == 0:
+        return x if dtype is None else t.ops.cast(x, from_torch(dtype))
+    kw = {} if dtype is None else {"dtype": from_torch(dtype)}
+    return getattr(t.ops, fd_op)(x, dims=_dims(x, dim), keepdim=bool(keepdim), **kw)
+
+
+rule("sum.dim_IntList")(lambda t, n, a: _reduce(t, n, "sum", a.self, a.dim, a.keepdim, a.dtype))
+rule("sum.default")(lambda t, n, a: _reduce(t, n, "sum", a.self, None, False, a.dtype))
+rule("amax.default")(lambda t, n, a: _reduce(t, n, "max", a.self, a.dim, a.keepdim))
+rule("amin.default")(lambda t, n, a: _reduce(t, n, "min", a.self, a.dim, a.keepdim))
+
+
+def _float_only(n, a):
+    return None if meta(n.args[0]).dtype.is_floating_point else "integer input"
+
+
+@rule("mean.dim", "mean.default", check=_float_only)
+def _mean(t, n, a):
+    x = a.self
+    dims = _dims(x, getattr(a, "dim", None))
+    count = math.prod(x.shape[d] for d in dims)
+    out = t.dtype(n)
+    acc = DataType.Double if out is DataType.Double else DataType.Float
+    s = t.ops.sum(x, dims=dims, keepdim=bool(getattr(a, "keepdim", False)), dtype=acc)
+    m = t.ops.div(s, float(count))
+    return m if m.dtype is out else t.ops.cast(m, out)
+
+
+def _correction(a):
+    c = getattr(a, "correction", None)
+    return 1 if c is None else c
+
+
+@rule("var_mean.correction", check=_float_only)
+def _var_mean(t, n, a):
+    return tuple(t.ops.var_mean(a.self, dims=_dims(a.self, a.dim), correction=_correction(a),
+                                keepdim=bool(a.keepdim)))
+
+
+@rule("var.correction", check=_float_only)
+def _var(t, n, a):
+    return t.ops.var(a.self, dims=_dims(a.self, a.dim), correction=_correction(a), keepdim=bool(a.keepdim))
+
+
+# --- views and layout ------------------------------------------------------------------
+
+
+def _view_rule(*names):
+    def register(fn):
+        for op in overloads(*names):
+            RULES[op] = Rule(fn, None, compute=False)
+            ATEN_VIEWS.add(op)
+        return fn
+
+    return register
+
+
+@_view_rule("view.default", "_unsafe_view.default", "reshape.default")
+def _reshape(t, n, a):
+    return t.ops.reshape(a.self, t.shape(n))
+
+
+@_view_rule("permute.default")
+def _permute(t, n, a):
+    return t.ops.permute(a.self, [d % max(a.self.rank, 1) for d in a.dims])
+
+
+@_view_rule("transpose.int")
+def _transpose(t, n, a):
+    r = a.self.rank
+    dims = list(range(r))
+    if r:
+        i, j = a.dim0 % r, a.dim1 % r
+        dims[i], dims[j] = dims[j], dims[i]
+    return t.ops.permute(a.self, dims) if dims != list(range(r)) else a.self
+
+
+@_view_rule("t.default")
+def _t(t, n, a):
+    return t.ops.permute(a.self, [1, 0]) if a.self.rank == 2 else a.self
+
+
+@_view_rule("unsqueeze.default")
+def _unsqueeze(t, n, a):
+    shape = t.shape(n)
+    d = a.dim % len(shape)
+    return t.ops.broadcast_in_dim(a.self, shape=shape, broadcast_dims=[i for i in range(len(shape)) if i != d])
+
+
+@_view_rule("squeeze.dim", "squeeze.dims", "squeeze.default")
+def _squeeze(t, n, a):
+    x = a.self
+    dims = getattr(a, "dim", None)
+    dims = list(range(x.rank)) if dims is None else ([dims] if isinstance(dims, int) else list(dims))
+    dims = sorted({d % x.rank for d in dims if x.rank and x.shape[d % x.rank] == 1})
+    return t.ops.squeeze(x, dims) if dims else x
+
+
+@_view_rule("expand.default")
+def _expand(t, n, a):
+    shape = t.shape(n)
+    x = a.self
+    if list(x.shape) == shape:
+        return x
+    return t.ops.broadcast_in_dim(x, shape=shape, broadcast_dims=list(range(len(shape) - x.rank, len(shape))))
+
+
+def _slice_bounds(size, start, end, step):
+    return slice(start, end, step).indices(size)
+
+
+@_view_rule("slice.Tensor")
+def _slice(t, n, a):
+    x = a.self
+    d = a.dim % x.rank
+    start, end, step = _slice_bounds(x.shape[d], a.start, a.end, a.step)
+    if (start, end, step) == (0, x.shape[d], 1):
+        return x
+    starts, ends, steps = [0] * x.rank, list(x.shape), [1] * x.rank
+    starts[d], ends[d], steps[d] = start, max(end, start), step
+    return t.ops.slice(x, starts, ends, steps)
+
+
+@_view_rule("select.int")
+def _select(t, n, a):
+    x = a.self
+    d = a.dim % x.rank
+    i = a.index % x.shape[d]
+    starts, ends = [0] * x.rank, list(x.shape)
+    starts[d], ends[d] = i, i + 1
+    return t.ops.squeeze(t.ops.slice(x, starts, ends, [1] * x.rank), [d])
+
+
+_identity_rule("alias.default", "detach.default", aten_view=True)
+_identity_rule("clone.default", "lift_fresh_copy.default", aten_view=False)
+
+
+def _cat_check(n, a):
+    if len({meta(x).dtype for x in n.args[0]}) != 1:
+        return "mixed dtypes"
+    if any(meta(x).dim() == 1 and meta(x).shape[0] == 0 for x in n.args[0]):
+        return "empty legacy operand"
+    return None
+
+
+rule("cat.default", check=_cat_check)(lambda t, n, a: t.ops.cat(list(a.tensors), a.dim))
+
+
+def _pad_check(n, a):
+    return "negative padding" if any(p < 0 for p in a.pad) else None
+
+
+rule("constant_pad_nd.default", check=_pad_check)(
+    lambda t, n, a: t.ops.pad(a.self, list(a.pad), a.value))
+
+
+# --- creation and random numbers ----------------------------------------------------
+
+
+def _creation_check(n, a):
+    layout = getattr(a, "layout", None)
+    return "changes layout" if layout not in (None, torch.strided) else None
+
+
+@rule("full.default", check=_creation_check)
+def _full(t, n, a):
+    dt = t.dtype(n)
+    value = a.fill_value
+    value = bool(value) if dt is DataType.Bool else (float(value) if dt.is_float else int(value))
+    return t.ops.full(t.shape(n), value, dt)
+
+
+@rule("scalar_tensor.default", check=_creation_check)
+def _scalar_tensor(t, n, a):
+    dt = t.dtype(n)
+    value = bool(a.s) if dt is DataType.Bool else (float(a.s) if dt.is_float else int(a.s))
+    return t.ops.full([], value, dt)
+
+
+def _random_check(n, a):
+    if not meta(n).dtype.is_floating_point:
+        return "non-float dtype"
+    return _creation_check(n, a)
+
+
+rule("rand_like.default", "rand.default", check=_random_check)(
+    lambda t, n, a: t.ops.uniform(0.0, 1.0, t.shape(n), t.dtype(n)))
+rule("randn_like.default", "randn.default", check=_random_check)(
+    lambda t, n, a: t.ops.normal(0.0, 1.0, t.shape(n), t.dtype(n)))
+
+
+# --- support: which nodes the partitioner may put in a region ---------------------------
+
+
+def _tensor_ok(v) -> str | None:
+    if not isinstance(v, torch.Tensor):
+        return f"non-tensor value {type(v).__name__}"
+    if v.dtype not in SUPPORTED_DTYPES:
+        return f"dtype {v.dtype}"
+    if v.layout != torch.strided or v.device.type not in ("cuda", "cpu"):
+        return f"layout {v.layout} on {v.device}"
+    if not all(isinstance(s, int) for s in tuple(v.shape) + tuple(v.stride())):
+        return "symbolic shape"
+    return None
+
+
+def unsupported_reason(node) -> str | None:
+    """Why ``node`` cannot join a fusion region (None: it can)."""
+    if node.op != "call_function":
+        return node.op
+    if node.target is operator.getitem:
+        src = node.args[0]
+        return None if isinstance(src, Node) and unsupported_reason(src) is None else "getitem of a non-fused node"
+    r = RULES.get(node.target)
+    if r is None:
+        return f"no rule for {node.target}"
+    v = meta(node)
+    for out in (v if isinstance(v, (tuple, list)) else (v,)):
+        why = _tensor_ok(out)
+        if why:
+            return why
+    for inp in node.all_input_nodes:
+        why = _tensor_ok(meta(inp))
+        if why:
+            return f"input {inp.name}: {why}"
+    if r.check is not None:
+        try:
+            a = bind_args(node.target, node.args, node.kwargs)
+        except Unsupported as err:
+            return str(err)
+        return r.check(node, a)
+    return None
+
+
+def is_compute(node) -> bool:
+    """Whether ``node`` does work (views, identities and getitem do not)."""
+    if node.op != "call_function" or node.target is operator.getitem:
+        return False
+    r = RULES.get(node.target)
+    return r is not None and r.compute
