@@ -42,8 +42,15 @@ def reference(seg: Segment):
 def heuristics(seg: Segment) -> PointwiseParams:
     n = seg.numel(reference(seg))
     if seg.device_type == "cpu":  # the interpreter runs programs one by one: few, large ones
-        block = min(next_pow2(n), 1 << 14)
+        # Two block sizes only (masked lanes cost little there), so a new size does not
+        # compile a new kernel for every power of 2.
+        block = 1024 if n <= 1024 else 1 << 14
         return apply_overrides(PointwiseParams(block, 4, seg.needs_int64()))
+    # Large tensors: 4096 elements and 8 warps per program (16 per thread) hides the
+    # latency of math-heavy bodies (bias + tanh-GELU on H200: 0.089 ms vs 0.094 ms
+    # at 1024 x 4 warps); small ones: enough programs to cover the SMs.
+    if n >= 1 << 22:
+        return apply_overrides(PointwiseParams(4096, 8, seg.needs_int64()))
     block = 1024 if n >= 1 << 20 else max(128, min(1024, next_pow2(n)))
     return apply_overrides(PointwiseParams(block, 4, seg.needs_int64()))
 

@@ -119,10 +119,15 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     if seg.device_type == "cpu":
         bk = min(next_pow2(K), 256)
         bj = min(next_pow2(J), max(1, (1 << 14) // bk))
-    else:
-        bk = min(next_pow2(K), 128)
-        bj = min(next_pow2(J), 64)
-    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, 4, int64))
+        return apply_overrides(ReductionParams(False, J <= bj, bk, bj, 4, int64))
+    # Each program owns a 32-byte strip of kept columns (enough programs to fill the
+    # GPU) and walks down the reduced rows 512 at a time (enough bytes in flight).
+    # Measured on H200, sum over dim 0 of [16384, 4096] fp16: 16 x 512 with 8 warps
+    # 0.075 ms; 128 x 64 (too few programs) 0.50 ms.
+    itemsize = min(v.dtype.itemsize for v in [ref] + list(seg.outputs))
+    bk = max(1, min(next_pow2(K), 32 // itemsize))
+    bj = min(next_pow2(J), 512)
+    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, 8, int64))
 
 
 def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: str):
