@@ -460,6 +460,10 @@ def unsupported_reason(node) -> str | None:
         why = _tensor_ok(meta(inp))
         if why:
             return f"input {inp.name}: {why}"
+    if not node.all_input_nodes and isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dim() == 0:
+        # A CPU scalar made for a GPU graph (a constant's tensor): ATen makes it, and
+        # the region that consumes it moves it to the GPU.
+        return "CPU scalar creation"
     if r.check is not None:
         try:
             a = bind_args(node.target, node.args, node.kwargs)
