@@ -156,20 +156,59 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
         for c in tile.chunk_names():
             store_chunk(c)
         return
+    online = online_softmax_pairs(levels)  # sum expr -> (max expr, a)
+    for s_expr, (m_expr, _) in online.items():
+        levels[s_expr] = levels[m_expr]
     for lvl in sorted(set(levels.values())):
         exprs = [e for e, l in levels.items() if l == lvl]
-        accs = {e: tile.init(low, e) for e in exprs}
+        pairs = [(online[e][0], e, online[e][1]) for e in exprs if e in online]
+        plain = [e for e in exprs if e not in online and all(e is not m for m, _, _ in pairs)]
+        accs = {e: tile.init(low, e) for e in plain}
+        oaccs = {m: tile.init_online(low, m) for m, _, _ in pairs}
         for c in tile.chunk_names():
             with _chunk_scope(low, tile, c):
-                for e in exprs:
+                for e in plain:
                     tile.chunk(low, e, accs[e], c=c)
-        for e in exprs:
+                for m, _, a in pairs:
+                    tile.online_chunk(low, m, a, oaccs[m], c)
+        for e in plain:
             tile.results[e] = tile.finish(low, e, accs[e])
+        for m, s_expr, _ in pairs:
+            tile.results[m], tile.results[s_expr] = tile.online_finish(low, m, s_expr, oaccs[m])
     store_kept()
     if full or reached:
         for c in tile.chunk_names():
             with _chunk_scope(low, tile, c):
                 store_chunk(c)
+
+
+def online_softmax_pairs(levels: dict) -> dict:
+    """Sums of the form sum(exp(a - broadcast(max(a)))) over the same dims, in fp32 or
+    fp64: the max and the sum can run in one pass with a rescaled running sum."""
+    from ..ir.dtypes import DataType
+
+    maxes = {e.outputs[0]: e for e in levels if e.op == "max"}
+    pairs = {}
+    for s_expr in levels:
+        if s_expr.op != "sum" or s_expr.attrs.get("dtype") is not None:
+            continue
+        ex = s_expr.inputs[0].definition
+        if ex is None or ex.op != "exp":
+            continue
+        sub = ex.inputs[0].definition
+        if sub is None or sub.op != "sub" or not all(isinstance(v, TensorVal) for v in sub.inputs):
+            continue
+        a, b = sub.inputs
+        while b.definition is not None and b.definition.op == "broadcast_in_dim":
+            b = b.definition.inputs[0]
+        m_expr = maxes.get(b)
+        if m_expr is None or m_expr.inputs[0] is not a or m_expr.attrs["dims"] != s_expr.attrs["dims"]:
+            continue
+        if not all(v.dtype in (DataType.Float, DataType.Double) and v.dtype is a.dtype
+                   for v in (a, sub.outputs[0], ex.outputs[0], s_expr.outputs[0], m_expr.outputs[0])):
+            continue
+        pairs[s_expr] = (m_expr, a)
+    return pairs
 
 
 class _chunk_scope:

@@ -311,6 +311,53 @@ class ReductionTile:
         w.line(f"{n} = {tot}")
         return acc
 
+    # -- online max + sum(exp(a - max)): one pass instead of two ---------------------
+    def init_online(self, low, m_expr):
+        w = low.w
+        tn = TRITON_NAME[self.acc_dtype(m_expr)]
+        base = f"acc{len(w.lines)}"
+        names = [f"{base}_m", f"{base}_s", f"{base}_mv", f"{base}_sv"]
+        for n, ident, shp in zip(names, ("float('-inf')", "0.0") * 2, [self.shape("k")] * 2 + [self.shape("kj")] * 2):
+            w.line(f"{n} = tl.full({shp}, {ident}, {tn})")
+        return names
+
+    def online_chunk(self, low, m_expr, a, acc, c):
+        """Fold chunk ``c`` of ``a`` into the running max and the running sum of
+        exp(a - max), rescaling the sum whenever the max grows (Milakov & Gimelshein)."""
+        w = low.w
+        m_row, s_row, m_vec, s_vec = acc
+        mask = self.mask(frozenset(("k", c)))
+        x, _ = low.value(a, self.ref_index(low, c))
+        am = w.tmp(f"tl.where({mask}, {x}, float('-inf'))", "red")
+        if c in ("j", "b"):
+            new = w.tmp(f"tl.maximum({m_vec}, {am}, propagate_nan=tl.PropagateNan.ALL)", "red")
+            scale = f"tl.where({new} == float('-inf'), 0.0, tl.exp({m_vec} - {new}))"
+            add = f"tl.where({new} == float('-inf'), 0.0, tl.exp({am} - {new}))"
+            w.line(f"{s_vec} = {s_vec} * {scale} + {add}")
+            w.line(f"{m_vec} = {new}")
+            return
+        cm = w.tmp(f"tl.reduce({am}, {self.raxis}, _pyfuser_max_nan, keep_dims=True)", "red")
+        new = w.tmp(f"tl.maximum({m_row}, {cm}, propagate_nan=tl.PropagateNan.ALL)", "red")
+        part = w.tmp(f"tl.reduce(tl.where({new} == float('-inf'), 0.0, tl.exp({am} - {new})), {self.raxis}, "
+                     f"tl.standard._sum_combine, keep_dims=True)", "red")
+        w.line(f"{s_row} = {s_row} * tl.where({new} == float('-inf'), 0.0, tl.exp({m_row} - {new})) + {part}")
+        w.line(f"{m_row} = {new}")
+
+    def online_finish(self, low, m_expr, s_expr, acc):
+        w = low.w
+        m_row, s_row, m_vec, s_vec = acc
+        ax = self.raxis
+        mv = w.tmp(f"tl.reduce({m_vec}, {ax}, _pyfuser_max_nan, keep_dims=True)", "red")
+        M = w.tmp(f"tl.maximum({m_row}, {mv}, propagate_nan=tl.PropagateNan.ALL)", "red")
+        sv = w.tmp(f"tl.reduce({s_vec} * tl.exp({m_vec} - {M}), {ax}, tl.standard._sum_combine, keep_dims=True)", "red")
+        S = w.tmp(f"{s_row} * tl.exp({m_row} - {M}) + {sv}", "red")
+        out = []
+        for e, val in ((m_expr, M), (s_expr, S)):
+            o = e.outputs[0]
+            dt = self.acc_dtype(e)
+            out.append([w.tmp(f"({val}).to({TRITON_NAME[o.dtype]})", "red") if o.dtype is not dt else val])
+        return out
+
     @staticmethod
     def combine(op, dt: DataType) -> str:
         """The tl.reduce combine function; float max/min propagate NaN like torch."""
