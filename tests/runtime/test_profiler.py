@@ -116,3 +116,23 @@ def test_copy_bandwidth_is_measured_once():
     dev = torch.device("cuda")
     first = profiler.copy_bandwidth(dev)
     assert first > 100 and profiler.copy_bandwidth(dev) == first
+
+
+def test_general_path_is_profiled_host_segments_included():
+    """Two reductions over different dims in one output: today no scheduler takes it,
+    so it runs as a host segment next to a kernel (the general path)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        a = fd.ops.broadcast_in_dim(fd.ops.sum(x, dims=[0]), shape=[3, 4], broadcast_dims=[1])
+        b = fd.ops.broadcast_in_dim(fd.ops.sum(x, dims=[1]), shape=[3, 4], broadcast_dims=[0])
+        fd.add_output(fd.ops.add(a, b))
+        fd.add_output(fd.ops.neg(x))
+    x = torch.randn(3, 4, device=device())
+    for _ in range(2):
+        outs = fd.execute([x], profile=True)
+        p = fd.profile()
+        assert p.input_bytes == x.nbytes and p.output_bytes == sum(o.nbytes for o in outs)
+        assert p.kernels and p.time_ms == pytest.approx(sum(k.time_ms for k in p.kernels))
+        for k in p.kernels:
+            assert (k.scheduler == "host") == k.name.startswith("host")
+    fd.validate([x])

@@ -63,6 +63,8 @@ def _ptx(ck) -> str:
 
 
 class Probe:
+    """Dumps and profile records for one execute (see the module docstring)."""
+
     def __init__(self, fd, rt, active: frozenset, profile: bool, device: torch.device):
         self.fd, self.rt, self.active, self.profile = fd, rt, active, profile
         self.device = device
