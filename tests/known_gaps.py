@@ -8,10 +8,6 @@ a frontend or reference bug is fixed, not listed.
 KNOWN_CODEGEN_GAPS = [
     (r"test_op_sweep\.py::test_binary_python_scalar\[pow-bool-bool-tensor-scalar\]",
      "codegen: pow of a bool tensor by True: the interpreter's pow is not implemented for Bool"),
-    (r"test_op_sweep\.py::test_binary_python_scalar\[remainder-(float32|float16|bfloat16|int32-float|bool-float)"
-     r"[^]]*-scalar-tensor\]",
-     "codegen: remainder with a Python-number dividend, computed in float: numpy bitwise_and on floats "
-     "under the interpreter (CompileError)"),
     (r"test_op_sweep\.py::test_cast\[(int64|int32|bool|float64)-bfloat16\]",
      "codegen: casts from int64/int32/bool/float64 to bfloat16 give NaN (interpreter)"),
     (r"test_definition\.py::test_sum_over_empty_extent_is_zero",
