@@ -32,9 +32,10 @@ def binary(x, y, i, j, b):
     z = (torch.add(x, y, alpha=2) + torch.sub(x, y, alpha=3) + x * y + x / y + torch.maximum(x, y)
          + torch.minimum(x, y) + torch.atan2(x, y) + torch.fmod(x, y) + torch.remainder(x, y)
          + torch.where(x > y, x, y) + x.clamp(-0.5, 0.5) + x.clamp(min=0.1) + x.clamp(max=0.2)
-         + x ** 2 + x ** 3 + y.abs() ** 0.5 + y.abs() ** -0.5 + y ** -1 + 2.5 - x)
+         + x ** 2 + x ** 3 + y.abs() ** 0.5 + y.abs() ** -0.5 + y ** -1 + y.abs() ** 1.7 + y.abs() ** x
+         + 2.0 ** x + 2.5 - x)
     c = (x == y) | (x != y) & (x < y) | (x <= y) ^ (x >= y) | torch.logical_and(b, x > 0) | torch.logical_or(b, y > 0)
-    k = (i & j) + (i | j) + (i ^ j) + i * 3 - j + i // 1 * 0
+    k = (i & j) + (i | j) + (i ^ j) + i * 3 - j + i // 1 * 0 + i ** 2
     return z, c, k, i / j
 
 
@@ -72,7 +73,8 @@ GROUPS = {
                _ops("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum", "minimum", "atan2",
                     "fmod.Tensor", "remainder.Tensor", "where.self", "clamp", "eq.Tensor", "ne.Tensor", "lt.Tensor",
                     "le.Tensor", "gt.Tensor", "ge.Tensor", "logical_and", "logical_or", "bitwise_and.Tensor",
-                    "bitwise_or.Tensor", "bitwise_xor.Tensor", "pow.Tensor_Scalar")),
+                    "bitwise_or.Tensor", "bitwise_xor.Tensor", "pow.Tensor_Scalar", "pow.Tensor_Tensor",
+                    "pow.Scalar")),
     "reductions": (reductions, lambda g: [torch.randn(3, 5, generator=g)],
                    _ops("sum.dim_IntList", "amax", "amin", "mean.dim", "var_mean.correction",
                         "var.correction")),

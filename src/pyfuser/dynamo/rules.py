@@ -21,6 +21,7 @@ import torch
 from torch.fx.node import Node
 
 from ..ir.dtypes import DataType, from_torch
+from ..ir.values import TensorVal
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -152,29 +153,29 @@ def _div_mode_check(n, a):
 rule("div.Tensor_mode", "div.Scalar_mode", check=_div_mode_check)(lambda t, n, a: t.ops.div(a.self, a.other))
 
 
+def _small_int_power(y) -> bool:
+    return isinstance(y, (int, float)) and not isinstance(y, bool) and y == int(y) and 1 <= abs(y) <= 8
+
+
 def _pow_check(n, a):
-    # fd.ops.pow does not run yet (its kernel fails in Triton's interpreter), so only
-    # the exponents written as products or roots are claimed.
-    y = a.exponent
-    if isinstance(y, bool) or not isinstance(y, (int, float)):
-        return "tensor exponent"
-    if y in (0.5, -0.5) or (y == int(y) and 1 <= abs(y) <= 64):
+    # Floats: any exponent (small integer powers become products).  Integers: only
+    # positive small integer powers, as products; pyfuser's pow computes in floats.
+    if meta(n).dtype.is_floating_point:
         return None
-    return f"exponent {y!r}"
+    y = getattr(a, "exponent", None)
+    return None if _small_int_power(y) and y > 0 else "integer pow"
 
 
-@rule("pow.Tensor_Scalar", check=_pow_check)
-def _pow_scalar(t, n, a):
+@rule("pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", check=_pow_check)
+def _pow(t, n, a):
     x, y = a.self, a.exponent
     out = t.dtype(n)
-    if x.dtype is not out:
+    if isinstance(x, TensorVal) and x.dtype is not out:
         x = t.ops.cast(x, out)
-    if y == 0.5:
-        return t.ops.sqrt(x)
-    if y == -0.5:
-        return t.ops.rsqrt(x)
+    if not isinstance(x, TensorVal) or not _small_int_power(y):
+        return t.ops.pow(x, y)
     k, result, base = abs(int(y)), None, x
-    while k:  # binary powering: x**k in O(log k) multiplies
+    while k:  # binary powering: x**k in O(log k) multiplies, as eager's pow does for small k
         if k & 1:
             result = base if result is None else t.ops.mul(result, base)
         k >>= 1
