@@ -209,6 +209,10 @@ class Lowering:
             target = e.attrs["dtype"]
             if inp.dtype is target:
                 return code, axes
+            if target is DataType.BFloat16 and inp.dtype not in (DataType.Float, DataType.Half):
+                # via fp32, as torch converts; Triton's interpreter turns ints and fp64 into
+                # bf16 bits directly (NaN and garbage)
+                code = f"({code}).to(tl.float32)"
             return w.tmp(f"({code}).to({TRITON_NAME[target]})"), axes
         if row.compute == "args":
             cdt = compute_dtype(_promote(tuple((a.dtype, min(a.rank, 1) if isinstance(a, TensorVal) else None)

@@ -67,10 +67,12 @@ def is_normalization(seg, ref) -> bool:
 
 def _sizes(seg, ref, dims):
     shape = seg.shapes[ref]
-    J = 1
-    for d in dims:
-        J *= shape[d]
-    K = seg.numel(ref) // J if J else 0
+    K = J = 1
+    for d, s in enumerate(shape):
+        if d in dims:
+            J *= s
+        else:
+            K *= s  # not numel // J: a reduction over an empty extent still has K rows to write
     return K, J
 
 

@@ -1,0 +1,194 @@
+"""Kernel paths the scheduler tests do not reach by themselves: layout and creation
+ops inside kernels, 64-bit indexing (forced), reductions of re-indexed or expanded
+tensors, three dependent reduction levels, empty reduced extents, every cast."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pyfuser.schedulers import override
+
+from .common import DataType, check, define_input, from_torch, fusion, gen_for, make_tensor
+
+MULTIPASS = {"persistent": False, "block_j": 8}
+PEELED = {"persistent": False, "block_j": 8, "block_k": 1, "align": 4}
+
+
+def _x(shape=(33, 20), dtype=torch.float32, name="x"):
+    return make_tensor(shape, dtype, gen_for("misc", name, shape, str(dtype)))
+
+
+@pytest.mark.parametrize("params", [{}, {"block": 16}, {"block": 64, "int64": True}], ids=str)
+def test_slice_pad_cat(params):
+    x = _x()
+
+    def build(fd):
+        t = define_input(fd, x)
+        s = fd.ops.slice(t, [1, 2], [30, 19], [2, 1])  # [15, 17], stepped rows
+        p = fd.ops.pad(s, [1, 2, 0, 3], 0.5)  # [18, 20]
+        c = fd.ops.cat([p, fd.ops.neg(p)], dim=1)  # [18, 40]
+        fd.add_output(fd.ops.mul(c, fd.define_scalar(2.0)))
+
+    with override(**params):
+        check(fusion(build), [x], n_launches=1)
+
+
+@pytest.mark.parametrize("params", [{}, {"block": 64, "int64": True}], ids=str)
+def test_iota_full_squeeze_and_0dim(params):
+    x = _x()
+    y = _x((5, 1, 20), name="y")
+    s0 = torch.tensor(1.25)
+
+    def build(fd):
+        t, u, z = define_input(fd, x), define_input(fd, y), fd.define_tensor(shape=[], contiguity=[])
+        i = fd.ops.iota(20, 3, 2, dtype=DataType.Int)
+        f = fd.ops.full([33, 20], 1.5, DataType.Float)
+        fd.add_output(fd.ops.add(fd.ops.mul(t, f), fd.ops.broadcast_in_dim(i, shape=[33, 20], broadcast_dims=[1])))
+        fd.add_output(fd.ops.mul(fd.ops.squeeze(u, [1]), fd.ops.exp(z)))
+
+    with override(**params):
+        check(fusion(build), [x, y, s0])
+
+
+@pytest.mark.parametrize("params", [{}, MULTIPASS, PEELED, {"int64": True}, {**MULTIPASS, "int64": True},
+                                    {**PEELED, "int64": True}], ids=str)
+def test_three_dependent_reduction_levels(params):
+    """max -> sum(exp(x - max)) -> var_mean of the softmax: one pass per level."""
+    x = _x()
+
+    def build(fd):
+        t = define_input(fd, x)
+        d = fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True))
+        y = fd.ops.div(fd.ops.exp(d), fd.ops.sum(fd.ops.exp(d), dims=[1], keepdim=True))
+        v, mu = fd.ops.var_mean(y, dims=[1], keepdim=True)
+        fd.add_output(fd.ops.sub(y, mu))
+        fd.add_output(v)
+
+    with override(**params):
+        check(fusion(build), [x], n_launches=1, scheduler="inner_normalization")
+
+
+@pytest.mark.parametrize("params", [{}, {"persistent": False, "block_j": 4}], ids=str)
+def test_keepdim_and_dropped_results_together(params):
+    x = _x((3, 4, 9))
+
+    def build(fd):
+        t = define_input(fd, x)
+        s2 = fd.ops.sum(t, dims=[2], keepdim=True)
+        fd.add_output(fd.ops.sum(t, dims=[2], keepdim=False))
+        fd.add_output(s2)
+        fd.add_output(fd.ops.sub(t, s2))
+
+    with override(**params):
+        check(fusion(build), [x], n_launches=1, tol=(1e-5, 1e-4))
+
+
+@pytest.mark.parametrize("params", [{}, {"persistent": False, "block_j": 16}], ids=str)
+def test_reductions_of_permuted_and_reshaped_inputs(params):
+    x = _x()
+
+    def build(fd):
+        t = define_input(fd, x)
+        r = fd.ops.reshape(t, [11, 3, 20])
+        fd.add_output(fd.ops.sub(r, fd.ops.sum(r, dims=[1, 2], keepdim=True)))
+
+    def build_p(fd):
+        p = fd.ops.permute(define_input(fd, x), [1, 0])
+        fd.add_output(fd.ops.sum(p, dims=[1]))
+        fd.add_output(fd.ops.max(p, dims=[1]))
+
+    with override(**params):
+        check(fusion(build), [x], n_launches=1, tol=(1e-5, 1e-4))
+        check(fusion(build_p), [x], n_launches=1, tol=(1e-5, 1e-4))
+
+
+@pytest.mark.parametrize("params", [{}, {"persistent": False, "block_j": 4}], ids=str)
+def test_outer_normalization(params):
+    """x - sum(x, 0): full-shape outputs from the outer-reduction tile."""
+    x = _x()
+
+    def build(fd):
+        t = define_input(fd, x)
+        m = fd.ops.sum(t, dims=[0], keepdim=True)
+        fd.add_output(fd.ops.sub(t, m))
+        fd.add_output(m)
+
+    with override(**params):
+        check(fusion(build), [x], n_launches=1, tol=(1e-5, 1e-4), scheduler="outer_reduction")
+
+
+@pytest.mark.parametrize("which", ["row", "column"])
+def test_reductions_of_expanded_inputs(which):
+    base = _x((1, 9) if which == "row" else (5, 1), name=which)
+    x = base.expand(5, 9)  # stride 0 in one dim
+
+    def build(fd):
+        t = fd.define_tensor(shape=[-1, -1], contiguity=[False, False])
+        fd.add_output(fd.ops.sum(t, dims=[1]))
+        fd.add_output(fd.ops.sum(t, dims=[0]))
+
+    check(fusion(build), [x], tol=(1e-5, 1e-4))
+
+
+def test_int32_sums_accumulate_in_int64():
+    x = torch.full((3, 5), 2**31 - 5, dtype=torch.int32)
+    x[1, 2] = -(2**31)
+
+    def build(fd):
+        t = define_input(fd, x)
+        fd.add_output(fd.ops.sum(t, dims=[1]))
+        fd.add_output(fd.ops.sum(t, dims=[0]))
+
+    a, b = check(fusion(build), [x])
+    assert a.dtype == torch.int64 and a[0].item() == 5 * (2**31 - 5)
+
+
+@pytest.mark.parametrize("params", [{}, {"persistent": False, "block_j": 4}], ids=str)
+def test_reduction_over_an_empty_extent(params):
+    """[3, 0] -> [3]: sums are 0, products 1, variances NaN, in every row."""
+    x = torch.empty(3, 0)
+
+    def build(fd):
+        t = define_input(fd, x)
+        fd.add_output(fd.ops.sum(t, dims=[1]))
+        fd.add_output(fd.ops.prod(t, dims=[1]))
+        v, m = fd.ops.var_mean(t, dims=[1])
+        fd.add_output(v)
+
+    with override(**params):
+        s, p, v = check(fusion(build), [x])
+    assert torch.equal(s, torch.zeros(3)) and torch.equal(p, torch.ones(3)) and v.isnan().all()
+
+    def build_outer(fd):
+        fd.add_output(fd.ops.sum(define_input(fd, torch.empty(0, 5)), dims=[0]))
+
+    with override(**params):
+        (s,) = check(fusion(build_outer), [torch.empty(0, 5)])
+    assert torch.equal(s, torch.zeros(5))
+
+
+CAST_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64, torch.bool]
+
+
+@pytest.mark.parametrize("dst", CAST_DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("src", CAST_DTYPES, ids=lambda d: str(d)[6:])
+def test_every_cast(src, dst):
+    """Exact: a cast rounds once (to nearest even), like torch."""
+    if src == dst:
+        pytest.skip("no-op")
+    gen = gen_for("cast_all", str(src), str(dst))
+    x = (torch.randn(3, 257, generator=gen, dtype=torch.float64) * 300)
+    if not src.is_floating_point:
+        x = x.round()
+    x = x.to(src)
+
+    def build(fd):
+        fd.add_output(fd.ops.cast(define_input(fd, x), dtype=from_torch(dst)))
+
+    (got,) = fusion(build).execute([x])
+    want = x.to(dst)
+    assert got.dtype == dst
+    if dst == torch.bfloat16:  # the interpreter truncates fp32 -> bf16: one ulp at most
+        torch.testing.assert_close(got, want, rtol=2 ** -7, atol=0)
+    else:
+        assert torch.equal(got, want), f"{src} -> {dst}"

@@ -1,0 +1,254 @@
+"""Random numbers in generated kernels (Philox-4x32-10 on the logical element index).
+
+The values must be the reference executor's (uniform: bit for bit), must not depend
+on the schedule (block sizes, persistent or multi-pass, one Philox call per element
+or per 4), and must follow the seed/offset (explicit scalars, or PyTorch's generator
+when none are given)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pyfuser.reference import run_reference
+from pyfuser.runtime.executor import make_rng_state
+from pyfuser.schedulers import override
+
+from .common import DataType, check, define_input, fusion, gen_for, kernels_of, launches, make_tensor
+
+
+def _explicit(dist="uniform", shape=(37, 129), dtype=DataType.Float, p=(0.0, 1.0)):
+    """``dist`` with runtime rng_seed / rng_offset scalars: inputs are [seed, offset]."""
+
+    def build(fd):
+        seed = fd.define_scalar(dtype=DataType.Int)
+        off = fd.define_scalar(dtype=DataType.Int)
+        lo, hi = (fd.define_scalar(v) for v in p)
+        fd.add_output(getattr(fd.ops, dist)(lo, hi, shape=list(shape), dtype=dtype, rng_seed=seed, rng_offset=off))
+
+    return fusion(build)
+
+
+def _uniform_ok(u: torch.Tensor):
+    n = u.numel()
+    assert u.min() >= 0 and u.max() < 1
+    assert abs(u.double().mean().item() - 0.5) < 4 * math.sqrt(1 / 12 / n)
+    hist = torch.histc(u.double(), bins=10, min=0.0, max=1.0)
+    expected = n / 10
+    assert (hist - expected).abs().max().item() < 5 * math.sqrt(expected), hist
+
+
+def test_same_seed_offset_same_bits_and_reference():
+    fd = _explicit()
+    a = fd.execute([123456789, 8])[0]
+    b = fd.execute([123456789, 8])[0]
+    assert torch.equal(a, b)
+    fd2 = _explicit()  # an independent definition of the same fusion
+    assert torch.equal(fd2.execute([123456789, 8])[0], a)
+    assert torch.equal(a, fd.reference([123456789, 8])[0])  # bit for bit
+    _uniform_ok(a)
+
+
+@pytest.mark.parametrize("seed,offset", [(0, 0), (1, 4), (2**32 + 5, 12), (2**62 + 3, 2**33 + 4), (7, 2**32)])
+def test_uniform_matches_reference_bits(seed, offset):
+    """Seeds and offsets past 32 bits use the high Philox words."""
+    fd = _explicit(shape=(5, 1001))
+    got = fd.execute([seed, offset])[0]
+    assert torch.equal(got, fd.reference([seed, offset])[0])
+    _uniform_ok(got)
+
+
+def test_different_offsets_and_seeds_differ():
+    fd = _explicit(shape=(4096,))
+    base = fd.execute([99, 0])[0]
+    for args in ([99, 4], [99, 8], [99, 2**32], [100, 0], [99 + 2**32, 0]):
+        other = fd.execute(args)[0]
+        assert (other != base).float().mean() > 0.99, args
+        _uniform_ok(other)
+
+
+def test_normal_statistics_and_reference():
+    fd = _explicit("normal", shape=(8191,))
+    z = fd.execute([2024, 16])[0]
+    n = z.numel()
+    assert abs(z.double().mean().item()) < 4 / math.sqrt(n)
+    assert abs(z.double().std().item() - 1) < 0.05
+    assert z.abs().max() < 6.5 and torch.isfinite(z).all()
+    torch.testing.assert_close(z, fd.reference([2024, 16])[0], rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dist,p", [("uniform", (-2.0, 3.0)), ("normal", (1.5, 0.25))])
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.Half, DataType.BFloat16], ids=repr)
+def test_parameters_and_dtypes(dist, p, dtype):
+    fd = _explicit(dist, shape=(13, 77), dtype=dtype, p=p)
+    got = fd.execute([31337, 4])[0]
+    want = fd.reference([31337, 4])[0]
+    if dist == "uniform" and dtype is DataType.Float:
+        assert torch.equal(got, want)
+    tol = {DataType.Float: (1e-5, 1e-5), DataType.Half: (2e-3, 2e-3), DataType.BFloat16: (1.6e-2, 1.6e-2)}[dtype]
+    torch.testing.assert_close(got, want, rtol=tol[0], atol=tol[1])
+    g = got.double()
+    if dist == "uniform":
+        assert g.min() >= p[0] and g.max() <= p[1] and abs(g.mean().item() - 0.5) < 0.15
+    else:
+        assert abs(g.mean().item() - p[0]) < 0.05 and abs(g.std().item() - p[1]) < 0.03
+
+
+# --- independence from the schedule ------------------------------------------------
+
+
+def _dropout_softmax(shape, dist="rand_like"):
+    """softmax over rows, then dropout with an explicit seed: a random op inside a
+    normalization kernel.  Inputs: x, seed, offset."""
+    R, V = shape
+
+    def build(fd):
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
+        seed = fd.define_scalar(dtype=DataType.Int)
+        off = fd.define_scalar(dtype=DataType.Int)
+        t = fd.ops.cast(x, dtype=DataType.Float)
+        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
+        y = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
+        r = getattr(fd.ops, dist)(y, rng_seed=seed, rng_offset=off)
+        keep = fd.ops.gt(r, fd.define_scalar(0.1))
+        fd.add_output(r)
+        fd.add_output(keep)
+        fd.add_output(fd.ops.cast(fd.ops.mul(fd.ops.cast(keep, dtype=DataType.Float), y), dtype=DataType.Half))
+
+    return fusion(build)
+
+
+REDUCTION_SCHEDULES = {
+    "persistent": {"persistent": True, "quad_rng": False},
+    "persistent_quad": {"persistent": True, "quad_rng": True},
+    "multipass_16": {"persistent": False, "block_j": 16, "quad_rng": False},
+    "multipass_quad_8": {"persistent": False, "block_j": 8, "quad_rng": True},
+    "one_row_per_program": {"persistent": True, "block_k": 1},
+    "peeled_persistent": {"persistent": True, "block_k": 1, "align": 8},
+    "peeled_multipass": {"persistent": False, "block_k": 1, "block_j": 32, "align": 8},
+}
+
+
+@pytest.mark.parametrize("dist", ["rand_like", "randn_like"])
+@pytest.mark.parametrize("shape", [(3, 36), (5, 129), (2, 1001)], ids=str)
+def test_reduction_schedules_give_identical_bits(shape, dist):
+    gen = gen_for("sched_bits", shape, dist)
+    x = make_tensor(shape, torch.float16, gen)
+    fd = _dropout_softmax(shape, dist)
+    args = [x, 987654321, 8]
+    want = fd.reference(args)
+    first = None
+    distinct = set()
+    for name, params in REDUCTION_SCHEDULES.items():
+        if "quad" in name and shape[1] % 4:
+            params = {**params, "quad_rng": False}  # the scheduler only sets it for J % 4 == 0
+        if not params["persistent"] and shape[1] > 200:
+            params = {**params, "block_j": params["block_j"] * 8}  # fewer interpreted loop trips
+        distinct.add(tuple(sorted(params.items())))
+        with override(**params):
+            got = fd.execute(args)
+        if dist == "rand_like":
+            assert torch.equal(got[0], want[0]), f"{name}: not the reference's bits"
+        else:
+            torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=2e-5, msg=lambda m: f"{name}: {m}")
+        assert torch.equal(got[1], want[1]) or dist == "randn_like", name
+        if first is None:
+            first = got
+        else:
+            for i, (g, f) in enumerate(zip(got, first)):
+                assert torch.equal(g, f), f"schedule {name} changed output {i}"
+    # every variant compiled its own kernel (the overrides took effect)
+    assert len(kernels_of(fd)) == len(distinct)
+
+
+@pytest.mark.parametrize("dist", ["uniform", "normal"])
+@pytest.mark.parametrize("shape", [(7,), (129,), (3, 1001), (2, 3, 37)], ids=str)
+def test_pointwise_block_sizes_give_identical_bits(shape, dist):
+    fd = _explicit(dist, shape=shape)
+    outs = []
+    n = math.prod(shape)
+    for block in ((None, 4, 16, 64) if n < 1000 else (None, 64, 256, 1024)):
+        with override(**({} if block is None else {"block": block})):
+            outs.append(fd.execute([77, 12])[0])
+    for o in outs[1:]:
+        assert torch.equal(o, outs[0])
+    want = fd.reference([77, 12])[0]
+    if dist == "uniform":
+        assert torch.equal(outs[0], want)
+    else:
+        torch.testing.assert_close(outs[0], want, rtol=1e-5, atol=2e-5)
+
+
+def test_random_reached_through_permute_and_broadcast():
+    """The value belongs to the random op's own element index, whichever tensor the
+    kernel walks: a [5, 7] uniform read transposed, and a [5, 1] normal broadcast."""
+    gen = gen_for("perm_rng")
+    x = make_tensor((7, 5), torch.float32, gen)
+
+    def build(fd):
+        tx = define_input(fd, x)
+        seed = fd.define_scalar(dtype=DataType.Int)
+        off = fd.define_scalar(dtype=DataType.Int)
+        zero, one = fd.define_scalar(0.0), fd.define_scalar(1.0)
+        u = fd.ops.uniform(zero, one, shape=[5, 7], rng_seed=seed, rng_offset=off)
+        n = fd.ops.normal(zero, one, shape=[5, 1], rng_seed=seed, rng_offset=off)
+        nb = fd.ops.broadcast_in_dim(n, shape=[5, 7], broadcast_dims=[0, 1])
+        fd.add_output(fd.ops.add(tx, fd.ops.permute(fd.ops.add(u, nb), dims=[1, 0])))
+
+    fd = fusion(build)
+    check(fd, [x, 5, 4], n_launches=1, tol=(1e-5, 2e-5))
+
+
+# --- the generator's state, when no seed is given ---------------------------------
+
+
+def _implicit(shape=(9, 129)):
+    def build(fd):
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        r1 = fd.ops.rand_like(x)
+        r2 = fd.ops.rand_like(x)  # a second random op: the next offset
+        fd.add_output(fd.ops.mul(x, r1))
+        fd.add_output(r2)
+
+    return fusion(build)
+
+
+def test_manual_seed_replays_and_consecutive_executes_differ():
+    fd = _implicit()
+    x = make_tensor((9, 129), torch.float32, gen_for("implicit"))
+    torch.manual_seed(7)
+    a1 = fd.execute([x])
+    a2 = fd.execute([x])
+    torch.manual_seed(7)
+    b1 = fd.execute([x])
+    b2 = fd.execute([x])
+    for g, w in zip(a1 + a2, b1 + b2):
+        assert torch.equal(g, w)
+    assert (a1[0] != a2[0]).float().mean() > 0.99
+    assert (a1[1] != a2[1]).float().mean() > 0.99
+    # the two random ops of one execute are independent streams
+    assert (a1[0] / x != a1[1]).float().mean() > 0.99
+    _uniform_ok(a1[1])
+    torch.manual_seed(8)
+    c1 = fd.execute([x])
+    assert (c1[1] != a1[1]).float().mean() > 0.99
+
+
+@pytest.mark.parametrize("nth", [0, 1])
+def test_implicit_state_matches_reference(nth):
+    """Execute after manual_seed(s) equals the reference run with the state
+    make_rng_state draws after manual_seed(s), on the first and on a cached execute."""
+    fd = _implicit()
+    x = make_tensor((9, 129), torch.float32, gen_for("implicit_ref"))
+    if nth:
+        fd.execute([x])  # the next execute takes the cached path
+    torch.manual_seed(11)
+    with launches() as n:
+        got = fd.execute([x])
+    assert n[0] == 1
+    torch.manual_seed(11)
+    state, _ = make_rng_state(fd.ir, x.device)
+    want = run_reference(fd.ir, [x], rng_state=state)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
