@@ -152,12 +152,8 @@ def test_binary_fp32_broadcast_and_scalars(op):
              [a], f"{op}(fp32, {scalar})", TOL.get(op))
 
 
-RUNTIME_SCALAR_BUG = pytest.mark.xfail(
-    strict=True, reason="bug: a runtime float scalar input reaches the interpreted kernel as a Python float, "
-    "and the kernel's (S).to(tl.float32) fails ('float' object has no attribute 'to')")
 
 
-@RUNTIME_SCALAR_BUG
 @pytest.mark.parametrize("op", ["add", "mul", "div", "pow", "atan2", "maximum", "lt"])
 def test_binary_runtime_scalar(op):
     """A scalar given at execute time (define_scalar without a value), on the left."""

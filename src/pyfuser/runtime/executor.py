@@ -23,6 +23,7 @@ from ..reference import run_expr, run_reference
 from ..schedulers.base import _OVERRIDES
 from . import dump, profiler
 from .cache import COUNTERS
+from .spills import choose_params, scratch_outputs
 from .plan import ExecutorCache, is_contiguous
 from .probe import LaunchMeta, Probe, input_positions, scheduler_decisions
 from .rng_state import draw_seed_offset
@@ -44,6 +45,16 @@ def make_rng_state(ir, device):
     seed, base = draw_seed_offset(device, len(rexprs))
     table = {id(e): (seed, base + 4 * k) for k, e in enumerate(rexprs)}
     return (lambda e: table[id(e)]), table
+
+
+def _warmup_args(src, params, sched, seg, b):
+    """Arguments for compiling ``src`` ahead of its launch: the real inputs, scratch
+    outputs, zero random state (only types and alignment matter to the compiler)."""
+    outs = scratch_outputs(src, b)
+    args = [arg_value(a, b, b.values, outs, {id(a.source[1]): (0, 0)} if a.kind == "rng" else {}) for a in src.args]
+    kw = dict(src.constexprs)
+    kw["num_warps"] = params.num_warps
+    return args, sched.grid(seg, params), kw
 
 
 def fingerprint(inputs, device):
@@ -223,7 +234,11 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
         for step in plan.steps:
             seg = rt.segment(b, step.outputs)
             params = step.scheduler.heuristics(seg)
-            src, fn = rt.build(seg, step.scheduler, params)
+            if b.device.type == "cuda":
+                params, src, fn = choose_params(rt, seg, step.scheduler, params, b, inputs,
+                                                lambda src, p, _seg=seg, _s=step.scheduler: _warmup_args(src, p, _s, _seg, b))
+            else:
+                src, fn = rt.build(seg, step.scheduler, params)
             launches.append((src, fn, step.scheduler, seg, params))
         if "scheduler_params" in active:
             dump.emit(dump.scheduler_params(fd.id, scheduler_decisions(rt, plan, b, [la[4] for la in launches])))

@@ -52,6 +52,7 @@ class ExecutorCache:
         self.kernel_counter = 0
         self.fresh: set = set()
         self.prepared: dict = {}  # input fingerprint -> Prepared
+        self.spill_choice: dict = {}  # (scheduler, outputs, signature, heuristics' params) -> params that do not spill
         self.kernels: dict = {}  # (scheduler, outputs, signature, params) -> (KernelSource, kernel)
         # For dumps and the profiler:
         self.kernel_info: dict = {}  # kernel name -> probe.KernelInfo

@@ -1,8 +1,10 @@
 """What every scheduler shares: the segment it is asked about, rejections, overrides.
 
 A scheduler module provides ``can_schedule(seg) -> Reject | None`` (a pure look at
-the fusion and its concrete shapes), ``heuristics(seg) -> Params`` (speed only), and
-``emit(seg, params, name) -> KernelSource`` (correct for any valid params).
+the fusion and its concrete shapes), ``heuristics(seg) -> Params`` (speed only),
+``emit(seg, params, name) -> KernelSource`` (correct for any valid params),
+``grid(seg, params)``, and optionally ``fallbacks(seg, params) -> [Params]``: what to
+try next when the compiled kernel spills registers (the runtime checks on the GPU).
 """
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ see ``reduction.py`` for the tile and the sizing rules."""
 from __future__ import annotations
 
 from .base import Reject, Segment
-from .reduction import ReductionParams, analyse, emit_reduction, inner_heuristics, innermost_reduced, \
-    is_normalization, reduction_grid
+from .reduction import (ReductionParams, analyse, emit_reduction, inner_heuristics, innermost_reduced,
+                        is_normalization, reduction_grid, reduction_fallbacks as fallbacks)
 
 NAME = "inner_normalization"
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from .base import Reject, Segment
-from .reduction import ReductionParams, analyse, emit_reduction, inner_heuristics, innermost_reduced, \
-    is_normalization, reduction_grid
+from .reduction import (ReductionParams, analyse, emit_reduction, inner_heuristics, innermost_reduced,
+                        is_normalization, reduction_grid, reduction_fallbacks as fallbacks)
 
 NAME = "inner_reduction"
 

@@ -4,8 +4,8 @@ loops over the reduced ones; see ``reduction.py``."""
 from __future__ import annotations
 
 from .base import Reject, Segment
-from .reduction import ReductionParams, analyse, emit_reduction, innermost_reduced, outer_heuristics, \
-    reduction_grid
+from .reduction import (ReductionParams, analyse, emit_reduction, innermost_reduced, outer_heuristics,
+                        reduction_grid, reduction_fallbacks as fallbacks)
 
 NAME = "outer_reduction"
 

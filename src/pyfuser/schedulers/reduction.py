@@ -132,6 +132,20 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     return apply_overrides(ReductionParams(False, J <= bj, bk, bj, 8, int64))
 
 
+def reduction_fallbacks(seg: Segment, params: ReductionParams) -> list:
+    """Configurations to try, in order, when ``params`` compiles to a kernel that spills:
+    a persistent row becomes multi-pass chunks; big chunks become smaller ones."""
+    out = []
+    if params.persistent and params.inner:
+        out.append(replace(params, persistent=False, block_k=1, block_j=min(params.block_j, 8192), num_warps=16))
+    bj, warps = (params.block_j if not params.persistent else min(params.block_j, 8192)), 16
+    while bj > 1024:
+        bj, warps = bj // 2, max(4, warps // 2)
+        out.append(replace(params, persistent=False, block_k=1 if params.inner else params.block_k, block_j=bj,
+                           num_warps=warps))
+    return out
+
+
 def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: str):
     ref, dims = analyse(seg)
     tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64,
