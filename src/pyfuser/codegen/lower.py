@@ -49,6 +49,12 @@ def _promote(args: tuple) -> DataType:
     return from_torch(r)
 
 
+def scalar_cast(code: str, dt: DataType) -> str:
+    """Convert a scalar kernel argument: ``tl.cast`` takes a compiled kernel's scalar
+    tensor and the interpreter's plain Python number alike (``.to`` only the former)."""
+    return f"tl.cast({code}, {TRITON_NAME[dt]})"
+
+
 def compute_dtype(dt: DataType) -> DataType:
     return DataType.Float if dt in (DataType.Half, DataType.BFloat16) else dt
 
@@ -228,6 +234,8 @@ class Lowering:
                 conv.append(code)
             elif want is DataType.Bool:
                 conv.append(f"({code} != 0)")
+            elif isinstance(inp, ScalarVal):
+                conv.append(scalar_cast(code, want))
             else:
                 conv.append(f"({code}).to({TRITON_NAME[want]})")
         w.cdtype = TRITON_NAME[cdt]
@@ -315,7 +323,7 @@ class Lowering:
         val, vax = self.value(x, inner)
         pv, _ = self.scalar(pad_value)
         cond = self.w.tmp(" & ".join(f"({p})" for p in preds), "m") if preds else "True"
-        pv = literal(pad_value.value, v.dtype) if pad_value.is_constant else f"({pv}).to({TRITON_NAME[v.dtype]})"
+        pv = literal(pad_value.value, v.dtype) if pad_value.is_constant else scalar_cast(pv, v.dtype)
         return self.w.tmp(f"tl.where({cond}, {val}, {pv})"), vax | axes
 
     def lower_cat(self, e, v, idx):
@@ -352,14 +360,14 @@ class Lowering:
                                                                         literal(float(value), DataType.Float))
             return f"tl.full([], {text}, {dt})", frozenset()
         code, _ = self.scalar(fill)
-        return self.w.tmp(f"tl.full([], 0, {dt}) + ({code}).to({dt})"), frozenset()
+        return self.w.tmp(f"tl.full([], 0, {dt}) + {scalar_cast(code, v.dtype)}"), frozenset()
 
     def lower_iota(self, e, v, idx):
         start, step = e.inputs
         c = idx.coords[0]
         cdt = compute_dtype(v.dtype)
-        s0 = literal(start.value, cdt) if start.is_constant else f"({self.scalar(start)[0]}).to({TRITON_NAME[cdt]})"
-        s1 = literal(step.value, cdt) if step.is_constant else f"({self.scalar(step)[0]}).to({TRITON_NAME[cdt]})"
+        s0 = literal(start.value, cdt) if start.is_constant else scalar_cast(self.scalar(start)[0], cdt)
+        s1 = literal(step.value, cdt) if step.is_constant else scalar_cast(self.scalar(step)[0], cdt)
         code = f"({c.code}).to({TRITON_NAME[cdt]}) * {s1} + {s0}"
         if cdt is not v.dtype:
             code = f"({code}).to({TRITON_NAME[v.dtype]})"
@@ -373,14 +381,15 @@ class Lowering:
         if a.get("like"):
             p0, p1 = "0.0", "1.0"
         else:
-            p0, p1 = (literal(p.value, DataType.Float) if p.is_constant else f"({self.scalar(p)[0]}).to(tl.float32)"
+            p0, p1 = (literal(p.value, DataType.Float) if p.is_constant else scalar_cast(self.scalar(p)[0], DataType.Float)
                       for p in e.inputs[:2])
         if a["has_seed"]:
             seed, off = (self.scalar(s)[0] for s in rest)
-            seed_lo = w.tmp(f"({seed}).to(tl.int64) & 0xFFFFFFFF", "s")
-            seed_hi = w.tmp(f"(({seed}).to(tl.int64) >> 32) & 0xFFFFFFFF", "s")
-            off_lo = w.tmp(f"({off}).to(tl.int64) & 0xFFFFFFFF", "s")
-            off_hi = w.tmp(f"(({off}).to(tl.int64) >> 32) & 0xFFFFFFFF", "s")
+            seed, off = scalar_cast(seed, DataType.Int), scalar_cast(off, DataType.Int)
+            seed_lo = w.tmp(f"{seed} & 0xFFFFFFFF", "s")
+            seed_hi = w.tmp(f"({seed} >> 32) & 0xFFFFFFFF", "s")
+            off_lo = w.tmp(f"{off} & 0xFFFFFFFF", "s")
+            off_hi = w.tmp(f"({off} >> 32) & 0xFFFFFFFF", "s")
         else:
             # Seed and offset arrive as eight 16-bit pieces: Triton types a Python int
             # argument by its range, so full 32-bit words would change the signature
