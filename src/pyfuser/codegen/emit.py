@@ -156,7 +156,7 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
         for c in tile.chunk_names():
             store_chunk(c)
         return
-    online = online_softmax_pairs(levels)  # sum expr -> (max expr, a)
+    online = online_softmax_pairs(levels) if tile.online else {}  # sum expr -> (max expr, a)
     for s_expr, (m_expr, _) in online.items():
         levels[s_expr] = levels[m_expr]
     for lvl in sorted(set(levels.values())):

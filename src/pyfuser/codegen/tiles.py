@@ -58,8 +58,9 @@ _IDENT = {"sum": 0, "prod": 1}
 
 class ReductionTile:
     def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
-                 quad_rng: bool = False, align: int = 1):
+                 quad_rng: bool = False, align: int = 1, online: bool = False):
         self.quad_rng = quad_rng  # J % 4 == 0: random numbers one Philox call per 4 elements
+        self.online = online  # multi-pass: fuse max and sum(exp(a - max)) into one pass
         self.ref, self.red_dims = ref, tuple(red_dims)
         n = len(ref.shape)
         trailing = self.red_dims == tuple(range(n - len(self.red_dims), n))

@@ -106,6 +106,8 @@ class FusedRegion(torch.nn.Module):
         self.fallback = submodule
         self.name = name
         self.text = region_text(submodule.graph)
+        self.out_strides = _traced_output_strides(submodule.graph)
+        self.restride: dict = {}  # input strides -> output positions whose layout must be ATen's
         self.entries: dict = {}  # input strides -> Translation
         self.copies: dict = {}  # input strides -> output positions to copy (see _copies)
         self.broken = False
@@ -183,7 +185,33 @@ class FusedRegion(torch.nn.Module):
             copies = self.copies[key] = _copies(entry, args, outs)
         for pos in copies:
             outs[pos] = outs[pos].clone()
+        restride = self.restride.get(key)
+        if restride is None:
+            restride = self.restride[key] = tuple(
+                pos for pos, o in enumerate(outs)
+                if pos < len(self.out_strides) and self.out_strides[pos] is not None
+                and not _same_layout(o, self.out_strides[pos]))
+        for pos in restride:
+            o = outs[pos]
+            outs[pos] = torch.empty_strided(o.shape, self.out_strides[pos], dtype=o.dtype, device=o.device).copy_(o)
         return tuple(outs) if entry.tuple_output else outs[0]
+
+
+def _traced_output_strides(graph) -> list:
+    """The strides ATen's outputs had when the graph was traced: the ops after the
+    region were recorded against them (a later ``_unsafe_view`` needs a contiguous
+    input, say), so an output with another layout is copied into this one."""
+    out = next(n for n in graph.nodes if n.op == "output")
+    vals = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
+    strides = []
+    for v in vals:
+        val = getattr(v, "meta", {}).get("val") if isinstance(v, torch.fx.Node) else None
+        strides.append(tuple(val.stride()) if isinstance(val, torch.Tensor) else None)
+    return strides
+
+
+def _same_layout(t: torch.Tensor, strides) -> bool:
+    return all(size == 1 or st == want for size, st, want in zip(t.shape, t.stride(), strides))
 
 
 def _copies(entry: Translation, inputs, outs) -> tuple:

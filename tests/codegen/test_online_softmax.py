@@ -1,0 +1,35 @@
+"""The online (one-pass max + rescaled sum) variant of multi-pass normalization,
+against the reference, with rows that are all -inf, hold a NaN, or hold +inf."""
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.schedulers import override
+
+
+def _softmax_fd():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        m = fd.ops.max(x, dims=[1])
+        e = fd.ops.exp(fd.ops.sub(x, fd.ops.broadcast_in_dim(m, shape=[-1, 1], broadcast_dims=[0])))
+        s = fd.ops.sum(e, dims=[1])
+        fd.add_output(fd.ops.div(e, fd.ops.broadcast_in_dim(s, shape=[-1, 1], broadcast_dims=[0])))
+        fd.add_output(s)
+        fd.add_output(m)
+    return fd
+
+
+@pytest.mark.parametrize("online", [True, False])
+@pytest.mark.parametrize("block_k", [1, 2])
+def test_online_softmax_matches_reference(online, block_k):
+    fd = _softmax_fd()
+    x = torch.randn(6, 77) * 5
+    x[1] = float("-inf")
+    x[2, 5] = float("nan")
+    x[3, 7] = float("inf")
+    x[4, :40] = float("-inf")
+    want = fd.reference([x])
+    with override(persistent=False, block_j=16, block_k=block_k, online=online):
+        got = fd.execute([x])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, equal_nan=True)
