@@ -34,14 +34,7 @@ class KernelSource:
 
 def live_exprs_for(outputs):
     """Exprs that the given outputs depend on, in program order."""
-    needed = {id(o) for o in outputs}
-    ir = outputs[0].fusion
-    live = []
-    for e in reversed(ir.exprs):
-        if any(id(o) in needed for o in e.outputs):
-            live.append(e)
-            needed.update(id(v) for v in e.inputs)
-    return live[::-1]
+    return outputs[0].fusion.live_exprs(outputs)
 
 
 def reduction_levels(exprs) -> dict:

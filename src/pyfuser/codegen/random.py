@@ -31,24 +31,40 @@ def philox_words(w, sub: str, seed_lo: str, seed_hi: str, off_lo: str, off_hi: s
     return c0, c1, c2, c3
 
 
+def _uniform(w, word: str) -> str:
+    return w.tmp(f"({word} >> 8).to(tl.float32) * {R.TWO_POW_M24!r}", "r")
+
+
+def _box_muller(w, a: str, b: str) -> tuple[str, str]:
+    """The two normals of the word pair (a, b): r cos(theta), r sin(theta)."""
+    u1 = w.tmp(f"(({a} >> 8) + 1).to(tl.float32) * {R.TWO_POW_M24!r}", "r")
+    u2 = _uniform(w, b)
+    rad = w.tmp(f"tl.sqrt(-2.0 * tl.log({u1}))", "r")
+    theta = w.tmp(f"{R.TWO_PI!r} * {u2}", "r")
+    return w.tmp(f"{rad} * tl.cos({theta})", "r"), w.tmp(f"{rad} * tl.sin({theta})", "r")
+
+
+def _scale(w, dist: str, z: str, p0: str, p1: str) -> str:
+    if (p0, p1) == ("0.0", "1.0"):
+        return z
+    if dist == "uniform":
+        return w.tmp(f"{p0} + ({p1} - {p0}) * {z}", "r")
+    return w.tmp(f"{p0} + {p1} * {z}", "r")
+
+
 def random_value(w, dist: str, lin: str, p0: str, p1: str, seed_lo, seed_hi, off_lo, off_hi) -> str:
     """fp32 random value of the element with logical index ``lin``."""
     sub = w.tmp(f"{lin} // 4", "r")
     word = w.tmp(f"{lin} % 4", "r")
     c0, c1, c2, c3 = philox_words(w, sub, seed_lo, seed_hi, off_lo, off_hi)
-    scale = repr(R.TWO_POW_M24)
     if dist == "uniform":
         bits = w.tmp(f"tl.where({word} == 0, {c0}, tl.where({word} == 1, {c1}, tl.where({word} == 2, {c2}, {c3})))", "r")
-        u = w.tmp(f"({bits} >> 8).to(tl.float32) * {scale}", "r")
-        return u if (p0, p1) == ("0.0", "1.0") else w.tmp(f"{p0} + ({p1} - {p0}) * {u}", "r")
+        return _scale(w, dist, _uniform(w, bits), p0, p1)
     a = w.tmp(f"tl.where({word} < 2, {c0}, {c2})", "r")
     b = w.tmp(f"tl.where({word} < 2, {c1}, {c3})", "r")
-    u1 = w.tmp(f"(({a} >> 8) + 1).to(tl.float32) * {scale}", "r")
-    u2 = w.tmp(f"({b} >> 8).to(tl.float32) * {scale}", "r")
-    rad = w.tmp(f"tl.sqrt(-2.0 * tl.log({u1}))", "r")
-    theta = w.tmp(f"{R.TWO_PI!r} * {u2}", "r")
-    z = w.tmp(f"tl.where(({word} % 2) == 0, {rad} * tl.cos({theta}), {rad} * tl.sin({theta}))", "r")
-    return z if (p0, p1) == ("0.0", "1.0") else w.tmp(f"{p0} + {p1} * {z}", "r")
+    cos, sin = _box_muller(w, a, b)
+    z = w.tmp(f"tl.where(({word} % 2) == 0, {cos}, {sin})", "r")
+    return _scale(w, dist, z, p0, p1)
 
 
 def random_quads(w, dist: str, sub: str, shape: str, p0: str, p1: str, seed_lo, seed_hi, off_lo, off_hi) -> str:
@@ -56,21 +72,9 @@ def random_quads(w, dist: str, sub: str, shape: str, p0: str, p1: str, seed_lo, 
     ``sub`` is a block of subsequence indices (a quarter of the tile); the four words
     of each call are interleaved back into the tile of shape ``shape``."""
     c0, c1, c2, c3 = philox_words(w, sub, seed_lo, seed_hi, off_lo, off_hi)
-    scale = repr(R.TWO_POW_M24)
     if dist == "uniform":
-        vals = [w.tmp(f"({c} >> 8).to(tl.float32) * {scale}", "r") for c in (c0, c1, c2, c3)]
+        v0, v1, v2, v3 = (_uniform(w, c) for c in (c0, c1, c2, c3))
     else:
-        vals = []
-        for a, b in ((c0, c1), (c2, c3)):
-            u1 = w.tmp(f"(({a} >> 8) + 1).to(tl.float32) * {scale}", "r")
-            u2 = w.tmp(f"({b} >> 8).to(tl.float32) * {scale}", "r")
-            rad = w.tmp(f"tl.sqrt(-2.0 * tl.log({u1}))", "r")
-            theta = w.tmp(f"{R.TWO_PI!r} * {u2}", "r")
-            vals += [w.tmp(f"{rad} * tl.cos({theta})", "r"), w.tmp(f"{rad} * tl.sin({theta})", "r")]
-    v0, v1, v2, v3 = vals
+        (v0, v1), (v2, v3) = _box_muller(w, c0, c1), _box_muller(w, c2, c3)
     z = w.tmp(f"tl.reshape(tl.join(tl.join({v0}, {v2}), tl.join({v1}, {v3})), {shape})", "r")
-    if (p0, p1) == ("0.0", "1.0"):
-        return z
-    if dist == "uniform":
-        return w.tmp(f"{p0} + ({p1} - {p0}) * {z}", "r")
-    return w.tmp(f"{p0} + {p1} * {z}", "r")
+    return _scale(w, dist, z, p0, p1)

@@ -115,9 +115,9 @@ class FusionIR:
                 out[v].append(e)
         return out
 
-    def live_exprs(self) -> list[Expr]:
-        """Exprs that some output depends on, in program order (dead code dropped)."""
-        needed: set[int] = {id(o) for o in self.outputs}
+    def live_exprs(self, outputs=None) -> list[Expr]:
+        """Exprs that ``outputs`` (default: the fusion's) depend on, in program order."""
+        needed: set[int] = {id(o) for o in (self.outputs if outputs is None else outputs)}
         live = []
         for e in reversed(self.exprs):
             if any(id(o) in needed for o in e.outputs):
