@@ -369,6 +369,69 @@ class Operators:
         return out
 
 
+    # -- host ops: torch calls between kernels (ir.host_ops) ---------------------------
+    def _host(self, op, tensors, names, attrs, spelling, dtype=None):
+        """``dtype``: the result's, for gathers (probing them would index out of range)."""
+        b = self._b
+        vals = [b.check_val(op, n, t, tensor=True) for t, n in zip(tensors, names)]
+        row = OPS[op]
+        if dtype is None:
+            dtype = b.probe_dtype(op, lambda *xs: row.ref(*xs, **attrs), vals)
+        (out,) = self._record(op, vals, attrs, [dtype], spelling)
+        return out
+
+    def _index_dim(self, op, arg, index, dim):
+        b = self._b
+        t = b.check_val(op, "arg", arg, tensor=True)
+        i = b.check_val(op, "index", index, tensor=True)
+        if i.dtype not in (DataType.Int, DataType.Int32):
+            raise DefinitionTypeError(f"{op}: index must be an Int or Int32 tensor, got {i.dtype}")
+        d = S.norm_dim(op, "dim", _const(dim), t.rank)
+        return self._host(op, [t, i], ["arg", "index"], {"dim": d}, f"{fmt(t)}, {fmt(i)}, dim={d}", t.dtype)
+
+    def matmul(self, arg1, arg2):
+        """torch.matmul, run by torch between kernels."""
+        return self._host("matmul", [arg1, arg2], ["arg1", "arg2"], {}, f"{fmt(arg1)}, {fmt(arg2)}")
+
+    def linear(self, arg1, arg2, bias=None):
+        """torch.nn.functional.linear(input, weight, bias), run by torch between kernels."""
+        ts = [arg1, arg2] + ([bias] if bias is not None else [])
+        sp = f"{fmt(arg1)}, {fmt(arg2)}" + (f", bias={fmt(bias)}" if bias is not None else "")
+        return self._host("linear", ts, ["input", "weight", "bias"], {}, sp)
+
+    def index_select(self, arg, index, dim):
+        return self._index_dim("index_select", arg, index, dim)
+
+    def gather(self, arg1, index, dim):
+        return self._index_dim("gather", arg1, index, dim)
+
+    def take_along_axis(self, arg1, index, dim):
+        return self._index_dim("take_along_axis", arg1, index, dim)
+
+    def embedding_fwd(self, input, weight, padding_idx=None, max_norm=None, norm_type=None,
+                      scale_grad_by_freq=None, sparse=None):
+        """nvFuser's embedding_fwd: torch.nn.functional.embedding; the options are
+        Python values or constant scalars (None takes torch's default)."""
+        attrs = {"padding_idx": _const(padding_idx), "max_norm": _const(max_norm),
+                 "norm_type": 2.0 if _const(norm_type) is None else float(_const(norm_type)),
+                 "scale_grad_by_freq": bool(_const(scale_grad_by_freq)), "sparse": bool(_const(sparse))}
+        i = self._b.check_val("embedding_fwd", "input", input, tensor=True)
+        if i.dtype not in (DataType.Int, DataType.Int32):
+            raise DefinitionTypeError(f"embedding_fwd: input must be an Int or Int32 tensor, got {i.dtype}")
+        sp = ", ".join([fmt(input), fmt(weight)] + [f"{k}={fmt(v)}" for k, v in attrs.items()])
+        w = self._b.check_val("embedding_fwd", "weight", weight, tensor=True)
+        return self._host("embedding_fwd", [i, w], ["input", "weight"], attrs, sp, w.dtype)
+
+
+def _const(x):
+    """A Python value from a constant scalar (nvFuser scripts pass define_scalar results)."""
+    if isinstance(x, ScalarVal):
+        if not x.is_constant:
+            raise DefinitionError(f"{x.name}: this argument must be a constant, not a runtime scalar")
+        return x.value
+    return x
+
+
 def _make_elementwise(name, arity):
     names = {1: ["arg"], 2: ["lhs", "rhs"]}[arity]
 

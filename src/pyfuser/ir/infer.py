@@ -50,4 +50,6 @@ def output_shapes(e: Expr, in_shapes: list) -> list[tuple]:
         if "like" in a:
             return [in_shapes[0]]
         return [tuple(a["shape"])]
+    if kind == "host":
+        return [tuple(s) for s in OPS[e.op].shape(e.op, tensors, a)]
     raise AssertionError(f"no shape rule for op kind {kind}")

@@ -30,6 +30,8 @@ from typing import Callable
 
 import torch
 
+from . import host_ops as H
+
 # --- reference helpers --------------------------------------------------------
 
 
@@ -222,6 +224,7 @@ class OpDef:
     ref: Callable  # torch implementation: the semantics
     emit: Callable | None = None  # Triton expression builder (elementwise kinds)
     compute: str = "out"  # "out": compute in the result dtype; "args": in the promoted arg dtype
+    shape: Callable | None = None  # host ops: (op, input shapes, attrs) -> output shapes
 
 
 def _u(name, ref, emit, compute="out"):
@@ -324,6 +327,13 @@ _ROWS = [
     OpDef("normal", "random", None),
     OpDef("rand_like", "random", None),
     OpDef("randn_like", "random", None),
+    # host ops: torch calls between kernels (ir.host_ops)
+    OpDef("matmul", "host", H.matmul_ref, shape=H.matmul_shape),
+    OpDef("linear", "host", H.linear_ref, shape=H.linear_shape),
+    OpDef("index_select", "host", H.index_select_ref, shape=H.index_select_shape),
+    OpDef("gather", "host", H.gather_ref, shape=H.gather_shape),
+    OpDef("take_along_axis", "host", H.take_along_axis_ref, shape=H.gather_shape),
+    OpDef("embedding_fwd", "host", H.embedding_ref, shape=H.embedding_shape),
 ]
 
 OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}

@@ -117,12 +117,22 @@ def _operand(v) -> str:
 
 
 def segment_lines(step, shapes, ir_inputs) -> list[str]:
-    exprs = live_exprs_for(step.outputs)
+    sub = getattr(step, "sub", None)
+    host = getattr(step, "host", None)
+    if host is not None:
+        exprs = list(host)
+    elif sub is not None:
+        exprs = live_exprs_for(sub.ir.outputs)
+        shapes = {**shapes, **{c: shapes[o] for c, o in sub.orig.items() if o in shapes}}
+        ir_inputs = sub.ir.inputs
+    else:
+        exprs = live_exprs_for(step.outputs)
     made = {id(o) for e in exprs for o in e.outputs}
     inputs = []
     for e in exprs:
         for v in e.inputs:
-            if id(v) not in made and (v in ir_inputs) and v not in inputs:
+            if id(v) not in made and (host is not None or v in ir_inputs) and v not in inputs \
+                    and (host is None or not _is_scalar(v)):
                 inputs.append(v)
     lines = [f"    inputs: {', '.join(_typed(v, shapes) for v in inputs) or 'none'}",
              f"    outputs: {', '.join(_typed(o, shapes) for o in step.outputs)}",
@@ -134,13 +144,18 @@ def segment_lines(step, shapes, ir_inputs) -> list[str]:
     return lines
 
 
+def _is_scalar(v) -> bool:
+    return not hasattr(v, "shape")
+
+
 def segmented_fusion(fusion_id: int, plan, ir, shapes) -> str:
     lines = [f"Segmented fusion{fusion_id}: {len(plan.steps)} segment(s)"]
     for pos, kind in sorted(plan.aliases.items()):
         what = "an input" if kind == "input" else "a view of an input"
         lines.append(f"  output {pos} ({ir.outputs[pos].name}): {what}, no kernel")
     for i, s in enumerate(plan.steps):
-        name = s.scheduler.NAME if s.scheduler else "host (reference torch ops)"
+        name = s.scheduler.NAME if s.scheduler else (
+            "host (torch ops)" if getattr(s, "host", None) is not None else "host (reference torch ops)")
         lines.append(f"  segment {i}: {name}")
         lines += segment_lines(s, shapes, ir.inputs)
     return "\n".join(lines)

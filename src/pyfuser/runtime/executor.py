@@ -25,6 +25,7 @@ from . import dump, profiler
 from .cache import COUNTERS
 from .spills import choose_params, scratch_outputs
 from .plan import ExecutorCache, is_contiguous
+from .subfusion import bind_sub
 from .probe import LaunchMeta, Probe, input_positions, scheduler_decisions
 from .rng_state import draw_seed_offset
 
@@ -251,9 +252,8 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
         rt.events.append("new input sizes, strides or parameter overrides (signature known: plan reused, heuristics "
                          "re-run)")
     host_scalars = [e for e in live if all(isinstance(o, ScalarVal) for o in e.outputs)]
-    host_steps = [s for s in plan.steps if s.scheduler is None]
     inputs = list(inputs)
-    if host_scalars or host_steps:  # rare: run the general path every time
+    if host_scalars or plan.general:  # host segments or intermediates: the general path every time
         outs = _execute_general(fd, rt, plan, b, live, inputs, probe)
     else:
         launches = []
@@ -289,22 +289,37 @@ def _execute_general(fd, rt, plan, b, live, inputs, probe=None):
         if all(isinstance(o, ScalarVal) for o in e.outputs):
             outs = run_expr(e, [env[v] for v in e.inputs], b)
             env.update(zip(e.outputs, outs))
-    results = {}
+    results = env  # intermediates, host results and outputs, by original Val
     chosen = []
     for i, step in enumerate(plan.steps):
         if step.scheduler is None:
             t0 = time.perf_counter()
-            host = _host_step(ir, step, b, env, rng_state)
+            if step.is_host:
+                host = _host_ops(step, b, env)
+            else:
+                host = _host_step(ir, step, b, env, rng_state)
             if probe is not None:
                 probe.host_step(i, host, (time.perf_counter() - t0) * 1e3, inputs)
             results.update(host)
             chosen.append(None)
             continue
-        seg = rt.segment(b, step.outputs)
+        if step.sub is None:
+            seg = rt.segment(b, step.outputs)
+            params = step.scheduler.heuristics(seg)
+            chosen.append(params)
+            src, fn = rt.build(seg, step.scheduler, params)
+            results.update(launch(src, fn, step.scheduler, seg, params, b, env, rng_table, probe, inputs))
+            continue
+        sf = step.sub
+        sb = bind_sub(sf, b, _with_empties(env, sf, b))
+        seg = rt.sub_segment(b, sf)
         params = step.scheduler.heuristics(seg)
         chosen.append(params)
         src, fn = rt.build(seg, step.scheduler, params)
-        results.update(launch(src, fn, step.scheduler, seg, params, b, env, rng_table, probe, inputs))
+        sub_rng = {se_id: rng_table[id(e)] for se_id, e in sf.exprs.items() if id(e) in rng_table}
+        sub_inputs = [sb.values[v] for v in sf.ir.inputs]
+        outs = launch(src, fn, step.scheduler, seg, params, sb, sb.values, sub_rng, probe, sub_inputs)
+        results.update({sf.orig[o]: t for o, t in outs.items()})
     if probe is not None and "scheduler_params" in probe.active:
         dump.emit(dump.scheduler_params(fd.id, scheduler_decisions(rt, plan, b, chosen)))
     outs = []
@@ -336,6 +351,32 @@ def _view(o, b, inputs):
         else:
             x = x.permute(e.attrs["dims"])
     return x
+
+
+def _with_empties(env, sf, b):
+    """Zero-size intermediates have no kernel: give their readers empty tensors."""
+    missing = [o for c, o in sf.orig.items() if c in sf.ir.inputs and o not in env]
+    if not missing:
+        return env
+    env = dict(env)
+    for o in missing:
+        env[o] = torch.empty(b.shapes[o], dtype=o.dtype.torch, device=b.device)
+    return env
+
+
+def _host_ops(step, b, env):
+    """A host segment: torch calls (a matmul, a gather, the casts replayed before it)."""
+    out = {}
+    for e in step.host:
+        args = []
+        for v in e.inputs:
+            x = out[v] if v in out else env.get(v)
+            if x is None:  # a zero-size intermediate: no kernel wrote it
+                x = torch.empty(b.shapes[v], dtype=v.dtype.torch, device=b.device)
+            args.append(x)
+        for o, r in zip(e.outputs, run_expr(e, args, b)):
+            out[o] = r.contiguous()
+    return out
 
 
 def _host_step(ir, step, b, env, rng_state):

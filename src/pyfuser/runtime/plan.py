@@ -22,8 +22,10 @@ from ..ir.shapes import slice_shape
 from ..ir.values import TensorVal
 from ..schedulers import SCHEDULERS, Segment
 from . import dump
+from ..ir.ops import OPS
 from .cache import COUNTERS, load_kernel
 from .probe import KernelInfo
+from .subfusion import SubFusion, needed_exprs, subfusion
 
 VIEW_OPS = ("reshape", "squeeze", "permute")
 
@@ -37,12 +39,23 @@ class Step:
     reason: str = ""
     kernels: dict = field(default_factory=dict)  # params -> (KernelSource, launchable)
     declined: list = field(default_factory=list)  # (scheduler NAME, "code: message") of those that declined
+    sub: SubFusion | None = None  # a kernel on intermediates: the segment as its own fusion (None: the whole IR)
+    host: list | None = None  # a host segment: the original exprs it runs in torch (None: a kernel)
+
+    @property
+    def is_host(self) -> bool:
+        return self.host is not None
 
 
 @dataclass
 class Plan:
     aliases: dict  # output position -> "input" | "view"
     steps: list
+
+    @property
+    def general(self) -> bool:
+        """Whether a step reads intermediates or runs torch: then the general path runs it."""
+        return any(s.scheduler is None or s.sub is not None for s in self.steps)
 
 
 class ExecutorCache:
@@ -102,8 +115,28 @@ class ExecutorCache:
         info = {v: {"contiguous": is_contiguous(b.values[v])} for v in self.fd.ir.inputs if isinstance(v, TensorVal)}
         return Segment(list(outputs), b.shapes, info, b.device.type)
 
+    def sub_segment(self, b: Binding, sf: SubFusion) -> Segment:
+        """The segment of a subfusion: fusion inputs keep their layout, intermediates
+        are contiguous (the runtime allocates them)."""
+        info = {}
+        for c in sf.ir.inputs:
+            if isinstance(c, TensorVal):
+                o = sf.orig[c]
+                info[c] = {"contiguous": is_contiguous(b.values[o]) if o in b.values else True}
+        shapes = {c: b.shapes[o] for c, o in sf.orig.items() if isinstance(c, TensorVal) and o in b.shapes}
+        return Segment(list(sf.ir.outputs), shapes, info, b.device.type)
+
+    def step_segment(self, b: Binding, step) -> Segment | None:
+        if step.is_host:
+            return None
+        return self.segment(b, step.outputs) if step.sub is None else self.sub_segment(b, step.sub)
+
     # -- planning ----------------------------------------------------------------------
     def make_plan(self, b: Binding) -> Plan:
+        """Host ops cut the fusion into stages: the kernels whose values depend on no
+        host op, then the first host op, then the kernels that depend on it, ...
+        Each stage's targets (fusion outputs and the next host ops' inputs) go to
+        ``split``, which cuts further at reductions when no scheduler takes them."""
         ir = self.fd.ir
         aliases = {}
         rest = []
@@ -114,11 +147,40 @@ class ExecutorCache:
                 aliases[pos] = "view"
             elif o not in rest:
                 rest.append(o)
-        steps = self.split(b, [o for o in rest if math.prod(b.shapes[o]) > 0])
+        live = ir.live_exprs()
+        hosts = [e for e in live if OPS[e.op].kind == "host"]
+        cuts = frozenset(v for v in ir.inputs if isinstance(v, TensorVal))
+        if not hosts:
+            return Plan(aliases, self.split(b, [o for o in rest if _nonempty(b, o)], cuts, cuts))
+        base = cuts
+        cuts = cuts | {o for h in hosts for o in h.outputs}
+        level = _host_levels(live, hosts)
+        stages = [[] for _ in range(len(hosts) + 1)]
+        host_runs = []
+        for h in hosts:
+            run = []
+            for v in h.inputs:
+                v, casts = _narrow(v, cuts)
+                run += [c for c in casts if c not in run]
+                if v not in cuts and _nonempty(b, v) and v not in stages[level[v] + 1]:
+                    stages[level[v] + 1].append(v)
+            host_runs.append(run + [h])
+        for o in rest:
+            if o not in cuts and _nonempty(b, o) and o not in stages[level[o] + 1]:
+                stages[level[o] + 1].append(o)
+        steps = self.split(b, stages[0], cuts, base)
+        for h, run, stage in zip(hosts, host_runs, stages[1:]):
+            steps.append(Step([o for e in run for o in e.outputs], None, f"host op {h.op}", host=run))
+            steps += self.split(b, stage, cuts, base)
         return Plan(aliases, steps)
 
-    def try_schedule(self, b, outputs):
-        seg = self.segment(b, outputs)
+    def try_schedule(self, b, outputs, cuts=None, base=None):
+        sf = None
+        if cuts is None or cuts == base:
+            seg = self.segment(b, outputs)
+        else:
+            sf = subfusion(outputs, cuts)
+            seg = self.sub_segment(b, sf)
         reasons = []
         for sched in SCHEDULERS:
             rej = sched.can_schedule(seg)
@@ -131,27 +193,50 @@ class ExecutorCache:
             except Unsupported as err:
                 reasons.append((sched.NAME, f"unsupported: {err}"))
                 continue
-            return _step(outputs, sched, reasons), reasons
+            step = _step(outputs, sched, reasons)
+            step.sub = sf
+            return step, reasons
         return None, reasons
 
-    def split(self, b, outputs):
+    def split(self, b, outputs, cuts=None, base=None):
+        """Steps that compute ``outputs`` from ``cuts``: one kernel if some scheduler
+        takes them all; else kernels per output shape; what still fails is cut at its
+        first reductions (stored by their own kernels, loaded by the rest).  A single
+        output no scheduler takes and no cut helps becomes a host (reference) step."""
         if not outputs:
             return []
-        step, reasons = self.try_schedule(b, outputs)
+        step, reasons = self.try_schedule(b, outputs, cuts, base)
         if step is not None:
             return [step]
-        if len(outputs) == 1:
-            return [_step(outputs, None, reasons)]
+        steps, failing = [], list(outputs)
         groups: dict = {}
         for o in outputs:
             groups.setdefault(b.shapes[o], []).append(o)
         if len(groups) > 1:
-            return [s for g in groups.values() for s in self.split(b, g)]
-        return [s for o in outputs for s in self.split(b, [o])]
+            failing = []
+            for g in groups.values():
+                s, _ = self.try_schedule(b, g, cuts, base)
+                if s is not None:
+                    steps.append(s)
+                else:
+                    failing += g
+            if not failing:
+                return steps
+        if cuts is not None:
+            first = _first_reductions(failing, cuts)
+            rest = [o for o in failing if o not in first]
+            if first and (rest or len(first) < len(failing)):
+                return steps + self.split(b, first, cuts, base) + self.split(b, rest, cuts | set(first), base)
+        if len(failing) == 1:
+            if steps:
+                return steps + self.split(b, failing, cuts, base)
+            return [_step(failing, None, reasons)]
+        return steps + [s for o in failing for s in self.split(b, [o], cuts, base)]
 
     # -- kernels -----------------------------------------------------------------------
     def build(self, seg, sched, params):
-        key = (sched.NAME, tuple(o.index for o in seg.outputs), self._current_sig, params)
+        key = (sched.NAME, tuple(o.index for o in seg.outputs), self._current_sig, params,
+               tuple(sorted(v.index for v in seg.inputs_info)))
         hit = self.kernels.get(key)
         if hit is not None:
             if key in self.fresh:  # built while planning this very execute
@@ -221,3 +306,52 @@ def _is_view_of_input(o, ir) -> bool:
             return False
         v = v.definition.inputs[0]
     return v in ir.inputs and v is not o
+
+
+def _nonempty(b, v) -> bool:
+    return math.prod(b.shapes[v]) > 0
+
+
+def _host_levels(live, hosts) -> dict:
+    """Per value: the position of the last host op it depends on (-1: none)."""
+    pos = {id(h): i for i, h in enumerate(hosts)}
+    level: dict = {}
+    for e in live:
+        lv = max((level.get(v, -1) for v in e.inputs), default=-1)
+        if id(e) in pos:
+            lv = pos[id(e)]
+        for o in e.outputs:
+            level[o] = lv
+    return level
+
+
+def _narrow(v, cuts):
+    """Store the narrower value under an upcast: a host op's fp32 input that is a cast
+    of an fp16/bf16 value is stored at 16 bits and cast again in torch.  Returns the
+    value to store and the cast exprs to replay (outermost last)."""
+    casts = []
+    while (v not in cuts and v.definition is not None and v.definition.op == "cast"
+           and isinstance(v.definition.inputs[0], TensorVal)
+           and v.dtype.torch.is_floating_point and v.definition.inputs[0].dtype.torch.is_floating_point
+           and v.definition.inputs[0].dtype.torch.itemsize < v.dtype.torch.itemsize):
+        casts.append(v.definition)
+        v = v.definition.inputs[0]
+    return v, casts[::-1]
+
+
+def _first_reductions(outputs, cuts) -> list:
+    """Outputs of the reductions that compute ``outputs`` from ``cuts`` and read no
+    other reduction's result: where a fusion that needs two kernels splits."""
+    exprs = needed_exprs(outputs, cuts)
+    made = {o: e for e in exprs for o in e.outputs}
+    reduced: dict = {}
+    first = []
+    for e in exprs:
+        after = any(reduced.get(v, False) for v in e.inputs if v in made)
+        is_red = OPS[e.op].kind in ("reduction", "var_mean")
+        if is_red and not after:
+            first += [o for o in e.outputs if o not in first]
+        for o in e.outputs:
+            reduced[o] = after or is_red
+    needed = {v for e in exprs for v in e.inputs} | set(outputs)
+    return [o for o in first if o in needed]

@@ -204,8 +204,11 @@ def scheduler_decisions(rt, plan, b, params_by_step) -> list:
     for step, params in zip(plan.steps, params_by_step):
         chosen = step.scheduler.NAME if step.scheduler else None
         declined = dict(step.declined)
-        seg = rt.segment(b, step.outputs)
+        seg = rt.step_segment(b, step)
         verdicts = []
+        if seg is None:
+            out.append((step.outputs, "host (torch ops)", None, verdicts))
+            continue
         for sched in SCHEDULERS:
             if sched.NAME == chosen:
                 continue

@@ -1,0 +1,100 @@
+"""Host ops: ops with no code generator, run as torch calls between kernels.
+
+nvFuser hands matmul-like and gather-like ops to ATen (or its own matmul
+scheduler); pyfuser runs them as *host segments*: the planner cuts the fusion at
+each host op, upstream kernels store the op's inputs, the op runs in torch, and
+downstream kernels load its result.  Each op here is a reference implementation
+(the semantics, used by the reference executor and by the runtime alike) and a
+shape rule over possibly symbolic (None) extents.  Attributes are Python values.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import DefinitionError
+from .shapes import broadcast_shapes, norm_dim
+
+
+def matmul_ref(a, b):
+    return torch.matmul(a, b)
+
+
+def linear_ref(x, w, bias=None):
+    return F.linear(x, w, bias)
+
+
+def index_select_ref(x, index, dim):
+    return torch.index_select(x, dim, index.reshape(-1) if index.dim() == 0 else index)
+
+
+def gather_ref(x, index, dim):
+    return torch.gather(x, dim, index)
+
+
+def take_along_axis_ref(x, index, dim):
+    return torch.take_along_dim(x, index, dim)
+
+
+def embedding_ref(index, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+                  sparse=False):
+    if max_norm is not None:  # torch renormalises weight in place: do it on a copy, a fusion has no side effects
+        weight = weight.clone()
+    return F.embedding(index, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)
+
+
+def _eq(op, what, a, b):
+    if a is not None and b is not None and a != b:
+        raise DefinitionError(f"{op}: {what} must match, got {a} and {b}")
+
+
+def matmul_shape(op, shapes, attrs):
+    a, b = shapes
+    if len(a) == 0 or len(b) == 0:
+        raise DefinitionError(f"{op}: both arguments must have rank >= 1, got ranks {len(a)} and {len(b)}")
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    _eq(op, f"the contracted extents of {list(a)} @ {list(b)}", a2[-1], b2[-2])
+    batch = broadcast_shapes(op, a2[:-2], b2[:-2])
+    out = tuple(batch) + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())
+    return [out]
+
+
+def linear_shape(op, shapes, attrs):
+    x, w = shapes[0], shapes[1]
+    if len(x) == 0 or len(w) not in (1, 2):
+        raise DefinitionError(f"{op}: input must have rank >= 1 and weight rank 1 or 2, got ranks {len(x)} "
+                              f"and {len(w)}")
+    _eq(op, f"input's last extent and weight's in_features ({list(x)}, {list(w)})", x[-1], w[-1])
+    out = tuple(x[:-1]) + ((w[0],) if len(w) == 2 else ())
+    if len(shapes) > 2:
+        broadcast_shapes(op, out, shapes[2])
+    return [out]
+
+
+def index_select_shape(op, shapes, attrs):
+    x, idx = shapes
+    if len(idx) > 1:
+        raise DefinitionError(f"{op}: index must have rank 0 or 1, got rank {len(idx)}")
+    d = norm_dim(op, "dim", attrs["dim"], len(x))
+    n = idx[0] if len(idx) == 1 else 1
+    return [tuple(x[:d]) + (n,) + tuple(x[d + 1:])]
+
+
+def gather_shape(op, shapes, attrs):
+    x, idx = shapes
+    if len(idx) != len(x):
+        raise DefinitionError(f"{op}: index must have the input's rank {len(x)}, got rank {len(idx)}")
+    d = norm_dim(op, "dim", attrs["dim"], len(x))
+    if op == "take_along_axis":
+        for i, (a, b) in enumerate(zip(x, idx)):
+            if i != d:
+                _eq(op, f"extents of input {list(x)} and index {list(idx)} in dim {i}", a, b)
+    return [tuple(idx)]
+
+
+def embedding_shape(op, shapes, attrs):
+    idx, w = shapes
+    if len(w) != 2:
+        raise DefinitionError(f"{op}: weight must have rank 2, got rank {len(w)}")
+    return [tuple(idx) + (w[1],)]
