@@ -1,0 +1,88 @@
+"""A random fusion generator: DAGs of pointwise, reduction and broadcast ops over
+small random shapes and dtypes, run through execute and checked against the
+reference executor.  Used by the CI test (a few hundred examples) and by
+``scripts/fuzz.py`` (thousands)."""
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from pyfuser import DataType, FusionDefinition
+
+UNARY = ["exp", "neg", "abs", "tanh", "sin", "relu", "sigmoid"]
+BINARY = ["add", "mul", "sub", "maximum"]
+DTYPES = [DataType.Float, DataType.Half, DataType.BFloat16]
+
+
+@st.composite
+def fusions(draw):
+    """A recipe: shape, input dtypes and a list of op steps (all indices in range)."""
+    rows, cols = draw(st.integers(1, 6)), draw(st.integers(1, 9))
+    n_in = draw(st.integers(1, 3))
+    dts = [draw(st.sampled_from(DTYPES)) for _ in range(n_in)]
+    steps = []
+    n = n_in
+    for _ in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce", "reduce_bcast", "cast", "permute"]))
+        a = draw(st.integers(0, n - 1))
+        if kind == "unary":
+            steps.append(("unary", draw(st.sampled_from(UNARY)), a))
+        elif kind == "binary":
+            steps.append(("binary", draw(st.sampled_from(BINARY)), a, draw(st.integers(0, n - 1))))
+        elif kind in ("reduce", "reduce_bcast"):
+            steps.append((kind, draw(st.sampled_from(["sum", "max"])), a, draw(st.integers(0, 1))))
+        elif kind == "cast":
+            steps.append(("cast", draw(st.sampled_from(DTYPES)), a))
+        else:
+            steps.append(("permute", None, a))
+        n += 1
+    outs = sorted(set(draw(st.lists(st.integers(n_in, n - 1), min_size=1, max_size=3))))
+    return rows, cols, dts, steps, outs
+
+
+def build(recipe):
+    """The FusionDefinition of a recipe, and inputs for it.  Every value is kept 2-D
+    [rows, cols] (reductions keep dims and are broadcast back; a permute of a
+    non-square value is followed by a permute back), so any two values combine."""
+    rows, cols, dts, steps, outs = recipe
+    with FusionDefinition() as fd:
+        vals = [fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dt) for dt in dts]
+        for s in steps:
+            kind, op, a = s[0], s[1], vals[s[2]]
+            if kind == "unary":
+                v = getattr(fd.ops, op)(a)
+            elif kind == "binary":
+                v = getattr(fd.ops, op)(a, vals[s[3]])
+            elif kind == "cast":
+                v = fd.ops.cast(a, dtype=op)
+            elif kind == "permute":
+                v = fd.ops.permute(fd.ops.exp(fd.ops.permute(a, dims=[1, 0])), dims=[1, 0])
+            else:
+                r = getattr(fd.ops, op)(a, dims=[s[3]], keepdim=kind == "reduce")
+                if kind == "reduce":
+                    v = fd.ops.broadcast_in_dim(r, shape=[rows, cols], broadcast_dims=[0, 1])
+                else:
+                    v = fd.ops.broadcast_in_dim(r, shape=[rows, cols], broadcast_dims=[1 - s[3]])
+            vals.append(v)
+        for o in outs:
+            fd.add_output(vals[o])
+    g = torch.Generator().manual_seed(rows * 131 + cols * 7 + len(steps))
+    inputs = [(torch.rand(rows, cols, generator=g) * 2 - 1).to(dt.torch) for dt in dts]
+    return fd, inputs
+
+
+def check(recipe):
+    fd, inputs = build(recipe)
+    got = fd.execute(inputs)
+    want = fd.reference(inputs)
+    # Kernels keep a 16-bit op's result in fp32 when an upcast reads it (eager rounds
+    # it first): a fusion with 16-bit values compares at 16-bit precision.
+    low = any(dt is not DataType.Float for dt in recipe[2]) or any(s[0] == "cast" and s[1] is not DataType.Float
+                                                                  for s in recipe[3])
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, w.dtype, g.shape, w.shape)
+        if low:
+            tol = dict(rtol=2e-2, atol=2e-2)
+        else:
+            tol = dict(rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(g.float(), w.float(), equal_nan=True, **tol)
