@@ -6,7 +6,6 @@ stay short and obviously right rather than fast.
 """
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
@@ -14,7 +13,7 @@ import torch.nn.functional as F
 from .ir.concretize import Binding, bind
 from .ir.ops import OPS
 from .ir.shapes import slice_shape
-from .ir.values import Expr, FusionIR, ScalarVal, TensorVal
+from .ir.values import Expr, FusionIR
 from .rng import reference_random
 
 

@@ -14,7 +14,7 @@ from ..ir.dtypes import DataType, to_datatype
 from ..ir.infer import output_shapes
 from ..ir.ops import OPS
 from ..ir.values import ScalarVal, TensorVal, Val
-from .builder import Builder, is_number
+from .builder import Builder
 
 
 def fmt(x) -> str:

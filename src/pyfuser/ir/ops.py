@@ -24,7 +24,6 @@ names to torch's implementations while an interpreted kernel runs.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
