@@ -352,3 +352,34 @@ def test_zero_dim_only():
     assert a.shape == torch.Size([])
     torch.testing.assert_close(a, torch.sin(s) * s)
     assert n == 1
+
+
+# -- found while writing these tests -------------------------------------------------
+def test_var_mean_over_size_zero_axis_is_nan():
+    """torch gives nan for both the variance and the mean of nothing (the mean was 0)."""
+    x = torch.randn(3, 0)
+
+    def build(fd):
+        v, m = fd.ops.var_mean(tensor(fd, 2), dims=[1], correction=0)
+        fd.add_output(v)
+        fd.add_output(m)
+    fd = fusion(build)
+    (v, m), _ = run(fd, [x])
+    with pytest.warns(UserWarning):
+        rv, rm = torch.var_mean(x, 1, correction=0)
+    torch.testing.assert_close(v, rv, equal_nan=True)
+    torch.testing.assert_close(m, rm, equal_nan=True)
+
+
+def test_bf16_constants_full_and_pad():
+    """bf16 constants (full's fill value, pad's value) in the interpreter."""
+    x = torch.randn(3, 2).bfloat16()
+
+    def build(fd):
+        fd.add_output(fd.ops.full(shape=[2, 3], fill_value=1.25, dtype=DataType.BFloat16))
+        fd.add_output(fd.ops.pad(fd.define_tensor(shape=[-1, -1], contiguity=[True, True],
+                                                  dtype=DataType.BFloat16), [1, 1, 0, 0], 1.5))
+    fd = fusion(build)
+    (f, p), _ = run(fd, [x])
+    torch.testing.assert_close(f, torch.full((2, 3), 1.25, dtype=torch.bfloat16))
+    torch.testing.assert_close(p, torch.nn.functional.pad(x, [1, 1], value=1.5))

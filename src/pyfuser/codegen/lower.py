@@ -324,6 +324,8 @@ class Lowering:
         pv, _ = self.scalar(pad_value)
         cond = self.w.tmp(" & ".join(f"({p})" for p in preds), "m") if preds else "True"
         pv = literal(pad_value.value, v.dtype) if pad_value.is_constant else scalar_cast(pv, v.dtype)
+        if pad_value.is_constant and v.dtype is DataType.BFloat16:  # the interpreter has no bf16 constants
+            pv = f"tl.full([], {pv}, tl.float32).to(tl.bfloat16)"
         return self.w.tmp(f"tl.where({cond}, {val}, {pv})"), vax | axes
 
     def lower_cat(self, e, v, idx):
@@ -358,6 +360,8 @@ class Lowering:
             value = fill.value
             text = repr(bool(value)) if v.dtype is DataType.Bool else (repr(int(value)) if v.dtype.is_int else
                                                                         literal(float(value), DataType.Float))
+            if v.dtype is DataType.BFloat16:  # Triton's interpreter has no bf16 constants: round from fp32
+                return f"tl.full([], {text}, tl.float32).to(tl.bfloat16)", frozenset()
             return f"tl.full([], {text}, {dt})", frozenset()
         code, _ = self.scalar(fill)
         return self.w.tmp(f"tl.full([], 0, {dt}) + {scalar_cast(code, v.dtype)}"), frozenset()

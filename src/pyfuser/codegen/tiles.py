@@ -387,6 +387,8 @@ class ReductionTile:
             n, mean, m2 = acc
             corr = e.attrs["correction"]
             var = w.tmp(f"{m2} / tl.maximum({n} - {float(corr)!r}, 0.0)", "red")
+            if e.op == "var_mean":  # the mean of nothing is nan, as in torch (0 / 0)
+                mean = w.tmp(f"tl.where({n} > 0, {mean}, float('nan'))", "red")
             vals = [var] if e.op == "var" else [var, mean]
         else:
             vals = [acc[0]]
