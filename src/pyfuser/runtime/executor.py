@@ -114,59 +114,102 @@ class Prepared:
         self.direct_ok = [not any(bld[0] == "input" and bld[1] in scalar_pos for bld in la[3])
                           for la in self.launches]
         self.direct: dict = {}
+        self._compile_run_plan(len(ir.inputs))
+
+    def _compile_run_plan(self, n_inputs):
+        """Index tables for ``run``: every output of every launch is allocated into one
+        flat list, and each launch's arguments are picked by index from the pool
+        ``[*inputs, *outputs, *constants]`` (random words patched in afterwards)."""
+        alloc, flat, consts = [], {}, []
+        for la in self.launches:
+            for o, shape, dtype in la[5]:
+                flat[o] = len(alloc)  # a value written by two launches: the last one wins
+                alloc.append((shape, dtype))
+        n_out = len(alloc)
+        self._alloc = tuple(alloc)
+        self._argplans = []
+        k = 0
+        for la in self.launches:
+            outs_here = {}
+            for o, _, _ in la[5]:
+                outs_here[o] = k
+                k += 1
+            idx, rng = [], []
+            for j, bld in enumerate(la[3]):
+                kind = bld[0]
+                if kind == "input":
+                    idx.append(bld[1])
+                elif kind == "output":
+                    idx.append(n_inputs + outs_here[bld[1]])
+                elif kind == "const":
+                    idx.append(n_inputs + n_out + len(consts))
+                    consts.append(bld[1])
+                else:
+                    idx.append(0)  # replaced by the random word
+                    rng.append((j, bld[1], bld[2]))
+            self._argplans.append((tuple(idx), tuple(rng)))
+        self._consts = consts
+        self._n_inputs = n_inputs
+        spec = []
+        for kind, o in self.result_spec:
+            if kind in ("input", "view"):
+                spec.append((kind, o))
+            elif o in flat:
+                spec.append(("flat", flat[o]))
+            else:
+                spec.append(("empty", o))
+        self._result_flat = (tuple(k for _, k in spec) if all(kind == "flat" for kind, _ in spec) else None)
+        self._result_plan = spec
 
     def run(self, inputs, probe: Probe | None = None):
-        table = {}
+        table = None
         if self.rexprs:
             seed, base = draw_seed_offset(self.device, len(self.rexprs))
             table = {id(e): (seed, base + 4 * k) for k, e in enumerate(self.rexprs)}
-        results = {}
+        device = self.device
+        flat = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self._alloc]
+        if POISON_OUTPUTS:
+            for t in flat:
+                _poison(t)
+        pool = [*inputs, *flat, *self._consts]
+        k = 0  # the first output of this launch in flat
+        direct_map = self.direct
         for i, (src, fn, grid, builders, kw, outs, params, meta) in enumerate(self.launches):
-            out_tensors = {}
-            for o, shape, dtype in outs:
-                t = torch.empty(shape, dtype=dtype, device=self.device)
-                if POISON_OUTPUTS:
-                    _poison(t)
-                out_tensors[o] = t
-            args = []
-            for bld in builders:
-                k = bld[0]
-                if k == "const":
-                    args.append(bld[1])
-                elif k == "input":
-                    args.append(inputs[bld[1]])
-                elif k == "output":
-                    args.append(out_tensors[bld[1]])
-                else:
-                    args.append(_rng_word(table[bld[1]], bld[2]))
+            idx, rng = self._argplans[i]
+            args = [pool[j] for j in idx]
+            for j, rid, w in rng:
+                args[j] = _rng_word(table[rid], w)
             try:
-                direct = self.direct.get(i)
+                direct = direct_map.get(i)
                 if probe is None and direct:
                     direct[0](*args, *direct[1])
                 elif probe is None:
                     fn[grid](*args, **kw)
-                    if self.device.type == "cuda" and self.direct_ok[i]:
-                        self.direct[i] = direct_launcher(src, fn, grid, args, kw)
+                    if device.type == "cuda" and self.direct_ok[i]:
+                        direct_map[i] = direct_launcher(src, fn, grid, args, kw)
                 else:
+                    out_tensors = {o: flat[k + n] for n, (o, _, _) in enumerate(outs)}
                     probe.launch(meta, fn, grid, args, kw, inputs, out_tensors)
             except Exception as err:
                 raise launch_error(src, err) from err
+            k += len(outs)
             COUNTERS["launches"] += 1
             if RECORD_LAUNCHES is not None:
                 RECORD_LAUNCHES.append((fn, grid, args, kw))
-            results.update(out_tensors)
+        if self._result_flat is not None:
+            return [flat[j] for j in self._result_flat]
         b = self.binding
-        outs = []
-        for kind, o in self.result_spec:
-            if kind == "input":
-                outs.append(inputs[b_index(b, o)])
+        results = []
+        for kind, o in self._result_plan:
+            if kind == "flat":
+                results.append(flat[o])
+            elif kind == "input":
+                results.append(inputs[b_index(b, o)])
             elif kind == "view":
-                outs.append(_view(o, b, inputs))
-            elif o in results:
-                outs.append(results[o])
+                results.append(_view(o, b, inputs))
             else:  # a zero-size output: no kernel writes it
-                outs.append(torch.empty(b.shapes[o], dtype=o.dtype.torch, device=self.device))
-        return outs
+                results.append(torch.empty(b.shapes[o], dtype=o.dtype.torch, device=device))
+        return results
 
 
 def direct_launcher(src, fn, grid, args, kw):
@@ -438,3 +481,31 @@ def arg_value(a, b: Binding, env, outs, rng_table):
     if kind == "rng":
         return _rng_word(rng_table[id(a.source[1])], a.source[2])
     raise AssertionError(kind)
+
+
+# -- a caller-checked cached execute (the torch.compile backend's regions) -------------------
+def fast_path_allowed() -> bool:
+    """Whether ``run_prepared`` may stand in for ``execute``: no dump, no profile and no
+    scheduler override (overrides are part of the fingerprint) are on."""
+    return not _OVERRIDES and not dump.enabled_dumps() and not profiler.printing()
+
+
+def prepared_for(fd, inputs, device=None):
+    """The ``Prepared`` a cached ``execute(fd, inputs, device)`` would run, or None."""
+    rt = fd._runtime
+    if rt is None:
+        return None
+    return rt.prepared.get(fingerprint(inputs, device))
+
+
+def run_prepared(fd, prep: Prepared, inputs, device=None):
+    """``execute``'s cached path without the fingerprint: the caller has checked that
+    ``inputs`` have the dtypes, shapes, strides, devices and 16-byte alignment ``prep``
+    was prepared for, and ``fast_path_allowed()``."""
+    COUNTERS["hits"] += len(prep.launches)
+    try:
+        return prep.run(inputs)
+    except CompileError as err:
+        from .repro import with_repro
+
+        raise with_repro(fd, inputs, device, err) from (err.__cause__ or err)
