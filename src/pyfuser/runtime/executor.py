@@ -60,10 +60,10 @@ def _warmup_args(src, params, sched, seg, b):
 
 def fingerprint(inputs, device):
     """Everything about the inputs that decides the kernels and their constant arguments."""
-    parts = [device, tuple(sorted(_OVERRIDES.items()))]
+    parts = [device, tuple(sorted(_OVERRIDES.items())) if _OVERRIDES else ()]
     for x in inputs:
         if isinstance(x, torch.Tensor):
-            parts.append((x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0))
+            parts.append((x.dtype, x.shape, x.stride(), x.device, not x.data_ptr() & 15))
         else:
             parts.append(type(x))
     return tuple(parts)
@@ -121,6 +121,7 @@ class Prepared:
         flat list, and each launch's arguments are picked by index from the pool
         ``[*inputs, *outputs, *constants]`` (random words patched in afterwards)."""
         alloc, flat, consts = [], {}, []
+        rank = {id(e): k for k, e in enumerate(self.rexprs)}  # random op k: offset base + 4 * k
         for la in self.launches:
             for o, shape, dtype in la[5]:
                 flat[o] = len(alloc)  # a value written by two launches: the last one wins
@@ -146,8 +147,8 @@ class Prepared:
                     consts.append(bld[1])
                 else:
                     idx.append(0)  # replaced by the random word
-                    rng.append((j, bld[1], bld[2]))
-            self._argplans.append((tuple(idx), tuple(rng)))
+                    rng.append((j, rank[bld[1]], bld[2]))
+            self._argplans.append((len(self._argplans), tuple(idx), tuple(rng)))
         self._consts = consts
         self._n_inputs = n_inputs
         spec = []
@@ -162,10 +163,9 @@ class Prepared:
         self._result_plan = spec
 
     def run(self, inputs, probe: Probe | None = None):
-        table = None
+        seed = base = 0
         if self.rexprs:
             seed, base = draw_seed_offset(self.device, len(self.rexprs))
-            table = {id(e): (seed, base + 4 * k) for k, e in enumerate(self.rexprs)}
         device = self.device
         flat = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self._alloc]
         if POISON_OUTPUTS:
@@ -174,28 +174,29 @@ class Prepared:
         pool = [*inputs, *flat, *self._consts]
         k = 0  # the first output of this launch in flat
         direct_map = self.direct
-        for i, (src, fn, grid, builders, kw, outs, params, meta) in enumerate(self.launches):
-            idx, rng = self._argplans[i]
+        for la, (i, idx, rng) in zip(self.launches, self._argplans):
             args = [pool[j] for j in idx]
-            for j, rid, w in rng:
-                args[j] = _rng_word(table[rid], w)
+            for j, r, w in rng:
+                args[j] = _rng_word((seed, base + 4 * r), w)
             try:
-                direct = direct_map.get(i)
-                if probe is None and direct:
-                    direct[0](*args, *direct[1])
-                elif probe is None:
-                    fn[grid](*args, **kw)
-                    if device.type == "cuda" and self.direct_ok[i]:
-                        direct_map[i] = direct_launcher(src, fn, grid, args, kw)
+                if probe is None:
+                    direct = direct_map.get(i, _UNTRIED)
+                    if direct:
+                        direct[0](*args, *direct[1])
+                    else:
+                        la[1][la[2]](*args, **la[4])
+                        # None (no compiled kernel to be had) is remembered, not retried
+                        if direct is _UNTRIED and device.type == "cuda" and self.direct_ok[i]:
+                            direct_map[i] = direct_launcher(la[0], la[1], la[2], args, la[4])
                 else:
-                    out_tensors = {o: flat[k + n] for n, (o, _, _) in enumerate(outs)}
-                    probe.launch(meta, fn, grid, args, kw, inputs, out_tensors)
+                    out_tensors = {o: flat[k + n] for n, (o, _, _) in enumerate(la[5])}
+                    probe.launch(la[7], la[1], la[2], args, la[4], inputs, out_tensors)
             except Exception as err:
-                raise launch_error(src, err) from err
-            k += len(outs)
+                raise launch_error(la[0], err) from err
+            k += len(la[5])
             COUNTERS["launches"] += 1
             if RECORD_LAUNCHES is not None:
-                RECORD_LAUNCHES.append((fn, grid, args, kw))
+                RECORD_LAUNCHES.append((la[1], la[2], args, la[4]))
         if self._result_flat is not None:
             return [flat[j] for j in self._result_flat]
         b = self.binding
@@ -210,6 +211,9 @@ class Prepared:
             else:  # a zero-size output: no kernel writes it
                 results.append(torch.empty(b.shapes[o], dtype=o.dtype.torch, device=device))
         return results
+
+
+_UNTRIED = ()  # falsy: no direct launcher tried yet for this launch
 
 
 def direct_launcher(src, fn, grid, args, kw):
@@ -258,8 +262,7 @@ def execute(fd, inputs, device=None, profile=False):
         if isinstance(inputs, (list, tuple)):
             prep = rt.prepared.get(fingerprint(inputs, device))
             if prep is not None:
-                for _ in prep.launches:
-                    COUNTERS["hits"] += 1
+                COUNTERS["hits"] += len(prep.launches)
                 if not (active or profile):
                     return prep.run(inputs)
                 probe = Probe(fd, rt, active, profile, prep.device)
