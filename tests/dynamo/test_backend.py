@@ -259,3 +259,45 @@ def test_regions_are_cut_where_a_reshape_changes_a_normalized_shape():
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x, y), fn(x, y), rtol=1e-5, atol=1e-5)
     assert pd.stats()["regions"] == 2
+
+
+def test_repeat_calls_run_the_prepared_launches_directly(monkeypatch, capsys):
+    """A region's second call with the same strides skips ``fd.execute`` (its
+    fingerprint); misaligned inputs, dumps and scheduler overrides still go through it."""
+    from pyfuser.schedulers.base import override
+
+    calls = []
+    execute = pyfuser.FusionDefinition.execute
+
+    def counting(self, inputs, **kw):
+        calls.append(len(inputs))
+        return execute(self, inputs, **kw)
+
+    monkeypatch.setattr(pyfuser.FusionDefinition, "execute", counting)
+
+    def fn(x):
+        return torch.exp(x) * x + 1
+
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(4, 8, generator=g)
+    compiled = torch.compile(fn, backend="pyfuser", dynamic=False)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), fn(x))
+        assert len(calls) == 1
+        launches = pyfuser.cache_info()["launches"]
+        y = x * 2
+        torch.testing.assert_close(compiled(y), fn(y))
+        assert len(calls) == 1 and pyfuser.cache_info()["launches"] > launches
+        odd = torch.randn(33, generator=g)[1:].view(4, 8)  # same strides, 4-byte aligned
+        assert odd.data_ptr() % 16
+        torch.testing.assert_close(compiled(odd), fn(odd))
+        assert len(calls) == 2
+        monkeypatch.setenv("PYFUSER_DUMP", "cache")
+        torch.testing.assert_close(compiled(y), fn(y))
+        assert len(calls) == 3 and "cache fusion" in capsys.readouterr().out
+        monkeypatch.delenv("PYFUSER_DUMP")
+        with override(num_warps=2):
+            torch.testing.assert_close(compiled(y), fn(y))
+        assert len(calls) == 4
+        torch.testing.assert_close(compiled(y), fn(y))
+        assert len(calls) == 4
