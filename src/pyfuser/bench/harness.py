@@ -230,11 +230,10 @@ def kernel_stats(records) -> list[dict]:
 
 
 def _fallback_kernel_stats(fd) -> list[dict]:
-    """Without RECORD_LAUNCHES: every kernel this definition built (fd._runtime.kernels,
-    or the older global executor._KERNELS)."""
+    """Without RECORD_LAUNCHES: every kernel this definition built (fd._runtime.kernels)."""
     out = []
     prefix = f"pyfuser_f{fd.id}_"
-    table = getattr(getattr(fd, "_runtime", None), "kernels", None) or getattr(executor, "_KERNELS", None) or {}
+    table = getattr(getattr(fd, "_runtime", None), "kernels", None) or {}
     for src, fn in list(table.values()):
         if not getattr(src, "name", "").startswith(prefix):
             continue
@@ -284,11 +283,6 @@ def _reset_compiled_state(dynamo: bool):
             torch._dynamo.reset()
         except Exception:
             pass
-    # Older runtimes kept one global kernel table (executor._KERNELS) whose key did not
-    # name the definition, so two fusions could share a kernel; start each case from an
-    # empty one.  Current runtimes keep kernels per definition (fd._runtime.kernels).
-    if isinstance(getattr(executor, "_KERNELS", None), dict):
-        executor._KERNELS.clear()
 
 
 def run_case(case: Case, opts: Options, copy_gbps: float | None, skip_compile_reason: str = "") -> dict:
