@@ -285,6 +285,18 @@ def _reset_compiled_state(dynamo: bool):
             pass
 
 
+def _compile_inductor(case: Case, tensors, sizes, device, row):
+    """torch.compile (default mode) of the case's eager code, from a fresh dynamo
+    state; the first call (compile + run) is recorded as ``inductor_compile_s``."""
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *ts: case.eager(list(ts), sizes))
+    t0 = time.perf_counter()
+    compiled(*tensors)
+    _sync(device)
+    row["inductor_compile_s"] = round(time.perf_counter() - t0, 2)
+    return compiled
+
+
 def run_case(case: Case, opts: Options, copy_gbps: float | None, skip_compile_reason: str = "") -> dict:
     device = opts.device
     sizes = case.sizes(opts.scale)
@@ -377,12 +389,7 @@ def run_case(case: Case, opts: Options, copy_gbps: float | None, skip_compile_re
     if opts.compile and not skip_compile_reason:
         compiled = None
         try:
-            torch._dynamo.reset()
-            compiled = torch.compile(lambda *ts: case.eager(list(ts), sizes))
-            t0 = time.perf_counter()
-            compiled(*tensors)
-            _sync(device)
-            row["inductor_compile_s"] = round(time.perf_counter() - t0, 2)
+            compiled = _compile_inductor(case, tensors, sizes, device, row)
             row["inductor_ms"] = _bench(lambda: compiled(*tensors), opts)
         except Exception as e:
             row["errors"]["inductor"] = _err(e)
@@ -467,12 +474,7 @@ def _time_host_case(case, opts, row, fd, inputs, tensors, sizes, skip_compile_re
         row["errors"]["eager"] = _err(e)
     if opts.compile and not skip_compile_reason:
         try:
-            torch._dynamo.reset()
-            compiled = torch.compile(lambda *ts: case.eager(list(ts), sizes))
-            t0 = time.perf_counter()
-            compiled(*tensors)
-            _sync(device)
-            row["inductor_compile_s"] = round(time.perf_counter() - t0, 2)
+            compiled = _compile_inductor(case, tensors, sizes, device, row)
             row["inductor_ms"] = wall_per_call_us(lambda: compiled(*tensors), calls, device) / 1000
             torch._dynamo.reset()
         except Exception as e:

@@ -4,22 +4,14 @@ see ``reduction.py`` for the tile and the sizing rules."""
 from __future__ import annotations
 
 from .base import Reject, Segment
-from .reduction import (ReductionParams, analyse, emit_reduction, inner_heuristics, innermost_reduced,
-                        is_normalization, reduction_grid, reduction_fallbacks as fallbacks)
+from .reduction import (ReductionParams, analyse, emit_reduction, inner_check, inner_heuristics, reduction_grid,
+                        reduction_fallbacks as fallbacks)
 
 NAME = "inner_normalization"
 
 
 def can_schedule(seg: Segment) -> Reject | None:
-    a = analyse(seg)
-    if isinstance(a, Reject):
-        return a
-    ref, dims = a
-    if not innermost_reduced(seg, ref, dims):
-        return Reject("outer_axes", f"the innermost dim of {ref.name} is kept, not reduced")
-    if not is_normalization(seg, ref):
-        return Reject("pure_reduction", "no output is shaped like the reduced tensor")
-    return None
+    return inner_check(seg, normalization=True)
 
 
 def heuristics(seg: Segment) -> ReductionParams:
