@@ -28,3 +28,12 @@ def test_run_bert_benchmark_on_cpu():
     assert eager["fusions"] == 0 and eager["pyfuser_launches_per_step"] == 0
     table = bert_bench.markdown_table(2, 8, results)
     assert "| pyfuser |" in table and "| eager |" in table
+
+
+def test_kernel_class_separates_matmuls_from_fused_work():
+    assert bert_bench.kernel_class("sm90_xmma_gemm_f16f16_f32f16_tn_n_tilesize128x128x64") == "matmul"
+    assert bert_bench.kernel_class("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNT") == "matmul"
+    assert bert_bench.kernel_class("cutlass::Kernel2<cutlass_80_wmma_tensorop_h161616gemm>") == "matmul"
+    assert bert_bench.kernel_class("Memset (Device)") == "copy"
+    assert bert_bench.kernel_class("pyfuser_f3_k1") == "other"
+    assert bert_bench.kernel_class("triton_per_fused__softmax_native_dropout_0") == "other"

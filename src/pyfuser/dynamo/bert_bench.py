@@ -16,7 +16,10 @@ AdamW, no loss scaling.  Per implementation ``run_bert_benchmark`` returns:
   ``region_calls_per_step`` and ``pyfuser_launches_per_step``: fused regions run and
   pyfuser kernels launched per step (``pyfuser.cache_info()["launches"]``);
 * ``gpu_kernels_per_step``: every GPU kernel of one step, from the profiler (all
-  implementations, for comparison); ``fallbacks``: regions that ran in ATen;
+  implementations, for comparison); ``kernel_ms_per_step``: that step's kernel time
+  split into matmul (cuBLAS/CUTLASS), copy (memcpy/memset) and other, the non-matmul
+  work fusion targets; ``top_other_kernels``: the heaviest of those;
+  ``fallbacks``: regions that ran in ATen;
   ``first_step_s``: the first step, compilation included.
 
 transformers is imported lazily, so this module imports on machines without it.
@@ -27,6 +30,7 @@ import argparse
 import copy
 import gc
 import json
+import re
 import statistics
 import sys
 import time
@@ -98,13 +102,43 @@ class _Timer:
         return [(b - a) * 1e3 for a, b in self.marks]
 
 
-def _count_gpu_kernels(step):
+MATMUL_KERNEL = re.compile(r"gemm|cutlass|xmma|nvjet|cublas|wgmma|sm\d\d_", re.IGNORECASE)
+
+
+def kernel_class(name: str) -> str:
+    """"matmul" (cuBLAS/CUTLASS GEMMs), "copy" (memcpy/memset) or "other": the
+    non-matmul work that fusion is about."""
+    if MATMUL_KERNEL.search(name):
+        return "matmul"
+    if name.startswith(("Memcpy", "Memset", "[memcpy", "[memset")):
+        return "copy"
+    return "other"
+
+
+def profile_step(step, top=12) -> dict:
+    """GPU kernels of one training step, from the profiler: the count, the kernel time
+    per class (``kernel_class``) and the ``top`` non-matmul kernels by time."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    per_class = {"matmul": 0.0, "copy": 0.0, "other": 0.0}
+    per_name: dict = {}
+    count = 0
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        count += 1
+        us = e.time_range.elapsed_us()
+        c = kernel_class(e.name)
+        per_class[c] += us
+        if c == "other":
+            n, t = per_name.get(e.name, (0, 0.0))
+            per_name[e.name] = (n + 1, t + us)
+    heavy = sorted(per_name.items(), key=lambda kv: -kv[1][1])[:top]
+    return {"gpu_kernels": count, "kernel_ms": {c: us / 1e3 for c, us in per_class.items()},
+            "top_other": [{"name": n[:120], "calls": c, "ms": t / 1e3} for n, (c, t) in heavy]}
 
 
 def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr):
@@ -144,7 +178,7 @@ def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr):
         timer.stop()
     times = timer.times_ms()
     launches, stats2 = pyfuser.cache_info()["launches"] - launches0, pd.stats()
-    kernels = _count_gpu_kernels(lambda: step(*batches[-1])) if dev_type == "cuda" else None
+    prof = profile_step(lambda: step(*batches[-1])) if dev_type == "cuda" else None
     return {
         "median_ms": statistics.median(times),
         "times_ms": times,
@@ -152,7 +186,9 @@ def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr):
         "fusions": stats2.get("fusions_created", 0) - stats0.get("fusions_created", 0),
         "region_calls_per_step": (stats2.get("region_calls", 0) - stats1.get("region_calls", 0)) / steps,
         "pyfuser_launches_per_step": launches / steps,
-        "gpu_kernels_per_step": kernels,
+        "gpu_kernels_per_step": prof["gpu_kernels"] if prof else None,
+        "kernel_ms_per_step": prof["kernel_ms"] if prof else None,
+        "top_other_kernels": prof["top_other"] if prof else None,
         "fallbacks": stats2.get("fallbacks", 0) - stats0.get("fallbacks", 0),
         "first_step_s": first_step_s,
     }
@@ -188,15 +224,18 @@ def markdown_table(batch, seq, results) -> str:
     ind = results.get("inductor", {}).get("median_ms")
     lines = [f"BERT MLM training step (fp16 autocast, AdamW), batch {batch} x seq {seq}", "",
              "| implementation | median step (ms) | vs eager | vs torch.compile | fusions | regions/step "
-             "| pyfuser launches/step | GPU kernels/step | fallbacks | first loss | last loss |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| pyfuser launches/step | GPU kernels/step | matmul kernel ms | non-matmul kernel ms | fallbacks "
+             "| first loss | last loss |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for impl, r in results.items():
         t = r["median_ms"]
         vs = lambda ref: f"{ref / t:.2f}x" if ref else "-"  # noqa: E731
         kernels = "-" if r["gpu_kernels_per_step"] is None else str(r["gpu_kernels_per_step"])
+        kms = r.get("kernel_ms_per_step")
+        mm, other = ("-", "-") if not kms else (f"{kms['matmul']:.2f}", f"{kms['other'] + kms['copy']:.2f}")
         lines.append(f"| {impl} | {t:.2f} | {vs(base)} | {vs(ind)} | {r['fusions']} | "
                      f"{r['region_calls_per_step']:.0f} | {r['pyfuser_launches_per_step']:.0f} | {kernels} | "
-                     f"{r['fallbacks']} | {r['losses'][0]:.4f} | {r['losses'][-1]:.4f} |")
+                     f"{mm} | {other} | {r['fallbacks']} | {r['losses'][0]:.4f} | {r['losses'][-1]:.4f} |")
     return "\n".join(lines)
 
 
