@@ -3,9 +3,11 @@
 import json
 import os
 
+import torch
+
 from pyfuser.bench import report
-from pyfuser.bench.__main__ import main
-from pyfuser.bench.cases import CASES, select
+from pyfuser.bench.__main__ import DRY_SCALE, main
+from pyfuser.bench.cases import BY_NAME, CASES, select
 
 DRY_CASES = "bert_softmax_dropout_noview,log_softmax_full,layer_norm_4096,bias_grad,attention_softmax,host"
 
@@ -69,3 +71,47 @@ def test_report_table_and_geomean():
     assert table.splitlines()[0].count("|") == len(report.COLUMNS) + 1
     assert "| a | [2,3] fp16 | 1.000 | 2.000 | 4.000 | 80% | 40% | 2.00x | 1 | 40 | 0 | ok |" in table
     assert report.summary(rows)["geomean_speedup_vs_inductor_suite"] == 1.0
+    rows.append(dict(rows[0], case="c", group="training", speedup_vs_inductor=4.0))
+    s = report.summary(rows)
+    assert s["geomean_speedup_vs_inductor_training"] == 4.0
+    assert s["geomean_speedup_vs_inductor_all"] == 1.587  # (2 * 0.5 * 4) ** (1/3)
+    assert "geomean speedup vs torch.compile, training fusions (1 cases): 4.00x" in report.summary_lines({}, rows)
+
+
+TRAINING = ["layer_norm_backward_bf16", "rms_norm_backward_bf16", "log_softmax_backward_bf16",
+            "gelu_tanh_backward_bf16", "gelu_erf_backward_bf16", "rope_forward_bf16", "cross_entropy_bf16",
+            "adam_step_fp32", "dropout_residual_layer_norm_backward_bf16"]
+
+
+def test_select_by_group_and_tag():
+    names = [c.name for c in select("training")]
+    assert names[:2] == ["softmax_backward_fp16", "dropout_residual_layer_norm_bf16"]  # tagged suite cases
+    assert names[2:] == TRAINING
+    assert [c.name for c in select("seed")] == [c.name for c in CASES if c.group == "seed"]
+    assert [c.name for c in select("gelu_erf,host")] == ["gelu_erf_backward_bf16", "host_overhead_pointwise"]
+
+
+def test_training_cases_dry_run_count_every_launch(tmp_path, capsys):
+    """The training fusions at tiny sizes on CPU: checked against eager, and the kernel
+    count of each row is every kernel of its plan (segmented cases launch several)."""
+    assert main(["--dry-run", "--cases", "training", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    data = json.load(open(next(tmp_path.glob("*.json"))))
+    rows = {r["case"]: r for r in data["rows"]}
+    assert set(TRAINING) <= set(rows)
+    for r in rows.values():
+        assert r["check"] == "ok", (r["case"], r["check_detail"], r["errors"])
+        case = BY_NAME[r["case"]]
+        fd = case.define(case.sizes(DRY_SCALE))
+        fd.execute(case.make_inputs(case.sizes(DRY_SCALE), "cpu", torch.Generator().manual_seed(0)))
+        steps = list(fd._runtime.plans.values())[-1].steps
+        kernels = sum(1 for s in steps if s.scheduler is not None)
+        assert (r["kernels"], r["host_segments"]) == (kernels, len(steps) - kernels), r["case"]
+        assert r["bytes"] > 0
+    # row and column sums: at least two kernels; cross-entropy's gather runs on the host
+    assert rows["layer_norm_backward_bf16"]["kernels"] >= 2
+    assert rows["cross_entropy_bf16"]["host_segments"] == 1
+    assert "| cross_entropy_bf16 |" in out and "+1 host |" in out
+    # bytes: inputs + outputs once; Adam reads four [R, N] fp32 tensors and writes three
+    r = rows["adam_step_fp32"]
+    assert r["bytes"] == 7 * r["sizes"][0] * r["sizes"][1] * 4

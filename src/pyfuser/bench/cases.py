@@ -14,7 +14,12 @@ A ``Case`` holds
   seed are pyfuser's business).  Random cases draw their own dropout mask when
   ``keep`` is None and use ``keep`` (pyfuser's mask output) when given, so the
   correctness check compares pyfuser's outputs with eager's for the same mask;
-* ``keep_output``: for dropout cases, the position of the keep-mask output.
+* ``keep_output``: for dropout cases, the position of the keep-mask output;
+* ``group`` ("seed", "suite", "training", "host") and ``tags``: ``--cases`` selects
+  by either as well as by name; the report's geomeans are per group.
+
+The training step's fusions are defined in ``training.py`` (shared with the tests
+against torch autograd); the cases here give them their sizes.
 
 The full sizes move several times the H200's 50 MB L2 (inputs + outputs), so the
 figures are DRAM-bandwidth figures.
@@ -28,21 +33,17 @@ from typing import Callable
 import torch
 
 from ..frontend import FusionDefinition
-from ..ir.dtypes import DataType
 from . import seeds
+from . import training as T
+from .training import BF, DROPOUT_P, F, GELU_C, H, KEEP_SCALE, TORCH, rand
 
-F, H, BF = DataType.Float, DataType.Half, DataType.BFloat16
-TORCH = {F: torch.float32, H: torch.float16, BF: torch.bfloat16}
 SHORT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.bool: "bool"}
-DROPOUT_P = 0.1
-KEEP_SCALE = 1.0 / (1.0 - DROPOUT_P)
-EPS = 1e-5
 
 
 @dataclass
 class Case:
     name: str
-    group: str  # "seed", "suite" or "host"
+    group: str  # "seed", "suite", "training" or "host"
     sizes: Callable  # scale -> tuple
     build: Callable  # (fd, sizes) -> None
     make_inputs: Callable  # (sizes, device, gen) -> list (tensors, maybe runtime scalars)
@@ -52,6 +53,7 @@ class Case:
     tol: dict = field(default_factory=dict)  # torch dtype -> (rtol, atol) overrides
     cpu_tol: dict = field(default_factory=dict)  # the same, for CPU (interpreter) runs only
     note: str = ""
+    tags: tuple = ()  # more names ``--cases`` selects this case by, besides its name and group
 
     def define(self, sizes) -> FusionDefinition:
         with FusionDefinition() as fd:
@@ -82,31 +84,6 @@ def _w(n: int, scale: float, lo: int = 16) -> int:
 
 def _shape(*dims) -> str:
     return "[" + ",".join(str(d) for d in dims) + "]"
-
-
-# --- inputs ---------------------------------------------------------------------------
-
-
-def rand(shape, dtype, device, gen, lo=0.25, hi=4.0, positive=False):
-    """Magnitudes in [lo, hi), random signs unless ``positive``: never 0."""
-    mag = torch.rand(shape, device=device, generator=gen) * (hi - lo) + lo
-    if not positive:
-        mag = torch.where(torch.rand(shape, device=device, generator=gen) > 0.5, mag, -mag)
-    return mag.to(dtype)
-
-
-def _bcast_rows(fd, t, shape):
-    """A per-row value [R] (or [.., R]) broadcast over the last dim of ``shape``."""
-    return fd.ops.broadcast_in_dim(t, shape=list(shape), broadcast_dims=list(range(len(shape) - 1)))
-
-
-def _bcast_cols(fd, t, shape):
-    """A per-column value [N] broadcast over the rows of ``shape``."""
-    return fd.ops.broadcast_in_dim(t, shape=list(shape), broadcast_dims=[len(shape) - 1])
-
-
-def _tensor(fd, rank, dtype):
-    return fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=dtype)
 
 
 # --- the report's seed fusions -----------------------------------------------------------
@@ -148,14 +125,14 @@ def build_bert_noview(fd, sizes):
     """The BERT fusion without the leading view: the scores arrive as [B, H, S, S]."""
     B, Hh, S = sizes
     full = [B, Hh, S, S]
-    x = _tensor(fd, 4, H)
+    x = T.tensor(fd, 4, H)
     mask = fd.define_tensor(shape=[-1, 1, 1, -1], contiguity=[True, None, None, True], dtype=F)
     scaled_mask = fd.ops.mul(fd.ops.sub(1.0, fd.ops.mul(mask, 1)), -10000.0)
     s = fd.ops.cast(fd.ops.cast(fd.ops.div(fd.ops.cast(x, F), 8.0), H), F)
     s = fd.ops.add(s, fd.ops.broadcast_in_dim(scaled_mask, shape=full, broadcast_dims=[0, 1, 2, 3]))
     m = fd.ops.max(s, dims=[3])
-    e = fd.ops.exp(fd.ops.sub(s, _bcast_rows(fd, m, full)))
-    probs = fd.ops.div(e, _bcast_rows(fd, fd.ops.sum(e, dims=[3]), full))
+    e = fd.ops.exp(fd.ops.sub(s, T.bcast_rows(fd, m, full)))
+    probs = fd.ops.div(e, T.bcast_rows(fd, fd.ops.sum(e, dims=[3]), full))
     keep = fd.ops.gt(fd.ops.rand_like(probs), 0.1)
     out = fd.ops.cast(fd.ops.mul(fd.ops.mul(fd.ops.cast(keep, F), probs), seeds.DROPOUT_KEEP_SCALE), H)
     for t in (scaled_mask, probs, keep, out):
@@ -184,16 +161,16 @@ def _seed_eager(name):
 
 def build_softmax(fd, sizes, log=False):
     R, V, dt = sizes
-    x = _tensor(fd, 2, dt)
+    x = T.tensor(fd, 2, dt)
     xf = fd.ops.cast(x, F)
     m = fd.ops.max(xf, dims=[1])
-    d = fd.ops.sub(xf, _bcast_rows(fd, m, (R, V)))
+    d = fd.ops.sub(xf, T.bcast_rows(fd, m, (R, V)))
     e = fd.ops.exp(d)
     s = fd.ops.sum(e, dims=[1])
     if log:
-        y = fd.ops.sub(d, _bcast_rows(fd, fd.ops.log(s), (R, V)))
+        y = fd.ops.sub(d, T.bcast_rows(fd, fd.ops.log(s), (R, V)))
     else:
-        y = fd.ops.div(e, _bcast_rows(fd, s, (R, V)))
+        y = fd.ops.div(e, T.bcast_rows(fd, s, (R, V)))
     fd.add_output(y if dt == F else fd.ops.cast(y, dt))
 
 
@@ -213,81 +190,14 @@ def _rows_case(name, R, V, dt, log=False):
     )
 
 
-# --- layer norm / RMS norm --------------------------------------------------------------
-
-
-def _layer_norm(fd, xf, w, b, R, N, dt):
-    var, mean = fd.ops.var_mean(xf, dims=[1], correction=0)
-    rstd = fd.ops.rsqrt(fd.ops.add(var, EPS))
-    y = fd.ops.mul(fd.ops.sub(xf, _bcast_rows(fd, mean, (R, N))), _bcast_rows(fd, rstd, (R, N)))
-    y = fd.ops.add(fd.ops.mul(y, _bcast_cols(fd, fd.ops.cast(w, F), (R, N))),
-                   _bcast_cols(fd, fd.ops.cast(b, F), (R, N)))
-    return fd.ops.cast(y, dt), mean, rstd
-
-
-def build_layer_norm(fd, sizes):
-    """Training forward: y (input dtype), mean and rstd (fp32, saved for backward)."""
-    R, N, dt = sizes
-    x, w, b = _tensor(fd, 2, dt), _tensor(fd, 1, dt), _tensor(fd, 1, dt)
-    for t in _layer_norm(fd, fd.ops.cast(x, F), w, b, R, N, dt):
-        fd.add_output(t)
-
-
-def _native_layer_norm(x, w, b):
-    """y (x's dtype), mean and rstd (fp32, flat).  CUDA's native_layer_norm returns fp32
-    mean/rstd for fp16/bf16 inputs; the CPU kernel returns them in the input dtype, so
-    on CPU (dry runs) the oracle computes in fp32 and rounds y once."""
-    if x.device.type == "cuda":
-        y, mean, rstd = torch.native_layer_norm(x, [x.shape[-1]], w, b, EPS)
-    else:
-        y, mean, rstd = torch.native_layer_norm(x.float(), [x.shape[-1]], w.float(), b.float(), EPS)
-        y = y.to(x.dtype)
-    return y, mean.view(-1), rstd.view(-1)
-
-
-def eager_layer_norm(tensors, sizes, keep=None):
-    x, w, b = tensors
-    return _native_layer_norm(x, w, b)
-
-
-def _norm_inputs(s, device, gen, bias=True):
-    R, N, dt = s
-    ts = [rand((R, N), TORCH[dt], device, gen), rand((N,), TORCH[dt], device, gen, 0.5, 1.5, positive=True)]
-    if bias:
-        ts.append(rand((N,), TORCH[dt], device, gen, 0.05, 0.5))
-    return ts
-
-
-def build_rms_norm(fd, sizes):
-    """y = x * rsqrt(mean(x^2) + eps) * w (fp32 math, output in the input's dtype); rstd (fp32)."""
-    R, N, dt = sizes
-    x, w = _tensor(fd, 2, dt), _tensor(fd, 1, dt)
-    xf = fd.ops.cast(x, F)
-    ms = fd.ops.mul(fd.ops.sum(fd.ops.mul(xf, xf), dims=[1]), 1.0 / N)
-    rstd = fd.ops.rsqrt(fd.ops.add(ms, EPS))
-    y = fd.ops.mul(fd.ops.mul(xf, _bcast_rows(fd, rstd, (R, N))), _bcast_cols(fd, fd.ops.cast(w, F), (R, N)))
-    fd.add_output(fd.ops.cast(y, dt))
-    fd.add_output(rstd)
-
-
-def eager_rms_norm(tensors, sizes, keep=None):
-    x, w = tensors
-    xf = x.float()
-    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)
-    return (xf * rstd * w.float()).to(x.dtype), rstd.view(-1)
-
-
 # --- bias + GELU, softmax backward, outer reduction -----------------------------------------
-
-GELU_C = math.sqrt(2.0 / math.pi)
-
 
 def build_bias_gelu(fd, sizes):
     """gelu_tanh(x + b).  x + b is rounded to the input dtype first, as eager's
     ``F.gelu(x + b, approximate="tanh")`` does."""
     R, N, dt = sizes
-    x, b = _tensor(fd, 2, dt), _tensor(fd, 1, dt)
-    h = fd.ops.cast(fd.ops.cast(fd.ops.add(fd.ops.cast(x, F), _bcast_cols(fd, fd.ops.cast(b, F), (R, N))), dt), F)
+    x, b = T.tensor(fd, 2, dt), T.tensor(fd, 1, dt)
+    h = fd.ops.cast(fd.ops.cast(fd.ops.add(fd.ops.cast(x, F), T.bcast_cols(fd, fd.ops.cast(b, F), (R, N))), dt), F)
     inner = fd.ops.mul(GELU_C, fd.ops.add(h, fd.ops.mul(0.044715, fd.ops.mul(h, fd.ops.mul(h, h)))))
     y = fd.ops.mul(fd.ops.mul(0.5, h), fd.ops.add(1.0, fd.ops.tanh(inner)))
     fd.add_output(fd.ops.cast(y, dt))
@@ -298,31 +208,10 @@ def eager_bias_gelu(tensors, sizes, keep=None):
     return (torch.nn.functional.gelu(x + b, approximate="tanh"),)
 
 
-def build_softmax_backward(fd, sizes):
-    """grad_in = grad * y - y * sum(grad * y) over the last dim."""
-    R, N, dt = sizes
-    g, y = _tensor(fd, 2, dt), _tensor(fd, 2, dt)
-    gf, yf = fd.ops.cast(g, F), fd.ops.cast(y, F)
-    gy = fd.ops.mul(gf, yf)
-    s = fd.ops.sum(gy, dims=[1])
-    fd.add_output(fd.ops.cast(fd.ops.sub(gy, fd.ops.mul(yf, _bcast_rows(fd, s, (R, N)))), dt))
-
-
-def _softmax_backward_inputs(s, device, gen):
-    R, N, dt = s
-    y = torch.softmax(rand((R, N), torch.float32, device, gen, 0.1, 3.0), dim=-1).to(TORCH[dt])
-    return [rand((R, N), TORCH[dt], device, gen), y]
-
-
-def eager_softmax_backward(tensors, sizes, keep=None):
-    g, y = tensors
-    return (torch._softmax_backward_data(g, y, -1, g.dtype),)
-
-
 def build_outer_sum(fd, sizes):
     """Bias gradient: sum over dim 0 (the outer axis) in fp32, stored in the input's dtype."""
     R, N, dt = sizes
-    x = _tensor(fd, 2, dt)
+    x = T.tensor(fd, 2, dt)
     fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.cast(x, F), dims=[0]), dt))
 
 
@@ -333,51 +222,16 @@ def eager_outer_sum(tensors, sizes, keep=None):
 # --- dropout cases ------------------------------------------------------------------------
 
 
-def build_dropout_residual_layer_norm(fd, sizes):
-    """h = residual + dropout(x); y = layer_norm(h) * w + b; explicit RNG seed/offset
-    (runtime scalars).  Outputs: keep mask, h, y, mean, rstd (what backward needs).
-    Roundings follow eager: dropout's output and h are stored in the input dtype."""
-    R, N, dt = sizes
-    x, res, w, b = _tensor(fd, 2, dt), _tensor(fd, 2, dt), _tensor(fd, 1, dt), _tensor(fd, 1, dt)
-    seed = fd.define_scalar(dtype=DataType.Int)
-    offset = fd.define_scalar(dtype=DataType.Int)
-    xf = fd.ops.cast(x, F)
-    keep = fd.ops.lt(fd.ops.rand_like(xf, rng_seed=seed, rng_offset=offset), 1.0 - DROPOUT_P)
-    d = fd.ops.cast(fd.ops.where(keep, fd.ops.mul(xf, KEEP_SCALE), 0.0), dt)
-    h = fd.ops.cast(fd.ops.add(fd.ops.cast(res, F), fd.ops.cast(d, F)), dt)
-    y, mean, rstd = _layer_norm(fd, fd.ops.cast(h, F), w, b, R, N, dt)
-    for t in (keep, h, y, mean, rstd):
-        fd.add_output(t)
-
-
-def _dropout_residual_inputs(s, device, gen):
-    R, N, dt = s
-    x, w, b = _norm_inputs(s, device, gen)
-    res = rand((R, N), TORCH[dt], device, gen)
-    seed = int(torch.randint(0, 2**31, (1,), device=device, generator=gen).item())
-    return [x, res, w, b, seed, 4 * int(torch.randint(0, 2**20, (1,), device=device, generator=gen).item())]
-
-
-def eager_dropout_residual_layer_norm(tensors, sizes, keep=None):
-    x, res, w, b = tensors
-    if keep is None:
-        d, keep = torch.native_dropout(x, DROPOUT_P, True)
-    else:
-        d = torch.where(keep, x.float() * KEEP_SCALE, 0.0).to(x.dtype)
-    h = res + d
-    return (keep, h) + _native_layer_norm(h, w, b)
-
-
 def build_attention_softmax_dropout(fd, sizes):
     """probs = softmax(x * 1/sqrt(64)) stored fp16; out = dropout(probs) (default
     generator).  Outputs: probs, keep mask, out."""
     B, Hh, S = sizes
     full = (B, Hh, S, S)
-    x = _tensor(fd, 4, H)
+    x = T.tensor(fd, 4, H)
     s = fd.ops.mul(fd.ops.cast(x, F), 0.125)
     m = fd.ops.max(s, dims=[3])
-    e = fd.ops.exp(fd.ops.sub(s, _bcast_rows(fd, m, full)))
-    probs = fd.ops.cast(fd.ops.div(e, _bcast_rows(fd, fd.ops.sum(e, dims=[3]), full)), H)
+    e = fd.ops.exp(fd.ops.sub(s, T.bcast_rows(fd, m, full)))
+    probs = fd.ops.cast(fd.ops.div(e, T.bcast_rows(fd, fd.ops.sum(e, dims=[3]), full)), H)
     pf = fd.ops.cast(probs, F)
     keep = fd.ops.lt(fd.ops.rand_like(pf), 1.0 - DROPOUT_P)
     out = fd.ops.cast(fd.ops.where(keep, fd.ops.mul(pf, KEEP_SCALE), 0.0), H)
@@ -399,7 +253,7 @@ def eager_attention_softmax_dropout(tensors, sizes, keep=None):
 
 
 def build_host_pointwise(fd, sizes):
-    x, y = _tensor(fd, 1, F), _tensor(fd, 1, F)
+    x, y = T.tensor(fd, 1, F), T.tensor(fd, 1, F)
     fd.add_output(fd.ops.add(fd.ops.mul(x, y), x))
 
 
@@ -417,6 +271,20 @@ def _seed_case(name, eager=None, describe=None, keep_output=None, tol=None):
     return Case(name=name, group="seed", sizes=_seed_sizes(name), build=_seed_build(name),
                 make_inputs=lambda s, device, gen, _n=name: _seed_inputs_on(_n, s, device, gen),
                 eager=eager or _seed_eager(name), describe=describe, keep_output=keep_output, tol=tol or {})
+
+
+# The training step's fusions (training.py) at the sizes of a hidden-1024 transformer
+# (BERT-large, GPT-2 medium) on 16384 tokens: activations [16384, 1024], the MLP's
+# GELU at [16384, 4096], RoPE over 8 heads of 128, losses over BERT's 30522-word
+# vocabulary.  Dtypes of bf16 mixed precision: bf16 activations, gradients and weights,
+# fp32 saved statistics, fp32 optimizer state and master weights.
+TOKENS, HIDDEN, VOCAB = 16384, 1024, 30522
+
+
+def _training(name, width, dt, build, make_inputs, eager, what, **kw):
+    """A "training" case on [TOKENS, width] rows; ``what`` describes the tensors."""
+    return Case(name, "training", lambda sc: (_r(TOKENS, sc), _w(width, sc), dt), build, make_inputs, eager,
+                lambda s: f"{_shape(s[0], s[1])} {what}", **kw)
 
 
 def _rows_desc(s):
@@ -444,27 +312,27 @@ CASES: list[Case] = [
     _rows_case("softmax_30522_bf16", 8192, 30522, BF),
     _rows_case("log_softmax_4096_fp16", 32768, 4096, H, log=True),
     _rows_case("log_softmax_50257_bf16", 8192, 50257, BF, log=True),
-    Case("layer_norm_1024_bf16", "suite", lambda sc: (_r(65536, sc), _w(1024, sc), BF), build_layer_norm,
-         _norm_inputs, eager_layer_norm, lambda s: f"{_shape(s[0], s[1])} bf16, w+b, ->y,mean,rstd"),
-    Case("layer_norm_4096_fp16", "suite", lambda sc: (_r(32768, sc), _w(4096, sc), H), build_layer_norm,
-         _norm_inputs, eager_layer_norm, lambda s: f"{_shape(s[0], s[1])} fp16, w+b, ->y,mean,rstd"),
-    Case("rms_norm_4096_bf16", "suite", lambda sc: (_r(32768, sc), _w(4096, sc), BF), build_rms_norm,
-         lambda s, d, g: _norm_inputs(s, d, g, bias=False), eager_rms_norm,
+    Case("layer_norm_1024_bf16", "suite", lambda sc: (_r(65536, sc), _w(1024, sc), BF), T.build_layer_norm,
+         T.norm_inputs, T.eager_layer_norm, lambda s: f"{_shape(s[0], s[1])} bf16, w+b, ->y,mean,rstd"),
+    Case("layer_norm_4096_fp16", "suite", lambda sc: (_r(32768, sc), _w(4096, sc), H), T.build_layer_norm,
+         T.norm_inputs, T.eager_layer_norm, lambda s: f"{_shape(s[0], s[1])} fp16, w+b, ->y,mean,rstd"),
+    Case("rms_norm_4096_bf16", "suite", lambda sc: (_r(32768, sc), _w(4096, sc), BF), T.build_rms_norm,
+         lambda s, d, g: T.norm_inputs(s, d, g, bias=False), T.eager_rms_norm,
          lambda s: f"{_shape(s[0], s[1])} bf16, w, ->y,rstd"),
     Case("bias_gelu_tanh_fp16", "suite", lambda sc: (_r(16384, sc), _w(4096, sc), H), build_bias_gelu,
          lambda s, d, g: [rand((s[0], s[1]), torch.float16, d, g), rand((s[1],), torch.float16, d, g, 0.05, 0.5)],
          eager_bias_gelu, lambda s: f"{_shape(s[0], s[1])} fp16 + bias {_shape(s[1])}"),
     Case("softmax_backward_fp16", "suite", lambda sc: (_r(16 * 16 * 512, sc), _w(512, sc), H),
-         build_softmax_backward, _softmax_backward_inputs, eager_softmax_backward,
-         lambda s: f"{_shape(s[0], s[1])} fp16 grad, y"),
+         T.build_softmax_backward, T.softmax_backward_inputs, T.eager_softmax_backward,
+         lambda s: f"{_shape(s[0], s[1])} fp16 grad, y", tags=("training",)),
     Case("bias_grad_sum_dim0_fp16", "suite", lambda sc: (_r(16384, sc), _w(4096, sc), H), build_outer_sum,
          lambda s, d, g: [rand((s[0], s[1]), torch.float16, d, g)], eager_outer_sum,
          lambda s: f"{_shape(s[0], s[1])} fp16 -> {_shape(s[1])}",
          # an fp32 sum of R terms of magnitude <= 4, in a different order, then rounded to fp16
          tol={torch.float16: (2e-3, 0.05)}),
     Case("dropout_residual_layer_norm_bf16", "suite", lambda sc: (_r(32768, sc), _w(1024, sc), BF),
-         build_dropout_residual_layer_norm, _dropout_residual_inputs, eager_dropout_residual_layer_norm,
-         lambda s: f"{_shape(s[0], s[1])} bf16 x+res, w+b, seed", keep_output=0,
+         T.build_dropout_residual_layer_norm, T.dropout_residual_inputs, T.eager_dropout_residual_layer_norm,
+         lambda s: f"{_shape(s[0], s[1])} bf16 x+res, w+b, seed", keep_output=0, tags=("training",),
          # Triton's interpreter truncates fp32 -> bf16 where torch rounds to nearest: dropout's
          # output is 1 ulp off (up to 0.03 at |x| < 4.5), and h = res + d cancels, so on CPU
          # h, y, mean and rstd carry that absolute error.  On the GPU the default tolerances hold.
@@ -473,6 +341,29 @@ CASES: list[Case] = [
          lambda sc: (_r(16, sc, 1), _r(16, sc, 2), _w(512, sc)), build_attention_softmax_dropout,
          lambda s, d, g: [rand((s[0], s[1], s[2], s[2]), torch.float16, d, g)], eager_attention_softmax_dropout,
          lambda s: f"{_shape(*s, s[2])} fp16", keep_output=1),
+    _training("layer_norm_backward_bf16", HIDDEN, BF, T.build_layer_norm_backward,
+              T.layer_norm_backward_inputs, T.eager_layer_norm_backward,
+              "bf16 dy, x, w; fp32 mean, rstd -> dx, dw, db"),
+    _training("rms_norm_backward_bf16", HIDDEN, BF, T.build_rms_norm_backward, T.rms_norm_backward_inputs,
+              T.eager_rms_norm_backward, "bf16 dy, x, w; fp32 rstd -> dx, dw"),
+    _training("log_softmax_backward_bf16", VOCAB, BF, lambda fd, s: T.build_softmax_backward(fd, s, log=True),
+              lambda s, d, g: T.softmax_backward_inputs(s, d, g, log=True),
+              lambda t, s, keep=None: T.eager_softmax_backward(t, s, log=True), "bf16 dy, y -> dx"),
+    _training("gelu_tanh_backward_bf16", 4 * HIDDEN, BF, T.build_gelu_backward, T.gelu_backward_inputs,
+              T.eager_gelu_backward, "bf16 dy, x -> dx"),
+    _training("gelu_erf_backward_bf16", 4 * HIDDEN, BF,
+              lambda fd, s: T.build_gelu_backward(fd, s, approximate="none"), T.gelu_backward_inputs,
+              lambda t, s, keep=None: T.eager_gelu_backward(t, s, approximate="none"), "bf16 dy, x -> dx"),
+    Case("rope_forward_bf16", "training", lambda sc: (_r(TOKENS, sc), _r(8, sc), _w(128, sc), BF), T.build_rope,
+         T.rope_inputs, T.eager_rope,
+         lambda s: f"{_shape(*s[:3])} bf16, theta {_shape(s[0], s[2] // 2)} fp32 -> y"),
+    _training("cross_entropy_bf16", VOCAB, BF, T.build_cross_entropy, T.cross_entropy_inputs,
+              T.eager_cross_entropy, "bf16 logits, int64 target -> fp32 mean loss"),
+    _training("adam_step_fp32", HIDDEN, F, T.build_adam_step, T.adam_step_inputs, T.eager_adam_step,
+              "fp32 param, grad, exp_avg, exp_avg_sq -> param, exp_avg, exp_avg_sq"),
+    _training("dropout_residual_layer_norm_backward_bf16", HIDDEN, BF, T.build_dropout_residual_layer_norm_backward,
+              T.dropout_residual_layer_norm_backward_inputs, T.eager_dropout_residual_layer_norm_backward,
+              "bf16 dy, h, w, bool keep; fp32 mean, rstd -> dx, dres, dw, db"),
     Case("host_overhead_pointwise", "host", lambda sc: (1024,), build_host_pointwise,
          lambda s, d, g: [rand(s, torch.float32, d, g), rand(s, torch.float32, d, g)], eager_host_pointwise,
          lambda s: f"{_shape(*s)} fp32 (wall us/call)"),
@@ -482,8 +373,9 @@ BY_NAME = {c.name: c for c in CASES}
 
 
 def select(spec: str | None) -> list[Case]:
-    """Cases whose name contains any of the comma-separated substrings (all if empty)."""
+    """Cases matching any comma-separated item (all if empty): an item matches a case
+    whose name contains it, or whose group or one of whose tags it is (``training``)."""
     if not spec:
         return list(CASES)
     subs = [s.strip() for s in spec.split(",") if s.strip()]
-    return [c for c in CASES if any(s in c.name for s in subs)]
+    return [c for c in CASES if any(s in c.name or s == c.group or s in c.tags for s in subs)]
