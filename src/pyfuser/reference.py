@@ -2,7 +2,9 @@
 
 This is the definition of pyfuser's semantics.  Every generated kernel is tested
 against it; it never runs in ``execute`` (except through ``fd.validate``), so it can
-stay short and obviously right rather than fast.
+stay short and obviously right rather than fast.  Extents (sizes as values) are not
+run here: binding the inputs evaluates them (``ir.concretize``, ``ir.extents``), and
+their values come in with the binding.
 """
 from __future__ import annotations
 
@@ -11,14 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from .ir.concretize import Binding, bind
+from .ir.extents import scalar_result
 from .ir.ops import OPS
 from .ir.shapes import slice_shape
 from .ir.values import Expr, FusionIR
 from .rng import reference_random
-
-
-def _scalar_tensor(x, v):
-    return torch.tensor(x, dtype=v.dtype.torch if v.dtype.name not in ("Float", "Half", "BFloat16") else torch.float64)
 
 
 def run_expr(e: Expr, args: list, binding: Binding, rng_state=None):
@@ -29,9 +28,7 @@ def run_expr(e: Expr, args: list, binding: Binding, rng_state=None):
     dev = binding.device
     if row.kind in ("unary", "binary", "ternary", "cast"):
         if not any(isinstance(x, torch.Tensor) for x in args):  # scalar arithmetic
-            targs = [_scalar_tensor(x, v) if x is not None else None for x, v in zip(args, e.inputs)]
-            r = _elementwise(e, targs)
-            return [r.item()]
+            return [scalar_result(e, args)]
         return [_elementwise(e, args)]
     if row.kind == "reduction":
         x = args[0]
@@ -67,7 +64,7 @@ def run_expr(e: Expr, args: list, binding: Binding, rng_state=None):
     if row.kind == "iota":
         start, step = args
         dt = a["dtype"].torch
-        return [(torch.arange(a["length"], device=dev, dtype=dt) * step + start).to(dt)]
+        return [(torch.arange(out_shapes[0][0], device=dev, dtype=dt) * step + start).to(dt)]
     if row.kind == "host":
         return [row.ref(*args, **a)]
     if row.kind == "random":

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import DefinitionError, DefinitionTypeError
 from ..ir.dtypes import DataType, from_torch, python_scalar_dtype
-from ..ir.values import FusionIR, ScalarVal, TensorVal, Val
+from ..ir.values import FusionIR, ScalarVal, TensorVal, Val, VectorVal
 
 _SAMPLE = {DataType.Bool: True, DataType.Int: 3, DataType.Int32: 3,
            DataType.Double: 1.5, DataType.Float: 1.5, DataType.Half: 1.5, DataType.BFloat16: 1.5}
@@ -46,6 +46,10 @@ class Builder:
                                       f"got {type(v).__name__} {v!r}")
         if v.fusion is not self.ir:
             raise DefinitionError(f"{op}: {arg} {v.name} belongs to another FusionDefinition")
+        if isinstance(v, VectorVal):
+            want = "a tensor" if tensor else ("a tensor or a scalar" if tensor is None else "a scalar")
+            raise DefinitionTypeError(f"{op}: {arg} must be {want}, got Vector {v.name} "
+                                      f"(fd.ops.at(vector, index) gives one entry)")
         if tensor is True and not isinstance(v, TensorVal):
             raise DefinitionTypeError(f"{op}: {arg} must be a tensor, got scalar {v.name}")
         if tensor is False and not isinstance(v, ScalarVal):
@@ -66,6 +70,39 @@ class Builder:
                 raise DefinitionError(f"{op}: {arg} entries must be {want}, got {x!r} in {xs!r}")
             out.append(x)
         return out
+
+    def shape_arg(self, op: str, arg: str, xs, *, allow_neg1=False, vector_ok=True):
+        """A shape argument as attrs keep it (``ir.extents``): a Vector of this fusion,
+        or a tuple of ints and Int scalars (sizes, arithmetic on them, runtime Int
+        inputs); constant scalars become ints."""
+        if isinstance(xs, VectorVal) and vector_ok:
+            if xs.fusion is not self.ir:
+                raise DefinitionError(f"{op}: {arg} {xs.name} belongs to another FusionDefinition")
+            return xs
+        if isinstance(xs, tuple):
+            xs = list(xs)
+        if not isinstance(xs, list):
+            also = ", or a Vector" if vector_ok else ""
+            raise DefinitionTypeError(f"{op}: {arg} must be a list of ints and Int scalars{also}, got {xs!r}")
+        want = "ints >= 0" + (" or -1" if allow_neg1 else "") + ", or Int scalars"
+        out = []
+        for i, x in enumerate(xs):
+            if isinstance(x, ScalarVal) and x.is_constant:
+                x = x.value
+            if isinstance(x, Val):
+                if x.fusion is not self.ir:
+                    raise DefinitionError(f"{op}: {arg} entry {i} ({x.name}) belongs to another FusionDefinition")
+                if not isinstance(x, ScalarVal) or x.dtype not in (DataType.Int, DataType.Int32):
+                    what = (f"scalar {x.name} of dtype {x.dtype}" if isinstance(x, ScalarVal) else
+                            f"{'tensor' if isinstance(x, TensorVal) else 'Vector'} {x.name}")
+                    raise DefinitionTypeError(f"{op}: {arg} entries must be {want}, got {what} at index {i} "
+                                              f"of {xs!r}")
+                out.append(x)
+                continue
+            if not isinstance(x, int) or isinstance(x, bool) or (x < 0 and not (allow_neg1 and x == -1)):
+                raise DefinitionError(f"{op}: {arg} entries must be {want}, got {x!r} in {xs!r}")
+            out.append(x)
+        return tuple(out)
 
     # -- values --------------------------------------------------------------------
     def constant(self, value, dtype: DataType | None = None) -> ScalarVal:

@@ -64,6 +64,7 @@ class FusionDefinition:
         self.ir = self._fusion.ir
         self._builder = Builder(self.ir, self)
         self.ops = Operators(self._builder)
+        self.ir.ops = self.ops
         self._finalized = False
         self._runtime = None  # the executor cache, built on first execute
         self.last_profile = None
@@ -164,6 +165,32 @@ class FusionDefinition:
         s = self._builder.constant(value, dtype)
         s.spelling = f"{fmt(value)}, dtype={s.dtype!r}"
         return s
+
+    def define_vector(self, values=None, dtype=DataType.Int, *, size=None):
+        """nvFuser's two define_vector forms: ``define_vector(values, dtype=DataType.Int)``
+        from ints (-1 allowed) and Int scalars, and ``define_vector(size)``: ``size``
+        runtime Int scalar inputs.  A Vector is a shape argument; ``V[i]`` is an entry."""
+        op = "define_vector"
+        if isinstance(values, int) and not isinstance(values, bool) and size is None:
+            values, size = None, values
+        if (values is None) == (size is None):
+            raise DefinitionTypeError(f"{op}: give values (a list of ints and Int scalars) or size (a number of "
+                                      f"scalar inputs), got values={values!r}, size={size!r}")
+        try:
+            dt = to_datatype(dtype)
+        except TypeError as err:
+            raise DefinitionTypeError(f"{op}: dtype: {err}") from None
+        if dt is not DataType.Int:
+            raise DefinitionError(f"{op}: dtype must be DataType.Int (a Vector holds sizes), got {dt!r}")
+        if size is not None:
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise DefinitionError(f"{op}: size must be an int >= 0, got {size!r}")
+            values = [self.define_scalar(dtype=DataType.Int) for _ in range(size)]
+        spec = self._builder.shape_arg(op, "values", values, allow_neg1=True, vector_ok=False)
+        # Entries are scalars, as in nvFuser: ints become constants, scalars given stay themselves
+        entries = [given if isinstance(given, ScalarVal) else self._builder.constant(x, DataType.Int)
+                   for given, x in zip(values, spec)]
+        return self.ops._extent(op, entries, {}, f"{fmt(entries)}, dtype={dt!r}", length=len(entries))
 
     def define_constant(self, value, dtype=None):
         """The 2022 spelling of a constant scalar."""

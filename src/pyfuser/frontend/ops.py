@@ -11,10 +11,12 @@ from __future__ import annotations
 from ..errors import DefinitionError, DefinitionTypeError
 from ..ir import shapes as S
 from ..ir.dtypes import DataType, to_datatype
+from ..ir.extents import infer_known, is_extent, spec_length
 from ..ir.infer import output_shapes
 from ..ir.ops import OPS
 from ..ir.values import ScalarVal, TensorVal, Val
 from .builder import Builder
+from .sizes import SizeOps
 
 
 def fmt(x) -> str:
@@ -30,7 +32,7 @@ def fmt(x) -> str:
     return repr(x)
 
 
-class Operators:
+class Operators(SizeOps):
     def __init__(self, builder: Builder):
         self._b = builder
 
@@ -47,8 +49,12 @@ class Operators:
             in_shapes = [v.shape if isinstance(v, TensorVal) else None for v in e_inputs]
             shapes = output_shapes(probe, in_shapes)
             outs = [b.ir.new_tensor(dt, shp) for dt, shp in zip(dtypes, shapes)]
-        e = b.ir.add_expr(op, e_inputs, outs, attrs)
+        # Arithmetic on sizes is a size: evaluated with them, before any kernel (ir.extents)
+        extent = scalar_out and any(is_extent(v) for v in e_inputs)
+        e = b.ir.add_expr(op, e_inputs, outs, attrs, extent=extent)
         e.spelling = spelling
+        if extent:
+            outs[0].known = infer_known(e)
         return outs
 
     def _elementwise(self, op, args, names, extra=None):
@@ -168,9 +174,9 @@ class Operators:
         shape = shape if shape is not None else output_shape
         if shape is None or broadcast_dims is None:
             raise DefinitionTypeError("broadcast_in_dim: needs shape= (or output_shape=) and broadcast_dims=")
-        shape = b.check_int_list("broadcast_in_dim", "shape", shape, allow_neg1=True)
+        shape = b.shape_arg("broadcast_in_dim", "shape", shape, allow_neg1=True)
         bdims = b.check_int_list("broadcast_in_dim", "broadcast_dims", broadcast_dims)
-        attrs = {"shape": tuple(shape), "broadcast_dims": tuple(bdims)}
+        attrs = {"shape": shape, "broadcast_dims": tuple(bdims)}
         sp = f"{fmt(t)}, shape={fmt(shape)}, broadcast_dims={fmt(bdims)}"
         (out,) = self._record("broadcast_in_dim", [t], attrs, [t.dtype], sp)
         return out
@@ -191,11 +197,12 @@ class Operators:
     def expand(self, arg, shape):
         b = self._b
         t = b.check_val("expand", "arg", arg, tensor=True)
-        shape = b.check_int_list("expand", "shape", shape, allow_neg1=True)
-        if len(shape) < t.rank:
-            raise DefinitionError(f"expand: shape {shape} has fewer dims than the input's rank {t.rank}")
-        bdims = list(range(len(shape) - t.rank, len(shape)))
-        attrs = {"shape": tuple(shape), "broadcast_dims": tuple(bdims)}
+        shape = b.shape_arg("expand", "shape", shape, allow_neg1=True)
+        n = spec_length(shape)
+        if n < t.rank:
+            raise DefinitionError(f"expand: shape {fmt(shape)} has fewer dims than the input's rank {t.rank}")
+        bdims = list(range(n - t.rank, n))
+        attrs = {"shape": shape, "broadcast_dims": tuple(bdims)}
         (out,) = self._record("expand", [t], attrs, [t.dtype], f"{fmt(t)}, shape={fmt(shape)}")
         return out
 
@@ -206,10 +213,10 @@ class Operators:
         t = b.check_val("reshape", "arg", arg, tensor=True)
         if new_shape is None:
             raise DefinitionTypeError("reshape: needs new_shape")
-        new_shape = b.check_int_list("reshape", "new_shape", new_shape, allow_neg1=True)
         if original_shape is not None:
             return self._view(t, original_shape, new_shape, "reshape")
-        attrs = {"new_shape": tuple(new_shape)}
+        new_shape = b.shape_arg("reshape", "new_shape", new_shape, allow_neg1=True)
+        attrs = {"new_shape": new_shape}
         (out,) = self._record("reshape", [t], attrs, [t.dtype], f"{fmt(t)}, new_shape={fmt(new_shape)}")
         return out
 
@@ -299,10 +306,10 @@ class Operators:
     # -- creation and random numbers --------------------------------------------
     def full(self, shape, fill_value, dtype):
         b = self._b
-        shape = b.check_int_list("full", "shape", shape)
+        shape = b.shape_arg("full", "shape", shape)
         v = b.check_val("full", "fill_value", fill_value, tensor=False)
         dt = to_datatype(dtype)
-        (out,) = self._record("full", [v], {"shape": tuple(shape), "dtype": dt}, [dt],
+        (out,) = self._record("full", [v], {"shape": shape, "dtype": dt}, [dt],
                               f"shape={fmt(shape)}, fill_value={fmt(v)}, dtype={dt!r}")
         return out
 
@@ -310,14 +317,16 @@ class Operators:
         b = self._b
         if isinstance(length, ScalarVal) and length.is_constant:
             length = length.value
-        if not isinstance(length, int) or isinstance(length, bool) or length < 0:
-            raise DefinitionError(f"iota: length must be an int >= 0, got {length!r}")
+        if isinstance(length, Val):  # a size, or a runtime Int input
+            (length,) = b.shape_arg("iota", "length", [length], vector_ok=False)
+        elif not isinstance(length, int) or isinstance(length, bool) or length < 0:
+            raise DefinitionError(f"iota: length must be an int >= 0 or an Int scalar, got {length!r}")
         dt = to_datatype(dtype)
         zero, one = (0.0, 1.0) if dt.is_float else (0, 1)
         s = b.check_val("iota", "start", zero if start is None else start, tensor=False)
         st = b.check_val("iota", "step", one if step is None else step, tensor=False)
         (out,) = self._record("iota", [s, st], {"length": length, "dtype": dt}, [dt],
-                              f"{length}, {fmt(s)}, {fmt(st)}, dtype={dt!r}")
+                              f"{fmt(length)}, {fmt(s)}, {fmt(st)}, dtype={dt!r}")
         return out
 
     def _rng(self, op, seed, offset):
@@ -358,16 +367,15 @@ class Operators:
         b = self._b
         a = b.check_val(op, names[0], p0, tensor=False)
         c = b.check_val(op, names[1], p1, tensor=False)
-        shape = b.check_int_list(op, "shape", shape)
+        shape = b.shape_arg(op, "shape", shape)
         dt = to_datatype(dtype)
         if not dt.is_float:
             raise DefinitionError(f"{op}: dtype must be a floating DataType, got {dt}")
         rng = self._rng(op, rng_seed, rng_offset)
-        attrs = {"dist": op, "shape": tuple(shape), "dtype": dt, "has_seed": bool(rng)}
+        attrs = {"dist": op, "shape": shape, "dtype": dt, "has_seed": bool(rng)}
         sp = f"{fmt(a)}, {fmt(c)}, shape={fmt(shape)}, dtype={dt!r}" + self._rng_spelling(rng)
         (out,) = self._record(op, [a, c] + rng, attrs, [dt], sp)
         return out
-
 
     # -- host ops: torch calls between kernels (ir.host_ops) ---------------------------
     def _host(self, op, tensors, names, attrs, spelling, dtype=None):

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from ..ir.values import ScalarVal, TensorVal
 
+FD_METHODS = ("define_vector",)  # recorded like ops, spelled fd.<name>(...) as nvFuser prints them
+
 
 def python_definition(fd) -> str:
     ir = fd.ir
     lines = [f"def nvfuser_fusion_id{fd.id}(fd : FusionDefinition) -> None :"]
     printed: set[int] = set()
-    exprs_by_first_out = {id(e.outputs[0]): e for e in ir.exprs if e.outputs}
+    exprs_by_first_out = {id(e.outputs[0]): e for e in ir.program if e.outputs}
     for v in ir.vals:
         if id(v) in printed:
             continue
@@ -27,7 +29,8 @@ def python_definition(fd) -> str:
         elif id(v) in exprs_by_first_out:
             e = exprs_by_first_out[id(v)]
             outs = ", ".join(o.name for o in e.outputs)
-            lines.append(f"    {outs} = fd.ops.{e.op}({e.spelling})")
+            call = f"fd.{e.op}" if e.op in FD_METHODS else f"fd.ops.{e.op}"
+            lines.append(f"    {outs} = {call}({e.spelling})")
             printed.update(id(o) for o in e.outputs)
         printed.add(id(v))
     for o in ir.outputs:

@@ -1,5 +1,6 @@
-"""Bind a FusionIR to the inputs of one ``execute``: check them, and compute every
-value's concrete shape with the same shape rules the definition used."""
+"""Bind a FusionIR to the inputs of one ``execute``: check them, compute every
+value's concrete shape with the same shape rules the definition used, and evaluate
+the extents (sizes as values, ``ir.extents``) that shapes and kernels read."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,13 +9,14 @@ import torch
 
 from ..errors import DefinitionError, InputError, InputTypeError
 from .dtypes import DataType, from_torch
+from .extents import evaluate
 from .infer import output_shapes
 from .values import FusionIR, ScalarVal, TensorVal, Val
 
 
 @dataclass
 class Binding:
-    values: dict  # Val -> torch.Tensor (tensor inputs) or Python number (scalars)
+    values: dict  # Val -> torch.Tensor (tensor inputs), Python number (scalars) or tuple (vectors)
     shapes: dict  # Val -> tuple of ints, for every live tensor
     device: torch.device
 
@@ -97,10 +99,14 @@ def bind(ir: FusionIR, inputs, device=None) -> Binding:
     for v in ir.vals:
         if isinstance(v, ScalarVal) and v.is_constant:
             values[v] = v.value
-    for e in ir.live_exprs():
-        in_shapes = [shapes.get(v) if isinstance(v, TensorVal) else None for v in e.inputs]
+    for e in ir.bound_exprs():
         try:
-            outs = output_shapes(e, in_shapes)
+            if not any(isinstance(o, TensorVal) for o in e.outputs):  # extents, scalar arithmetic
+                args = [shapes[v] if isinstance(v, TensorVal) else values[v] for v in e.inputs]
+                values.update(zip(e.outputs, evaluate(e, args)))
+                continue
+            in_shapes = [shapes.get(v) if isinstance(v, TensorVal) else None for v in e.inputs]
+            outs = output_shapes(e, in_shapes, values.__getitem__)
         except DefinitionError as err:
             raise InputError(f"execute: with these inputs, {err}") from None
         for o, s in zip(e.outputs, outs):

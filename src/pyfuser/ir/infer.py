@@ -2,15 +2,21 @@
 from __future__ import annotations
 
 from . import shapes as S
+from .extents import known, resolve_shape
 from .ops import OPS
 from .values import Expr
 
 
-def output_shapes(e: Expr, in_shapes: list) -> list[tuple]:
-    """``in_shapes[i]`` is the shape of ``e.inputs[i]`` (None for scalars)."""
+def output_shapes(e: Expr, in_shapes: list, value_of=known) -> list[tuple]:
+    """``in_shapes[i]`` is the shape of ``e.inputs[i]`` (None for scalars); ``value_of``
+    gives the extents a shape argument names (see ``ir.extents``)."""
     kind = OPS[e.op].kind
     a = e.attrs
     tensors = [s for s in in_shapes if s is not None]
+
+    def shape_arg(name, allow_neg1=False):
+        return resolve_shape(e.op, name, a[name], value_of, allow_neg1)
+
     if kind in ("unary", "binary", "ternary", "cast"):
         return [S.broadcast_shapes(e.op, *tensors)]
     if kind == "reduction":
@@ -19,7 +25,7 @@ def output_shapes(e: Expr, in_shapes: list) -> list[tuple]:
         out = S.reduce_shape(in_shapes[0], a["dims"], a["keepdim"])
         return [out, out]
     if kind == "broadcast_in_dim":
-        return [S.broadcast_in_dim_shape(e.op, in_shapes[0], a["shape"], a["broadcast_dims"])]
+        return [S.broadcast_in_dim_shape(e.op, in_shapes[0], shape_arg("shape", True), a["broadcast_dims"])]
     if kind == "reshape":
         orig = a.get("original_shape")  # the 2022 view(original_shape=, new_shape=)
         if orig is not None:
@@ -27,7 +33,7 @@ def output_shapes(e: Expr, in_shapes: list) -> list[tuple]:
                 if have is not None and have != said:
                     raise S.DefinitionError(f"view: original_shape {list(orig)} says dim {d} is {said}, "
                                             f"but the input's sizes are {list(in_shapes[0])}")
-        return [S.reshape_shape(e.op, in_shapes[0], a["new_shape"])]
+        return [S.reshape_shape(e.op, in_shapes[0], shape_arg("new_shape", True))]
     if kind == "permute":
         return [tuple(in_shapes[0][d] for d in a["dims"])]
     if kind == "squeeze":
@@ -43,13 +49,13 @@ def output_shapes(e: Expr, in_shapes: list) -> list[tuple]:
     if kind == "cat":
         return [S.cat_shape(e.op, tensors, a["dim"])]
     if kind == "full":
-        return [tuple(a["shape"])]
+        return [shape_arg("shape")]
     if kind == "iota":
-        return [(a["length"],)]
+        return [resolve_shape(e.op, "length", (a["length"],), value_of)]
     if kind == "random":
         if "like" in a:
             return [in_shapes[0]]
-        return [tuple(a["shape"])]
+        return [shape_arg("shape")]
     if kind == "host":
         return [tuple(s) for s in OPS[e.op].shape(e.op, tensors, a)]
     raise AssertionError(f"no shape rule for op kind {kind}")

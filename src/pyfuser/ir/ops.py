@@ -4,7 +4,8 @@ A row (``OpDef``) carries what every layer needs to know about an op:
 
 * ``kind``: how the frontend builds it and how the code generator indexes it
   (``unary``/``binary``/``ternary`` elementwise ops, ``cast``, ``reduction``, the
-  layout ops, ``full``/``iota`` and the random ops);
+  layout ops, ``full``/``iota``, the random ops, ``host`` ops run by torch between
+  kernels, and ``extent`` ops: sizes, evaluated before any kernel, see ``ir.extents``);
 * ``ref``: its semantics, as a call into torch; the reference executor runs it and
   dtype inference probes it on ``meta`` tensors, so promotion (tensor vs tensor, tensor
   vs Python scalar, integer and bool handling) is PyTorch's by construction;
@@ -333,6 +334,11 @@ _ROWS = [
     OpDef("gather", "host", H.gather_ref, shape=H.gather_shape),
     OpDef("take_along_axis", "host", H.take_along_axis_ref, shape=H.gather_shape),
     OpDef("embedding_fwd", "host", H.embedding_ref, shape=H.embedding_shape),
+    # extent ops: on sizes (a tensor argument is its shape, a tuple), never in a kernel
+    OpDef("size", "extent", lambda shape, dim: shape[dim]),
+    OpDef("shape", "extent", lambda shape: tuple(shape)),
+    OpDef("at", "extent", lambda vector, index: vector[index]),
+    OpDef("define_vector", "extent", lambda *values: tuple(values)),
 ]
 
 OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}

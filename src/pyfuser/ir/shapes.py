@@ -105,8 +105,10 @@ def reshape_shape(op: str, shape: Shape, new_shape) -> Shape:
     if sum(1 for e in new_shape if e == -1) > 1:
         raise DefinitionError(f"{op}: new_shape {new_shape} has more than one -1")
     for e in new_shape:
-        if not isinstance(e, int) or isinstance(e, bool) or e < -1:
+        if e is not None and (not isinstance(e, int) or isinstance(e, bool) or e < -1):
             raise DefinitionError(f"{op}: new_shape entries must be ints >= -1, got {e!r}")
+    if None in new_shape:  # an extent the definition does not know: execute checks the sizes
+        return tuple(None if e is None or e == -1 else e for e in new_shape)
     n = numel(shape)
     known = math.prod(e for e in new_shape if e != -1)
     if -1 in new_shape:

@@ -5,7 +5,16 @@ called the ops.  Tensor shapes are partially known at definition time: each exte
 an ``int`` when the definition fixes it and ``None`` when it is symbolic (nvFuser's
 ``-1``); ``concretize`` (in ``ir.shapes``) binds every extent from the inputs given to
 ``execute``.  Names follow nvFuser's printer: one counter for all values, ``T<n>`` for
-tensors and ``S<n>`` for scalars, so dumps line up with nvFuser's.
+tensors, ``S<n>`` for scalars and ``V<n>`` for vectors (lists of int scalars, the
+shape arguments), so dumps line up with nvFuser's.
+
+Two kinds of expressions: ``exprs``, the kernel graph (tensor ops, and scalar
+arithmetic on runtime scalars), and ``extent_exprs``: sizes of tensors (``size``,
+``shape``, ``at``, ``define_vector``) and scalar arithmetic on them.  Extent values
+depend only on the inputs' sizes, constants and the scalar inputs that shapes name;
+``concretize`` evaluates them before any kernel runs, and to the kernel graph they are
+leaves, like runtime scalars, so segmentation and code generation never see a tensor
+behind a size.  ``program`` holds both kinds in recording order.
 """
 from __future__ import annotations
 
@@ -53,8 +62,9 @@ class TensorVal(Val):
         return len(self.shape)
 
     def size(self, dim: int):
-        """nvFuser's ``T.size(d)``: the extent if known at definition time, else None."""
-        return self.shape[dim]
+        """nvFuser's ``T.size(dim)``: ``fd.ops.size(T, dim)``, an Int scalar (the extent
+        is known at execute time; ``T.shape[dim]`` is what the definition knows)."""
+        return self.fusion.ops.size(self, dim)
 
 
 class ScalarVal(Val):
@@ -63,10 +73,36 @@ class ScalarVal(Val):
     def __init__(self, fusion, index, dtype, value=None):
         super().__init__(fusion, index, dtype)
         self.value = value  # a Python number for constants; None for runtime scalar inputs
+        # What the definition knows of the value: a constant's value, or an extent's when
+        # the sizes it derives from are fixed.  Only shape inference reads it; kernels
+        # take extents as arguments, never as literals.
+        self.known = value
 
     @property
     def is_constant(self) -> bool:
         return self.value is not None
+
+
+class VectorVal(Val):
+    """nvFuser's Vector: a fixed number of Int scalars, as ``fd.ops.shape`` and
+    ``fd.define_vector`` make them; a shape argument of reshape, full, ..."""
+
+    prefix = "V"
+
+    def __init__(self, fusion, index, length: int):
+        super().__init__(fusion, index, DataType.Int)
+        self.length = length
+        self.known: tuple = (None,) * length  # per entry, as ScalarVal.known
+
+    @property
+    def size(self) -> int:
+        """nvFuser's ``Vector.size``: the number of entries."""
+        return self.length
+
+    def at(self, index: int):
+        return self.fusion.ops.at(self, index)
+
+    __getitem__ = at
 
 
 @dataclass(eq=False)
@@ -77,6 +113,18 @@ class Expr:
     inputs: list[Any]  # Vals (or, for cat, nested lists flattened into Vals)
     outputs: list[Val]
     attrs: dict = field(default_factory=dict)
+    extent: bool = False  # in FusionIR.extent_exprs: evaluated from sizes before any kernel
+    shape_args: tuple = ()  # Vals named by attrs (extents in a shape argument): needed for shapes only
+
+
+def attr_vals(attrs: dict) -> tuple:
+    """The Vals that attribute values (shape arguments) name."""
+    out = []
+    for a in attrs.values():
+        for x in a if isinstance(a, (tuple, list)) else (a,):
+            if isinstance(x, Val):
+                out.append(x)
+    return tuple(out)
 
 
 class FusionIR:
@@ -87,6 +135,10 @@ class FusionIR:
         self.exprs: list[Expr] = []
         self.inputs: list[Val] = []
         self.outputs: list[TensorVal] = []
+        self.extent_exprs: list[Expr] = []
+        self.program: list[Expr] = []  # exprs and extent_exprs, in recording order
+        self.ops = None  # the frontend's fd.ops, for nvFuser's T.size(d) and V[i] spellings
+        self._shape_scalars = (None, ())
 
     def _next_index(self) -> int:
         return len(self.vals)
@@ -101,12 +153,56 @@ class FusionIR:
         self.vals.append(s)
         return s
 
-    def add_expr(self, op: str, inputs, outputs, attrs=None) -> Expr:
-        e = Expr(op, list(inputs), list(outputs), dict(attrs or {}))
+    def new_vector(self, length: int) -> VectorVal:
+        v = VectorVal(self, self._next_index(), length)
+        self.vals.append(v)
+        return v
+
+    def add_expr(self, op: str, inputs, outputs, attrs=None, extent=False) -> Expr:
+        attrs = dict(attrs or {})
+        e = Expr(op, list(inputs), list(outputs), attrs, extent, attr_vals(attrs))
         for o in outputs:
             o.definition = e
-        self.exprs.append(e)
+        (self.extent_exprs if extent else self.exprs).append(e)
+        self.program.append(e)
         return e
+
+    def bound_exprs(self) -> list[Expr]:
+        """What binding the inputs evaluates, in program order: the exprs the outputs
+        need, the extent exprs that their shape arguments name, and the exprs of the
+        tensors those extents measure."""
+        needed: set[int] = {id(o) for o in self.outputs}
+        out = []
+        for e in reversed(self.program):
+            if any(id(o) in needed for o in e.outputs):
+                out.append(e)
+                needed.update(id(v) for v in e.inputs)
+                needed.update(id(v) for v in e.shape_args)
+        return out[::-1]
+
+    def shape_scalar_inputs(self) -> tuple[int, ...]:
+        """Positions (in ``inputs``) of the runtime scalars that a shape or an extent
+        depends on: their values decide sizes, so they key cached launches as the
+        tensors' sizes do."""
+        key = (len(self.program), len(self.inputs))
+        if self._shape_scalars[0] == key:
+            return self._shape_scalars[1]
+        stack = [v for e in self.program for v in e.shape_args]
+        stack += [v for e in self.extent_exprs for v in e.inputs if not isinstance(v, TensorVal)]
+        seen: set[int] = set()
+        found = set()
+        while stack:
+            v = stack.pop()
+            if id(v) in seen or isinstance(v, TensorVal):
+                continue
+            seen.add(id(v))
+            if v.definition is not None:
+                stack.extend(v.definition.inputs)
+            elif not (isinstance(v, ScalarVal) and v.is_constant):
+                found.add(id(v))
+        positions = tuple(i for i, v in enumerate(self.inputs) if id(v) in found)
+        self._shape_scalars = (key, positions)
+        return positions
 
     def uses(self) -> dict[Val, list[Expr]]:
         out: dict[Val, list[Expr]] = {v: [] for v in self.vals}

@@ -58,14 +58,20 @@ def _warmup_args(src, params, sched, seg, b):
     return args, sched.grid(seg, params), kw
 
 
-def fingerprint(inputs, device):
-    """Everything about the inputs that decides the kernels and their constant arguments."""
+def fingerprint(inputs, device, shape_scalars=()):
+    """Everything about the inputs that decides the kernels and their constant arguments:
+    ``shape_scalars`` are the positions of scalar inputs that shapes depend on
+    (``FusionIR.shape_scalar_inputs``), whose values decide sizes."""
     parts = [device, tuple(sorted(_OVERRIDES.items())) if _OVERRIDES else ()]
     for x in inputs:
         if isinstance(x, torch.Tensor):
             parts.append((x.dtype, x.shape, x.stride(), x.device, not x.data_ptr() & 15))
         else:
             parts.append(type(x))
+    for i in shape_scalars:
+        if i < len(inputs):
+            x = inputs[i]
+            parts.append(x.item() if isinstance(x, torch.Tensor) else x)
     return tuple(parts)
 
 
@@ -260,7 +266,7 @@ def execute(fd, inputs, device=None, profile=False):
     profile = profile or profiler.printing()
     try:
         if isinstance(inputs, (list, tuple)):
-            prep = rt.prepared.get(fingerprint(inputs, device))
+            prep = rt.prepared.get(fingerprint(inputs, device, ir.shape_scalar_inputs()))
             if prep is not None:
                 COUNTERS["hits"] += len(prep.launches)
                 if not (active or profile):
@@ -315,7 +321,7 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
         if "scheduler_params" in active:
             dump.emit(dump.scheduler_params(fd.id, scheduler_decisions(rt, plan, b, [la[4] for la in launches])))
         prep = Prepared(fd, plan, b, launches)
-        rt.prepared[fingerprint(inputs, device)] = prep
+        rt.prepared[fingerprint(inputs, device, ir.shape_scalar_inputs())] = prep
         if probe is None and b.device.type == "cuda":  # the first launches compile: time that for profiles
             probe = Probe(fd, rt, frozenset(), False, b.device)
         rt.last_metas = [launch[-1] for launch in prep.launches]
@@ -498,7 +504,7 @@ def prepared_for(fd, inputs, device=None):
     rt = fd._runtime
     if rt is None:
         return None
-    return rt.prepared.get(fingerprint(inputs, device))
+    return rt.prepared.get(fingerprint(inputs, device, fd.ir.shape_scalar_inputs()))
 
 
 def run_prepared(fd, prep: Prepared, inputs, device=None):
