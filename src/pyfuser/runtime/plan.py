@@ -5,10 +5,12 @@ which dims are size 1, which inputs are contiguous, 16-byte alignment, index wid
 normalised slice bounds) to a ``Plan``: which outputs alias inputs, and the segments
 (``Step``) with their schedulers.  It also owns the definition's kernels, keyed by
 (scheduler, outputs, signature, params), and remembers for dumps and profiles why
-each was built (``events``) and what it cost (``kernel_info``).
+each was built (``events``) and what it cost (``kernel_info``).  How a fusion becomes
+segments (host-op stages, ``split``, ``merge``, ``narrow``): docs/SEGMENTATION.md.
 """
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from dataclasses import dataclass, field
@@ -25,9 +27,12 @@ from . import dump
 from ..ir.ops import OPS
 from .cache import COUNTERS, load_kernel
 from .probe import KernelInfo
-from .subfusion import SubFusion, needed_exprs, subfusion
+from .subfusion import SubFusion, inputs_of, needed_exprs, subfusion
 
 VIEW_OPS = ("reshape", "squeeze", "permute")
+# Failed merge attempts (each emits a kernel that is then thrown away) after which a
+# plan stops merging.
+MERGE_LOSSES = 6
 
 
 @dataclass
@@ -67,6 +72,7 @@ class ExecutorCache:
         self.prepared: dict = {}  # input fingerprint -> Prepared
         self.spill_choice: dict = {}  # (scheduler, outputs, signature, heuristics' params) -> params that do not spill
         self.kernels: dict = {}  # (scheduler, outputs, signature, params) -> (KernelSource, kernel)
+        self.refused: dict = {}  # while planning: (outputs, loads) -> why no scheduler took them
         # For dumps and the profiler:
         self.kernel_info: dict = {}  # kernel name -> probe.KernelInfo
         self.events: list = []  # this execute's cache story (PYFUSER_DUMP=cache), first line the verdict
@@ -136,8 +142,10 @@ class ExecutorCache:
         """Host ops cut the fusion into stages: the kernels whose values depend on no
         host op, then the first host op, then the kernels that depend on it, ...
         Each stage's targets (fusion outputs and the next host ops' inputs) go to
-        ``split``, which cuts further at reductions when no scheduler takes them."""
+        ``split``, which cuts further at reductions when no scheduler takes them;
+        ``refine`` then merges kernels and narrows what they store for each other."""
         ir = self.fd.ir
+        self.refused = {}
         aliases = {}
         rest = []
         for pos, o in enumerate(ir.outputs):
@@ -151,7 +159,7 @@ class ExecutorCache:
         hosts = [e for e in live if OPS[e.op].kind == "host"]
         cuts = frozenset(v for v in ir.inputs if isinstance(v, TensorVal))
         if not hosts:
-            return Plan(aliases, self.split(b, [o for o in rest if _nonempty(b, o)], cuts, cuts))
+            return Plan(aliases, self.refine(b, self.split(b, [o for o in rest if _nonempty(b, o)], cuts, cuts), cuts))
         base = cuts
         cuts = cuts | {o for h in hosts for o in h.outputs}
         level = _host_levels(live, hosts)
@@ -172,7 +180,7 @@ class ExecutorCache:
         for h, run, stage in zip(hosts, host_runs, stages[1:]):
             steps.append(Step([o for e in run for o in e.outputs], None, f"host op {h.op}", host=run))
             steps += self.split(b, stage, cuts, base)
-        return Plan(aliases, steps)
+        return Plan(aliases, self.refine(b, steps, base))
 
     def try_schedule(self, b, outputs, cuts=None, base=None):
         sf = None
@@ -181,6 +189,11 @@ class ExecutorCache:
         else:
             sf = subfusion(outputs, cuts)
             seg = self.sub_segment(b, sf)
+        # The same group from the same loads: refused once, refused again (merging
+        # retries groups ``split`` already tried).
+        key = (frozenset(outputs), None if sf is None else frozenset(sf.orig[c] for c in sf.ir.inputs))
+        if key in self.refused:
+            return None, self.refused[key]
         reasons = []
         for sched in SCHEDULERS:
             rej = sched.can_schedule(seg)
@@ -196,6 +209,7 @@ class ExecutorCache:
             step = _step(outputs, sched, reasons)
             step.sub = sf
             return step, reasons
+        self.refused[key] = reasons
         return None, reasons
 
     def split(self, b, outputs, cuts=None, base=None):
@@ -232,6 +246,74 @@ class ExecutorCache:
                 return steps + self.split(b, failing, cuts, base)
             return [_step(failing, None, reasons)]
         return steps + [s for o in failing for s in self.split(b, [o], cuts, base)]
+
+    # -- merging and narrowing (docs/SEGMENTATION.md) -------------------------------------
+    def refine(self, b, steps, base):
+        """The plan's steps after ``split``: merged, then narrowed (``base``: the fusion's
+        tensor inputs)."""
+        if sum(s.scheduler is not None for s in steps) < 2:
+            return steps
+        return self.narrow(b, self.merge(b, steps, base), base)
+
+    def merge(self, b, steps, base):
+        """Greedy merging: ``split`` decides group by group, so a plan can hold kernels
+        that one kernel could replace (a side output, shape groups one scheduler takes
+        together, reductions over the same axes on both sides of a cut).  Pairs of
+        kernel steps are tried best first (``_Flow.candidates``); a merge is kept when
+        a scheduler takes the union and the steps still have a topological order.  The
+        merged step stores only what the fusion or another step reads.  An attempt
+        that reaches a scheduler's ``emit`` generates a kernel, so a plan gives up
+        after MERGE_LOSSES refusals."""
+        keep = set(self.fd.ir.outputs)
+        tried, losses = set(), 0
+        while True:
+            flow = _Flow(steps, keep)
+            for i, j in flow.candidates(b):
+                outputs, reads = flow.union(i, j)
+                key = (frozenset(outputs), frozenset(reads))
+                if key in tried or flow.order(i, j, Step(outputs, None), reads) is None:
+                    continue
+                tried.add(key)
+                step, _ = self.try_schedule(b, outputs, base | _tensors(reads), base)
+                merged = step and flow.order(i, j, step, step_reads(step))
+                if merged:
+                    steps = merged
+                    break
+                losses += 1
+                if losses == MERGE_LOSSES:
+                    return steps
+            else:
+                return steps
+
+    def narrow(self, b, steps, base):
+        """A value a kernel stores only for other kernels that is an upcast of a 16-bit
+        value is stored at 16 bits, and its readers recompute the cast (``_narrow``
+        does the same for host ops' inputs).  The cast is exact, so every result keeps
+        its bits.  The change is kept only when schedulers take the rebuilt steps."""
+        done = set()
+        while True:
+            flow = _Flow(steps, set(self.fd.ir.outputs))
+            found = next(((p, x, u) for p, x, u in flow.upcasts(base) if x not in done), None)
+            if found is None:
+                return steps
+            done.add(found[1])
+            steps = self._store_narrow(b, flow, *found, base) or steps
+
+    def _store_narrow(self, b, flow, p, x, u, base):
+        new = list(flow.steps)
+        for k, r in enumerate(flow.reads):
+            if x in r:
+                new[k], _ = self.try_schedule(b, new[k].outputs, base | _tensors(r - {x}) | {u}, base)
+                if new[k] is None:
+                    return None
+        outputs = [o for o in new[p].outputs if o is not x]
+        if u not in flow.reads[p] and u not in base and u not in outputs:
+            outputs.append(u)  # else the readers load u from where the producer does
+        if outputs:
+            new[p], _ = self.try_schedule(b, outputs, base | _tensors(flow.reads[p]), base)
+            if new[p] is None:
+                return None
+        return [s for k, s in enumerate(new) if outputs or k != p]
 
     # -- kernels -----------------------------------------------------------------------
     def build(self, seg, sched, params):
@@ -355,3 +437,123 @@ def _first_reductions(outputs, cuts) -> list:
             reduced[o] = after or is_red
     needed = {v for e in exprs for v in e.inputs} | set(outputs)
     return [o for o in first if o in needed]
+
+
+# -- the step graph --------------------------------------------------------------------
+def step_reads(step) -> set:
+    """The values a step loads: fusion inputs, scalars, what earlier steps stored."""
+    if step.is_host:
+        return inputs_of(step.host)
+    if step.sub is not None:
+        return {step.sub.orig[c] for c in step.sub.ir.inputs}
+    return inputs_of(needed_exprs(step.outputs, ()))
+
+
+class _Flow:
+    """The data flow between a plan's steps: what each reads, and what must be stored."""
+
+    def __init__(self, steps, keep):
+        self.steps, self.keep = steps, keep  # keep: the fusion's outputs
+        self.reads = [step_reads(s) for s in steps]
+
+    def needed(self, v, skip) -> bool:
+        """Whether ``v`` must be stored: a fusion output, or read by a step not in ``skip``."""
+        return v in self.keep or any(v in r for k, r in enumerate(self.reads) if k not in skip)
+
+    def union(self, i, j):
+        """The outputs of steps i and j merged (what others still need) and what it reads."""
+        outputs = []
+        for o in self.steps[i].outputs + self.steps[j].outputs:
+            if o not in outputs and self.needed(o, (i, j)):
+                outputs.append(o)
+        made = set(self.steps[i].outputs) | set(self.steps[j].outputs)
+        return outputs, (self.reads[i] | self.reads[j]) - made
+
+    def candidates(self, b) -> list:
+        """Pairs (i, j), i before j, of kernel steps worth a merge, best first: a
+        producer and its consumer when merging drops stored values (most first), then
+        steps with reductions over the same axes of the same shape, then steps that
+        read a common tensor or where one feeds the other; nearer pairs first.  Pairs
+        sharing nothing are not tried: merging them would only save a launch."""
+        axes = [_reduction_axes(s, b) for s in self.steps]
+        kernels = [k for k, s in enumerate(self.steps) if s.scheduler is not None]
+        ranked = []
+        for n, i in enumerate(kernels):
+            for j in kernels[n + 1:]:
+                fed = set(self.steps[i].outputs) & self.reads[j]
+                dropped = sum(1 for v in fed if not self.needed(v, (i, j)))
+                if dropped:
+                    rank = 0
+                elif axes[i] & axes[j]:
+                    rank = 1
+                elif fed or _tensors(self.reads[i] & self.reads[j]):
+                    rank = 2
+                else:
+                    continue
+                ranked.append(((rank, -dropped, j - i, i), i, j))
+        return [(i, j) for _, i, j in sorted(ranked)]
+
+    def order(self, i, j, merged, reads):
+        """The steps with i and j replaced by ``merged`` (reading ``reads``), in a
+        topological order that keeps the others' order where it can; None when the
+        merged step would both feed and depend on a third step."""
+        keys = [k for k in range(len(self.steps)) if k not in (i, j)]
+        steps = [self.steps[k] for k in keys] + [merged]
+        return _topological(steps, [self.reads[k] for k in keys] + [reads], keys + [i])
+
+    def upcasts(self, base):
+        """(producer, value, narrower value) for each value a kernel stores only for
+        other kernels that is an upcast of a 16-bit value the producer computes."""
+        for p, step in enumerate(self.steps):
+            if step.scheduler is None:
+                continue
+            for x in step.outputs:
+                readers = [self.steps[k] for k, r in enumerate(self.reads) if x in r]
+                if x in self.keep or not readers or any(s.scheduler is None for s in readers):
+                    continue
+                u, casts = _narrow(x, self.reads[p] | base)
+                if casts:
+                    yield p, x, u
+
+
+def _topological(steps, reads, keys):
+    """Kahn's algorithm taking the ready step with the smallest key; None on a cycle."""
+    made: dict = {}
+    for n, s in enumerate(steps):
+        for o in s.outputs:
+            made.setdefault(o, n)
+    users = [[] for _ in steps]
+    waiting = []
+    for n, r in enumerate(reads):
+        deps = {made[v] for v in r if v in made and made[v] != n}
+        for d in deps:
+            users[d].append(n)
+        waiting.append(len(deps))
+    ready = [(keys[n], n) for n in range(len(steps)) if not waiting[n]]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        _, n = heapq.heappop(ready)
+        out.append(steps[n])
+        for m in users[n]:
+            waiting[m] -= 1
+            if not waiting[m]:
+                heapq.heappush(ready, (keys[m], m))
+    return out if len(out) == len(steps) else None
+
+
+def _reduction_axes(step, b) -> frozenset:
+    """(input shape, reduced dims) of each reduction a kernel step computes."""
+    if step.scheduler is None:
+        return frozenset()
+    exprs = step.sub.exprs.values() if step.sub is not None else needed_exprs(step.outputs, ())
+    found = set()
+    for e in exprs:
+        if OPS[e.op].kind in ("reduction", "var_mean"):
+            shape = tuple(b.shapes[e.inputs[0]])
+            found.add((shape, tuple(sorted(d % max(len(shape), 1) for d in e.attrs["dims"]))))
+    return frozenset(found)
+
+
+def _tensors(vals) -> frozenset:
+    return frozenset(v for v in vals if isinstance(v, TensorVal))

@@ -34,6 +34,12 @@ def needed_exprs(outputs, cuts) -> list:
     return live[::-1]
 
 
+def inputs_of(exprs) -> set:
+    """The values ``exprs`` read that none of them makes: what a segment loads."""
+    made = {o for e in exprs for o in e.outputs}
+    return {v for e in exprs for v in e.inputs if v not in made}
+
+
 def subfusion(outputs, cuts) -> SubFusion:
     sub = FusionIR()
     clone: dict = {}
