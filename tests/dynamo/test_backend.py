@@ -301,3 +301,41 @@ def test_repeat_calls_run_the_prepared_launches_directly(monkeypatch, capsys):
         assert len(calls) == 4
         torch.testing.assert_close(compiled(y), fn(y))
         assert len(calls) == 4
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_backward_is_fused_with_the_log_softmax_backward(reduction, monkeypatch):
+    """nll_loss_backward becomes where(class == target, ...): no ATen scatter, and the
+    [N, C] gradient goes straight into the log-softmax backward's fusion."""
+    seen = []
+    real = region.FusedRegion.__init__
+
+    def spy(self, submodule, name):
+        seen.append({str(n.target) for n in submodule.graph.nodes if n.op == "call_function"})
+        real(self, submodule, name)
+
+    monkeypatch.setattr(region.FusedRegion, "__init__", spy)
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(12, 37, generator=g)
+    target = torch.randint(0, 37, (12,), generator=g)
+    target[3] = -100  # ignored
+
+    def fn(x, target):
+        return F.cross_entropy(x * 1.5, target, reduction=reduction, ignore_index=-100)
+
+    check_against_eager(lambda x: fn(x, target), x, rtol=1e-5, atol=1e-6)
+    assert any("aten.arange.start_step" in ops or "aten.arange.default" in ops for ops in seen)
+    assert not any("aten.nll_loss_backward.default" in ops for ops in seen)
+
+
+def test_cpu_scalars_are_copied_to_the_device_once_per_value():
+    cache = {}
+    a = region.moved(torch.tensor(-3.5), torch.device("meta"), cache)
+    b = region.moved(torch.tensor(-3.5), torch.device("meta"), cache)
+    c = region.moved(torch.tensor(float("nan")), torch.device("meta"), cache)
+    d = region.moved(torch.tensor(float("nan")), torch.device("meta"), cache)
+    e = region.moved(torch.tensor(-3.5, dtype=torch.float64), torch.device("meta"), cache)
+    assert a is b and c is d and a is not c and e is not a
+    assert a.device.type == "meta" and e.dtype == torch.float64
+    v = region.moved(torch.ones(3), torch.device("meta"), cache)  # not a scalar: always copied
+    assert v.device.type == "meta" and len(cache) == 3

@@ -62,6 +62,10 @@ def casts_and_fills(x, h):
     return y, z, (r >= 0) & (r < 1), n.isfinite(), (x * 2).to(torch.float16) + 1
 
 
+def aranges(x):
+    return torch.arange(4) + (x * 3).long(), torch.arange(1, 9, 2) * x, torch.arange(2, 6) - x
+
+
 GROUPS = {
     "unary": (unary, lambda g: [torch.randn(3, 4, generator=g), torch.rand(3, 4, generator=g) > 0.5],
               _ops("abs", "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal",
@@ -84,6 +88,7 @@ GROUPS = {
     "casts_and_fills": (casts_and_fills, lambda g: [torch.randn(3, 4, generator=g),
                                                      torch.randn(3, 4, generator=g).half()],
                         _ops("_to_copy", "full", "rand_like", "randn_like")),
+    "aranges": (aranges, lambda g: [torch.randn(3, 4, generator=g)], _ops("arange.default", "arange.start", "arange.start_step")),
 }
 
 # Rules no group reaches: overloads AOTAutograd does not emit for these programs,

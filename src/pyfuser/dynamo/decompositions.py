@@ -3,8 +3,14 @@
 Composite ops whose pieces pyfuser fuses (softmax, layer norm, GELU, dropout, the
 activation backwards, ...) are decomposed into pointwise ops, reductions and casts,
 so the partitioner sees one fusible region where ATen would launch one kernel per
-op.  Everything else stays whole: matmuls, embedding, losses with gathers, attention
-kernels and the like are not in this list and run in ATen.
+op.  Everything else stays whole: matmuls, embedding, the loss forward's gather,
+attention kernels and the like are not in this list and run in ATen.
+
+``nll_loss_backward`` is pyfuser's own decomposition: ATen writes a zero tensor the
+size of the logits and scatters one value per row into it, then the log-softmax
+backward reads that tensor again.  As ``where(class == target, -grad / total, 0)``
+(an iota compared with the targets) it fuses into the log-softmax backward, and the
+[tokens, vocabulary] gradient is never stored in between.
 
 The table is a selection from ``torch._decomp`` (its core-ATen decompositions plus
 a few training ops); ops missing from the installed torch are skipped, so the same
@@ -39,10 +45,31 @@ DECOMPOSED = (
 )
 
 
+_REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM = 0, 1, 2
+
+
+def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    """The gradient of ``nll_loss`` with respect to its [N, C] input, as a select
+    between the row's gradient and zero (unweighted losses; others stay in ATen)."""
+    if weight is not None or self.dim() != 2 or reduction not in (_REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM):
+        return NotImplemented
+    t = target.unsqueeze(1)
+    hit = (torch.arange(self.shape[1], device=self.device).unsqueeze(0) == t) & (t != ignore_index)
+    if reduction == _REDUCTION_NONE:
+        g = -grad_output.unsqueeze(1)
+    elif reduction == _REDUCTION_MEAN:
+        g = -grad_output / total_weight
+    else:
+        g = -grad_output
+    return torch.where(hit, g, 0.0).to(self.dtype)
+
+
 @functools.lru_cache(maxsize=None)
 def decomposition_table() -> dict:
     """OpOverload -> decomposition, for ``aot_autograd(decompositions=...)``."""
     from torch._decomp import get_decompositions
 
     packets = [getattr(aten, name) for name in DECOMPOSED if hasattr(aten, name)]
-    return get_decompositions(packets)
+    table = get_decompositions(packets)
+    table[aten.nll_loss_backward.default] = nll_loss_backward
+    return table

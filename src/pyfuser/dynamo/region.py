@@ -121,6 +121,7 @@ class FusedRegion(torch.nn.Module):
             self.device = self._device(examples, submodule.graph)
             self._check_devices(submodule.graph)
             self._moves = tuple(i for i, x in enumerate(examples) if x.device != self.device)
+            self._scalars: dict = {}  # (dtype, value) -> that CPU scalar's copy on the device
             self._prepare(examples)
         except Unsupported as err:
             self._give_up(err.cause, str(err))
@@ -181,7 +182,7 @@ class FusedRegion(torch.nn.Module):
             if self._moves:
                 inputs = list(args)
                 for i in self._moves:
-                    inputs[i] = inputs[i].to(self.device, non_blocking=True)
+                    inputs[i] = moved(inputs[i], self.device, self._scalars)
             fast = self.fast.get(key)
             if fast is not None and not any([x.data_ptr() & 15 for x in inputs]) and fast_path_allowed():
                 entry, prep, device, copies, restride = fast
@@ -235,6 +236,25 @@ class FusedRegion(torch.nn.Module):
         prep = prepared_for(entry.fd, list(inputs), device)
         if prep is not None:
             self.fast[key] = (entry, prep, device, copies, restride)
+
+
+MAX_CACHED_SCALARS = 64
+
+
+def moved(x: torch.Tensor, device, cache: dict) -> torch.Tensor:
+    """``x`` on ``device``.  A CPU scalar (a constant the graph made, such as the
+    attention mask's fill value) is copied once per value and the copy reused: a copy
+    from pageable host memory waits for the device's queue to drain, which would
+    stall the host at every region call that reads one."""
+    if x.dim() != 0 or x.device.type != "cpu":
+        return x.to(device, non_blocking=True)
+    key = (x.dtype, repr(x.item()))  # repr: nan finds itself
+    hit = cache.get(key)
+    if hit is None:
+        if len(cache) >= MAX_CACHED_SCALARS:
+            cache.clear()
+        hit = cache[key] = x.to(device)
+    return hit
 
 
 def _traced_output_strides(graph) -> list:

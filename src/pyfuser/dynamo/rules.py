@@ -415,6 +415,17 @@ def _scalar_tensor(t, n, a):
     return t.ops.full([], value, dt)
 
 
+def _arange_check(n, a):
+    if meta(n).dtype not in (torch.int64, torch.int32):
+        return "non-integer arange"  # float steps accumulate differently
+    return _creation_check(n, a)
+
+
+@rule("arange.default", "arange.start", "arange.start_step", check=_arange_check)
+def _arange(t, n, a):
+    return t.ops.iota(t.shape(n)[0], int(getattr(a, "start", 0)), int(getattr(a, "step", 1)), t.dtype(n))
+
+
 def _random_check(n, a):
     if not meta(n).dtype.is_floating_point:
         return "non-float dtype"
