@@ -6,11 +6,17 @@ so the partitioner sees one fusible region where ATen would launch one kernel pe
 op.  Everything else stays whole: matmuls, embedding, the loss forward's gather,
 attention kernels and the like are not in this list and run in ATen.
 
-``nll_loss_backward`` is pyfuser's own decomposition: ATen writes a zero tensor the
-size of the logits and scatters one value per row into it, then the log-softmax
-backward reads that tensor again.  As ``where(class == target, -grad / total, 0)``
-(an iota compared with the targets) it fuses into the log-softmax backward, and the
-[tokens, vocabulary] gradient is never stored in between.
+``nll_loss_forward`` and ``nll_loss_backward`` are pyfuser's own decompositions
+(unweighted [N, C] losses; others stay in ATen).  ATen's forward gathers one value
+per row from log-probabilities that the fusion before it must store in full (fp32,
+[tokens, vocabulary]: a gigabyte for BERT at 64 x 128); as a masked row sum,
+``sum(where(class == target, logp, 0))`` (an iota compared with the targets), it is
+one more reduction in the log-softmax's own kernel.  ATen's backward writes a zero
+tensor the size of the logits and scatters one value per row into it, which the
+log-softmax backward then reads; as ``where(class == target, -grad / total, 0)`` it
+fuses into that backward.  A target outside [0, C) that is not ``ignore_index``
+makes the forward's loss NaN (ATen stops with a device-side assert instead); it is
+never silently read as a zero.
 
 The table is a selection from ``torch._decomp`` (its core-ATen decompositions plus
 a few training ops); ops missing from the installed torch are skipped, so the same
@@ -48,13 +54,34 @@ DECOMPOSED = (
 _REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM = 0, 1, 2
 
 
+def _hits(self, target, ignore_index):
+    """[N, C] bool: the target's class in each row, False in ignored rows."""
+    t = target.unsqueeze(1)
+    return (torch.arange(self.shape[1], device=self.device).unsqueeze(0) == t) & (t != ignore_index)
+
+
+def nll_loss_forward(self, target, weight, reduction, ignore_index):
+    """``(loss, total_weight)`` of ``nll_loss`` as a masked row sum (unweighted [N, C])."""
+    if weight is not None or self.dim() != 2 or reduction not in (_REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM):
+        return NotImplemented
+    valid = target != ignore_index
+    picked = torch.where(_hits(self, target, ignore_index), self, 0.0).sum(1)
+    out_of_range = valid & ((target < 0) | (target >= self.shape[1]))
+    losses = torch.where(out_of_range, float("nan"), -picked).to(self.dtype)
+    if reduction == _REDUCTION_NONE:
+        return losses, self.new_full((), 0.0)
+    total_weight = valid.sum().to(self.dtype)
+    if reduction == _REDUCTION_SUM:
+        return losses.sum(), total_weight
+    return losses.sum() / total_weight, total_weight
+
+
 def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
     """The gradient of ``nll_loss`` with respect to its [N, C] input, as a select
     between the row's gradient and zero (unweighted losses; others stay in ATen)."""
     if weight is not None or self.dim() != 2 or reduction not in (_REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM):
         return NotImplemented
-    t = target.unsqueeze(1)
-    hit = (torch.arange(self.shape[1], device=self.device).unsqueeze(0) == t) & (t != ignore_index)
+    hit = _hits(self, target, ignore_index)
     if reduction == _REDUCTION_NONE:
         g = -grad_output.unsqueeze(1)
     elif reduction == _REDUCTION_MEAN:
@@ -71,5 +98,6 @@ def decomposition_table() -> dict:
 
     packets = [getattr(aten, name) for name in DECOMPOSED if hasattr(aten, name)]
     table = get_decompositions(packets)
+    table[aten.nll_loss_forward.default] = nll_loss_forward
     table[aten.nll_loss_backward.default] = nll_loss_backward
     return table
