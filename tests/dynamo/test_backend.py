@@ -347,3 +347,31 @@ def test_cpu_scalars_are_copied_to_the_device_once_per_value():
     assert a.device.type == "meta" and e.dtype == torch.float64
     v = region.moved(torch.ones(3), torch.device("meta"), cache)  # not a scalar: always copied
     assert v.device.type == "meta" and len(cache) == 3
+
+
+def test_a_clone_of_a_transposed_tensor_is_a_copy_kernel():
+    """Attention heads made contiguous for a bmm: the clone alone becomes a region,
+    and its output is a new contiguous tensor, not a view of the input."""
+    def fn(x, y):
+        q = x.view(4, 64, 8, 32).transpose(1, 2)  # [4, 8, 64, 32], not contiguous
+        return torch.bmm(q.reshape(32, 64, 32), y)
+
+    g = torch.Generator().manual_seed(14)
+    x, y = torch.randn(4, 64, 256, generator=g), torch.randn(32, 32, 16, generator=g)
+    launches = pyfuser.cache_info()["launches"]
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x, y), fn(x, y), rtol=1e-5, atol=1e-5)
+    assert pd.stats()["regions"] == 1
+    assert pyfuser.cache_info()["launches"] == launches + 1
+
+
+def test_set_is_a_copy():
+    from pyfuser import FusionDefinition, DataType
+
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.set(fd.ops.permute(t0, [1, 0])))
+    x = torch.randn(5, 7)
+    (out,) = fd.execute([x])
+    assert out.is_contiguous() and out.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(out, x.t(), rtol=0, atol=0)

@@ -32,7 +32,7 @@ UNARY_ORACLE = {
     "tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu, "silu": F.silu, "erf": torch.erf,
     "erfc": torch.erfc, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
     "sign": torch.sign, "isfinite": torch.isfinite, "isnan": torch.isnan, "isinf": torch.isinf,
-    "logical_not": torch.logical_not, "bitwise_not": torch.bitwise_not,
+    "logical_not": torch.logical_not, "bitwise_not": torch.bitwise_not, "set": torch.clone,
 }
 
 # True: a Python operator (accepts a Python number on either side);

@@ -13,7 +13,10 @@ accepts into acyclic regions.  Then:
   gradient): pyfuser's schedulers give such a chain no single kernel, and the
   runtime would run it as host torch ops.  Remove these cuts once they do;
 * a region with fewer than ``MIN_COMPUTE_OPS`` ops that compute stays in ATen: one
-  op gains nothing from fusion and pays the fusion's host overhead;
+  op gains nothing from fusion and pays the fusion's host overhead.  Except a clone
+  of a non-contiguous tensor (``rules.is_layout_copy``): ATen copies a transposed
+  tensor with a generic strided kernel (BERT's attention heads: 96 such copies per
+  training step), pyfuser's pointwise kernel with coalesced, tiled accesses;
 * each remaining region becomes a ``fused_N`` submodule, replaced by a
   ``region.FusedRegion``.
 """
@@ -28,7 +31,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .region import FusedRegion, warn_once
-from .rules import ATEN_VIEWS, bind_args, is_compute, meta, unsupported_reason
+from .rules import ATEN_VIEWS, bind_args, is_compute, is_layout_copy, meta, unsupported_reason
 
 MIN_COMPUTE_OPS = 2
 log = logging.getLogger(__name__)
@@ -78,7 +81,8 @@ def fuse_regions(gm):
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     partitions = [q for p in partitions for q in split_mixed_reductions(p, order)]
     partitioner.remove_bookend_non_compute_ops(partitions)
-    partitions = [p for p in partitions if sum(is_compute(n) for n in p.nodes) >= MIN_COMPUTE_OPS]
+    partitions = [p for p in partitions if sum(is_compute(n) for n in p.nodes) >= MIN_COMPUTE_OPS
+                  or any(is_layout_copy(n) for n in p.nodes)]
     if not partitions:
         return gm
     gm = partitioner.fuse_partitions(partitions, prefix="pyfuser_region_")

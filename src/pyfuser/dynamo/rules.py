@@ -370,7 +370,22 @@ def _select(t, n, a):
 
 
 _identity_rule("alias.default", "detach.default", aten_view=True)
-_identity_rule("clone.default", "lift_fresh_copy.default", aten_view=False)
+_identity_rule("lift_fresh_copy.default", aten_view=False)
+
+
+@rule("clone.default", compute=False)
+def _clone(t, n, a):
+    """A copy (``ops.set``): a region that is only a clone of a transposed tensor
+    (attention heads made contiguous for a bmm) becomes one copy kernel."""
+    return t.ops.set(a.self)
+
+
+def is_layout_copy(node) -> bool:
+    """A clone of a non-contiguous tensor: worth a kernel of its own (see partition)."""
+    if node.op != "call_function" or str(node.target) != "aten.clone.default":
+        return False
+    x = meta(node.args[0])
+    return isinstance(x, torch.Tensor) and not x.is_contiguous() and x.numel() >= LAYOUT_COPY_MIN_NUMEL
 
 
 def _cat_check(n, a):
@@ -413,6 +428,9 @@ def _scalar_tensor(t, n, a):
     dt = t.dtype(n)
     value = bool(a.s) if dt is DataType.Bool else (float(a.s) if dt.is_float else int(a.s))
     return t.ops.full([], value, dt)
+
+
+LAYOUT_COPY_MIN_NUMEL = 1 << 16
 
 
 def _arange_check(n, a):

@@ -272,6 +272,7 @@ _ROWS = [
     _u("isinf", torch.isinf, _isinf, "args"),
     _u("logical_not", torch.logical_not, lambda b, a: f"({a} == 0)", "args"),
     _u("bitwise_not", torch.bitwise_not, _bitwise_not),
+    _u("set", torch.clone, lambda b, a: a),  # a copy: the output is a new tensor (nvFuser's ops.set)
     # binary
     _b("add", lambda a, b: a + b, lambda b, x, y: f"({x} + {y})"),
     _b("sub", lambda a, b: a - b, lambda b, x, y: f"({x} - {y})"),
