@@ -141,7 +141,26 @@ def profile_step(step, top=12) -> dict:
             "top_other": [{"name": n[:120], "calls": c, "ms": t / 1e3} for n, (c, t) in heavy]}
 
 
-def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr):
+def host_profile(step, n=3, top=30) -> str:
+    """cProfile of ``n`` steps: the top functions by own time, as text (where a
+    host-bound step spends its Python time)."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        step()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr, profile_host=False):
     import pyfuser
     import pyfuser.dynamo as pd
 
@@ -179,7 +198,9 @@ def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr):
     times = timer.times_ms()
     launches, stats2 = pyfuser.cache_info()["launches"] - launches0, pd.stats()
     prof = profile_step(lambda: step(*batches[-1])) if dev_type == "cuda" else None
+    host = host_profile(lambda: step(*batches[-1])) if profile_host else None
     return {
+        "host_profile": host,
         "median_ms": statistics.median(times),
         "times_ms": times,
         "losses": [float(x) for x in losses],
@@ -195,7 +216,7 @@ def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr):
 
 
 def run_bert_benchmark(batch, seq, steps=20, device="cuda", dropout=True, *, implementations=IMPLEMENTATIONS,
-                       warmup=3, config_overrides=None, lr=1e-4, seed=0) -> dict:
+                       warmup=3, config_overrides=None, lr=1e-4, seed=0, profile_host=(), on_result=None) -> dict:
     """Train BERT for ``warmup + steps`` steps with each implementation; returns
     ``{implementation: results}`` (see the module docstring).  ``config_overrides``
     (BertConfig fields) shrinks the model for tests."""
@@ -211,7 +232,9 @@ def run_bert_benchmark(batch, seq, steps=20, device="cuda", dropout=True, *, imp
         model.load_state_dict(copy.deepcopy(initial))
         model.to(device).train()
         torch.manual_seed(seed + 2)  # the same dropout stream for eager and Inductor
-        results[impl] = _train(impl, model, batches, steps, warmup, device, amp_dtype, lr)
+        results[impl] = _train(impl, model, batches, steps, warmup, device, amp_dtype, lr, impl in profile_host)
+        if on_result is not None:
+            on_result(results)
         del model
         gc.collect()
         if torch.device(device).type == "cuda":
@@ -247,18 +270,31 @@ def main(argv=None):
     p.add_argument("--no-dropout", action="store_true")
     p.add_argument("--impl", default=",".join(IMPLEMENTATIONS), help="comma-separated: eager,inductor,pyfuser")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--json", default=None, help="also write the results to this file")
+    p.add_argument("--json", default=None, help="also write the results to this file (after each implementation, "
+                                                 "so a run cut short keeps what it measured)")
+    p.add_argument("--profile-host", default="", help="comma-separated implementations whose host time to profile "
+                                                      "(cProfile of 3 extra steps, printed and in the JSON)")
     args = p.parse_args(argv)
     everything = {}
+
+    def save(results, cfg=None):
+        if cfg is not None:
+            everything[cfg] = results
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(everything, f, indent=1)
+
     for cfg in args.configs.split(","):
         batch, seq = (int(x) for x in cfg.lower().split("x"))
         results = run_bert_benchmark(batch, seq, args.steps, args.device, not args.no_dropout,
-                                     implementations=tuple(args.impl.split(",")), warmup=args.warmup)
-        everything[cfg] = results
+                                     implementations=tuple(args.impl.split(",")), warmup=args.warmup,
+                                     profile_host=tuple(filter(None, args.profile_host.split(","))),
+                                     on_result=lambda r, cfg=cfg: save(r, cfg))
+        save(results, cfg)
         print(markdown_table(batch, seq, results), end="\n\n", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(everything, f, indent=1)
+        for impl, r in results.items():
+            if r.get("host_profile"):
+                print(f"host profile, {impl}, {cfg}:\n{r['host_profile']}", flush=True)
     return 0
 
 
