@@ -18,17 +18,26 @@ arguments, like any shape.  The launch cache keys on the inputs' sizes and on th
 values of the scalar inputs that shapes depend on (``FusionIR.shape_scalar_inputs``),
 so no cached launch reuses a stale size.
 
+Scalar arithmetic on runtime scalar inputs alone (Adam's ``1 - beta1``) is not an
+extent, but it resolves the same way: binding evaluates it with ``evaluate``, a cached
+launch recomputes it from each execute's inputs (``ScalarProgram``), and kernels take
+the results as scalar arguments.
+
 At definition time ``known`` (on ScalarVal and VectorVal) holds what the definition
 fixes (the size of a dim declared with a concrete extent, constants); shape inference
 uses it, and None means unknown until execute.
 """
 from __future__ import annotations
 
+import math
+import operator
+
 import torch
 
 from ..errors import DefinitionError
+from .dtypes import DataType
 from .ops import OPS
-from .values import Expr, ScalarVal, TensorVal, Val, VectorVal
+from .values import Expr, FusionIR, ScalarVal, TensorVal, Val, VectorVal
 
 
 def is_extent(v) -> bool:
@@ -56,9 +65,55 @@ def _scalar_tensor(x, v: ScalarVal):
 def scalar_result(e: Expr, args: list):
     """All-scalar arithmetic (``args`` are Python numbers), as torch computes it on
     0-d tensors; a Python number back."""
+    exact = _EXACT_FP64.get(e.op)
+    if exact is not None:
+        operands = _fp64_operands(e, args)
+        if operands is not None:
+            r = exact(*operands)
+            if r is not None:
+                return r
     ts = [_scalar_tensor(x, v) for x, v in zip(args, e.inputs)]
     r = ts[0].to(e.attrs["dtype"].torch) if e.op == "cast" else OPS[e.op].ref(*ts)
     return r.item()
+
+
+def _div(a: float, b: float):
+    return a / b if b != 0 else None
+
+
+def _sqrt(a: float):
+    return math.sqrt(a) if a >= 0 else None
+
+
+# Python floats are IEEE doubles, as fp64 tensors are, and these ops are correctly
+# rounded in both: on fp64 operands Python gives torch's result bit for bit (signed
+# zeros, infinities and NaNs alike) without building 0-d tensors (about 10 us an op,
+# paid by every execute that computes scalars).  None: a case where Python raises and
+# torch returns inf or NaN (a zero divisor, the root of a negative or NaN), left to torch.
+_EXACT_FP64 = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": _div, "truediv": _div,
+               "neg": operator.neg, "abs": abs, "sqrt": _sqrt}
+# Per operand dtype: 0 for a float scalar (computed in fp64, see ``_scalar_tensor``),
+# the bound of an int scalar; other dtypes (Bool) are left to torch.
+_FP64_OPERAND = {DataType.Double: 0, DataType.Float: 0, DataType.Half: 0, DataType.BFloat16: 0,
+                 DataType.Int: 2**63, DataType.Int32: 2**31}
+
+
+def _fp64_operands(e: Expr, args: list):
+    """``args`` as Python floats when torch computes ``e`` in fp64: each operand a
+    float scalar or an in-range int beside a float one (converted to fp64, rounded as
+    Python rounds it); else None."""
+    out, any_float = [], False
+    for x, v in zip(args, e.inputs):
+        bound = _FP64_OPERAND.get(v.dtype)
+        t = type(x)
+        if bound == 0:  # a float scalar: a float, or an int (a Float input may be given one)
+            any_float = True
+            if t is not float and not (t is int and -2**63 <= x < 2**63):
+                return None
+        elif bound is None or t is not int or not -bound <= x < bound:
+            return None
+        out.append(float(x))
+    return out if any_float else None
 
 
 def evaluate(e: Expr, args: list) -> list:
@@ -81,6 +136,61 @@ def infer_known(e: Expr):
     except (RuntimeError, ValueError, TypeError, ZeroDivisionError, OverflowError):
         return None  # e.g. a remainder by zero: execute raises it
     return r
+
+
+# --- runtime scalars ----------------------------------------------------------------------
+
+
+class ScalarProgram:
+    """The scalar values kernels read that change between executes with the same
+    input sizes: runtime scalar inputs and the scalar arithmetic on them (``1 - beta1``,
+    ``sqrt(c2)``), evaluated on the host once per execute, as binding evaluates them,
+    and passed to kernels as scalar arguments.
+
+    Built once for one input fingerprint (a cached ``Prepared``) from the ``wanted``
+    scalars, with the binding's ``values``: a wanted scalar that depends on no runtime
+    scalar input (a constant, an extent, arithmetic on those) keeps its bound value and
+    is not in ``targets``.  ``run(inputs)`` returns the targets' values, in order;
+    ``item_positions`` are the inputs given as 0-d tensors (read with ``.item()``)."""
+
+    def __init__(self, ir: FusionIR, wanted, values: dict, item_positions=()):
+        runtime = {v: p for p, v in enumerate(ir.inputs) if isinstance(v, ScalarVal)}
+        needed = set(wanted)
+        exprs = []
+        for e in reversed(ir.exprs):  # the scalar arithmetic ``wanted`` depends on
+            if any(o in needed for o in e.outputs):
+                exprs.append(e)
+                needed.update(e.inputs)
+        slot: dict = {}
+        init, self._loads, self._steps = [], [], []
+
+        def slot_of(v):
+            if v not in slot:
+                slot[v] = len(init)
+                init.append(values.get(v))
+            return slot[v]
+
+        varying = set()
+        for v, p in runtime.items():
+            if v in needed:
+                self._loads.append((p, slot_of(v), p in item_positions))
+                varying.add(v)
+        for e in exprs[::-1]:
+            if any(v in varying for v in e.inputs):
+                args = tuple(slot_of(v) for v in e.inputs)
+                self._steps.append((e, args, slot_of(e.outputs[0])))
+                varying.add(e.outputs[0])
+        self.targets = [v for v in dict.fromkeys(wanted) if v in varying]
+        self._out = tuple(slot[v] for v in self.targets)
+        self._init = init
+
+    def run(self, inputs) -> list:
+        vals = self._init.copy()
+        for p, s, item in self._loads:
+            vals[s] = inputs[p].item() if item else inputs[p]
+        for e, args, s in self._steps:
+            vals[s] = scalar_result(e, [vals[i] for i in args])
+        return [vals[s] for s in self._out]
 
 
 # --- shape arguments ---------------------------------------------------------------------

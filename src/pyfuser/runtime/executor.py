@@ -17,8 +17,9 @@ import torch
 
 from ..errors import CompileError
 from ..ir.concretize import Binding, bind
+from ..ir.extents import ScalarProgram
 from ..ir.ops import OPS
-from ..ir.values import ScalarVal, TensorVal
+from ..ir.values import ScalarVal
 from ..reference import run_expr, run_reference
 from ..schedulers.base import _OVERRIDES
 from . import dump, profiler
@@ -78,13 +79,24 @@ def fingerprint(inputs, device, shape_scalars=()):
 class Prepared:
     """The launches of one plan at one set of input sizes and strides, with every
     argument that does not change between executes computed once.  ``run`` is the
-    whole of a cached execute: draw random state, allocate outputs, launch."""
+    whole of a cached execute: draw random state, compute the runtime scalars
+    (``ScalarProgram``: scalar arithmetic on scalar inputs), allocate outputs, launch."""
 
-    def __init__(self, fd, plan, b: Binding, launches):
+    def __init__(self, fd, plan, b: Binding, launches, inputs):
         ir = fd.ir
         self.device = b.device
         pos = {v: i for i, v in enumerate(ir.inputs)}
         self.rexprs = random_exprs(ir)
+        # Scalar inputs given as Python numbers go to kernels as they are; the other
+        # scalars kernels read (0-d tensor inputs, arithmetic on scalar inputs) are
+        # computed by ``self.scalars`` on every run.
+        scalar_pos = {v: p for v, p in pos.items() if isinstance(v, ScalarVal)}
+        as_tensor = {p for p in scalar_pos.values() if isinstance(inputs[p], torch.Tensor)}
+        as_given = {v for v, p in scalar_pos.items() if p not in as_tensor}
+        wanted = [a.source[1] for la in launches for a in la[0].args
+                  if a.source[0] == "scalar" and a.source[1] not in as_given]
+        self.scalars = ScalarProgram(ir, wanted, b.values, as_tensor)
+        scalar_k = {v: k for k, v in enumerate(self.scalars.targets)}
         self.launches = []
         for src, fn, sched, seg, params in launches:
             builders = []
@@ -94,8 +106,10 @@ class Prepared:
                     builders.append(("input", pos[a.source[1]]))
                 elif kind == "output":
                     builders.append(("output", a.source[1]))
-                elif kind == "scalar" and a.source[1] in pos:
+                elif kind == "scalar" and a.source[1] in as_given:
                     builders.append(("input", pos[a.source[1]]))
+                elif kind == "scalar" and a.source[1] in scalar_k:
+                    builders.append(("scalar", scalar_k[a.source[1]]))
                 elif kind == "rng":
                     builders.append(("rng", id(a.source[1]), a.source[2]))
                 else:
@@ -114,18 +128,23 @@ class Prepared:
             else:
                 self.result_spec.append(("kernel", o))
         self.binding = b
-        # Launch straight through the compiled kernel once it exists (see direct_launcher);
-        # not for kernels taking runtime scalars, whose Python type Triton reads per call.
-        scalar_pos = {p for v, p in pos.items() if not isinstance(v, TensorVal)}
-        self.direct_ok = [not any(bld[0] == "input" and bld[1] in scalar_pos for bld in la[3])
-                          for la in self.launches]
+        # Launch straight through the compiled kernel once it exists (see direct_launcher)
+        # when every runtime scalar argument is a float or a bool: Triton passes those as
+        # fp32 and i1 whatever the value (and a fingerprint fixes each input's Python
+        # type, the IR each computed scalar's).  An int is i32 or i64 by its value, which
+        # only Triton's per-call binding reads.
+        scalar_types = {("scalar", k): type(b.values[v]) for k, v in enumerate(self.scalars.targets)}
+        scalar_types.update({("input", scalar_pos[v]): type(inputs[scalar_pos[v]]) for v in as_given})
+        self.direct_ok = [all(scalar_types.get(bld[:2], float) in (float, bool) for bld in la[3])
+                          for la in self.launches]  # the other arguments are fixed or 16-bit random words
         self.direct: dict = {}
         self._compile_run_plan(len(ir.inputs))
 
     def _compile_run_plan(self, n_inputs):
         """Index tables for ``run``: every output of every launch is allocated into one
         flat list, and each launch's arguments are picked by index from the pool
-        ``[*inputs, *outputs, *constants]`` (random words patched in afterwards)."""
+        ``[*inputs, *outputs, *runtime scalars, *constants]`` (random words patched in
+        afterwards)."""
         alloc, flat, consts = [], {}, []
         rank = {id(e): k for k, e in enumerate(self.rexprs)}  # random op k: offset base + 4 * k
         for la in self.launches:
@@ -133,6 +152,7 @@ class Prepared:
                 flat[o] = len(alloc)  # a value written by two launches: the last one wins
                 alloc.append((shape, dtype))
         n_out = len(alloc)
+        n_scalars = len(self.scalars.targets)
         self._alloc = tuple(alloc)
         self._argplans = []
         k = 0
@@ -148,14 +168,17 @@ class Prepared:
                     idx.append(bld[1])
                 elif kind == "output":
                     idx.append(n_inputs + outs_here[bld[1]])
+                elif kind == "scalar":
+                    idx.append(n_inputs + n_out + bld[1])
                 elif kind == "const":
-                    idx.append(n_inputs + n_out + len(consts))
+                    idx.append(n_inputs + n_out + n_scalars + len(consts))
                     consts.append(bld[1])
                 else:
                     idx.append(0)  # replaced by the random word
                     rng.append((j, rank[bld[1]], bld[2]))
             self._argplans.append((len(self._argplans), tuple(idx), tuple(rng)))
         self._consts = consts
+        self._scalar_run = self.scalars.run if n_scalars else None
         self._n_inputs = n_inputs
         spec = []
         for kind, o in self.result_spec:
@@ -177,7 +200,10 @@ class Prepared:
         if POISON_OUTPUTS:
             for t in flat:
                 _poison(t)
-        pool = [*inputs, *flat, *self._consts]
+        if self._scalar_run is None:
+            pool = [*inputs, *flat, *self._consts]
+        else:
+            pool = [*inputs, *flat, *self._scalar_run(inputs), *self._consts]
         k = 0  # the first output of this launch in flat
         direct_map = self.direct
         for la, (i, idx, rng) in zip(self.launches, self._argplans):
@@ -303,10 +329,9 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
     else:
         rt.events.append("new input sizes, strides or parameter overrides (signature known: plan reused, heuristics "
                          "re-run)")
-    host_scalars = [e for e in live if all(isinstance(o, ScalarVal) for o in e.outputs)]
     inputs = list(inputs)
-    if host_scalars or plan.general:  # host segments or intermediates: the general path every time
-        outs = _execute_general(fd, rt, plan, b, live, inputs, probe)
+    if plan.general:  # host segments or kernels on intermediates: the general path every time
+        outs = _execute_general(fd, rt, plan, b, inputs, probe)
     else:
         launches = []
         for step in plan.steps:
@@ -320,7 +345,7 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
             launches.append((src, fn, step.scheduler, seg, params))
         if "scheduler_params" in active:
             dump.emit(dump.scheduler_params(fd.id, scheduler_decisions(rt, plan, b, [la[4] for la in launches])))
-        prep = Prepared(fd, plan, b, launches)
+        prep = Prepared(fd, plan, b, launches, inputs)
         rt.prepared[fingerprint(inputs, device, ir.shape_scalar_inputs())] = prep
         if probe is None and b.device.type == "cuda":  # the first launches compile: time that for profiles
             probe = Probe(fd, rt, frozenset(), False, b.device)
@@ -331,16 +356,13 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
     return outs
 
 
-def _execute_general(fd, rt, plan, b, live, inputs, probe=None):
+def _execute_general(fd, rt, plan, b, inputs, probe=None):
     ir = fd.ir
     if rt.events and rt.events[0].startswith("new input sizes"):
-        rt.events[0] = "host segments or host scalar math: this fusion takes the general path on every execute"
+        rt.events[0] = ("host segments or kernels on intermediates: this fusion takes the general path on every "
+                        "execute")
     rng_state, rng_table = make_rng_state(ir, b.device)
-    env = dict(b.values)
-    for e in live:  # scalar arithmetic runs on the host
-        if all(isinstance(o, ScalarVal) for o in e.outputs):
-            outs = run_expr(e, [env[v] for v in e.inputs], b)
-            env.update(zip(e.outputs, outs))
+    env = dict(b.values)  # with the scalar arithmetic, evaluated by binding
     results = env  # intermediates, host results and outputs, by original Val
     chosen = []
     for i, step in enumerate(plan.steps):
@@ -364,6 +386,9 @@ def _execute_general(fd, rt, plan, b, live, inputs, probe=None):
             continue
         sf = step.sub
         sb = bind_sub(sf, b, _with_empties(env, sf, b))
+        # the subfusion's copies of scalar arithmetic: the values binding evaluated
+        sb.values.update((c, b.values[o]) for c, o in sf.orig.items()
+                         if isinstance(c, ScalarVal) and c not in sb.values)
         seg = rt.sub_segment(b, sf)
         params = step.scheduler.heuristics(seg)
         chosen.append(params)
