@@ -4,25 +4,64 @@ The heuristics choose a configuration from a register budget, which is an estima
 The compiler has the last word: after building a kernel for a CUDA segment, we
 compile it ahead of the first launch (``JITFunction.warmup`` with the real
 arguments, so the compiled kernel is the one the launch will use), read its spill
-count, and when it spills move on to the scheduler's next candidate
-(``fallbacks(seg, params)``, e.g. a persistent row becomes a multi-pass one).  The
-decision is cached per segment and parameters, so the check runs once.
+count (ptxas's; the driver's counts all local memory), and when it spills move on
+to the scheduler's next candidate (``fallbacks(seg, params)``, e.g. a persistent
+row becomes a multi-pass one).  The decision is cached per segment and parameters,
+so the check runs once.
+
+The same walk runs without a GPU (``first_fit`` with ``offline_usage``): Triton
+ships ``ptxas``, so a kernel can be compiled for sm_90 on any machine and its
+registers read from ptxas's report.  ``benchmarks/regcheck.py`` does that for every
+benchmark case.
 """
 from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
 
 import torch
 
 
 def compiled_spills(src, fn, args, grid, kw) -> int | None:
-    """Spill count of the kernel the launch would run, or None if it cannot be read."""
+    """Register spills of the kernel the launch would run, or None if they cannot be read.
+    The driver's count is local memory, which also holds arrays the code declares
+    (``ptxas_usage``); when it is not 0, ptxas says how much of it is spills."""
     try:
         k = fn.warmup(*args, grid=grid, **kw)
         init = getattr(k, "_init_handles", None)
         if init is not None:
             init()
-        return int(getattr(k, "n_spills", 0) or 0)
+        local = int(getattr(k, "n_spills", 0) or 0)
     except Exception:  # the launch itself will report a real problem
         return None
+    if not local:
+        return 0
+    try:
+        return ptxas_usage(k).spills
+    except Exception:
+        return local
+
+
+def candidates(sched, seg, params) -> list:
+    """``params`` and then the scheduler's fallbacks: the order the spill check tries."""
+    fallbacks = getattr(sched, "fallbacks", lambda s, p: [])
+    return [params] + list(fallbacks(seg, params))
+
+
+def first_fit(cands, spills_of, on_spill=None):
+    """The first of ``cands`` whose kernel does not spill (``spills_of(params)``: a count,
+    or None when unknown, which counts as no spills), or the last one, which is not
+    checked.  ``on_spill(params, spills)`` hears about each rejected candidate."""
+    for p in cands[:-1]:
+        spills = spills_of(p)
+        if not spills:
+            return p
+        if on_spill is not None:
+            on_spill(p, spills)
+    return cands[-1]
 
 
 def choose_params(rt, seg, sched, params, b, inputs, arg_builder):
@@ -33,20 +72,95 @@ def choose_params(rt, seg, sched, params, b, inputs, arg_builder):
     if chosen is not None:
         src, fn = rt.build(seg, sched, chosen)
         return chosen, src, fn
-    fallbacks = getattr(sched, "fallbacks", lambda s, p: [])
-    candidates = [params] + list(fallbacks(seg, params))
-    for i, p in enumerate(candidates):
-        src, fn = rt.build(seg, sched, p)
-        if i == len(candidates) - 1:
-            break
+    built = {}
+
+    def spills_of(p):
+        src, fn = built[p] = rt.build(seg, sched, p)
         args, grid, kw = arg_builder(src, p)
-        spills = compiled_spills(src, fn, args, grid, kw)
-        if not spills:
-            break
-        rt.events.append(f"{src.name} ({sched.NAME}): {p!r} spills {spills} registers; trying the next configuration")
-    rt.spill_choice[key] = p
-    return p, src, fn
+        return compiled_spills(src, fn, args, grid, kw)
+
+    def on_spill(p, spills):
+        rt.events.append(f"{built[p][0].name} ({sched.NAME}): {p!r} spills {spills} registers; trying the next "
+                         f"configuration")
+
+    chosen = first_fit(candidates(sched, seg, params), spills_of, on_spill)
+    rt.spill_choice[key] = chosen
+    src, fn = built[chosen] if chosen in built else rt.build(seg, sched, chosen)
+    return chosen, src, fn
 
 
 def scratch_outputs(src, b):
     return {o: torch.empty(b.shapes[o], dtype=o.dtype.torch, device=b.device) for o in src.outputs}
+
+
+# -- what ptxas reports ---------------------------------------------------------------------
+H200 = 90  # compute capability of the benchmark GPU (sm_90)
+
+
+@dataclass(frozen=True)
+class Usage:
+    regs: int  # registers per thread
+    spills: int  # register spills: ptxas's spill-store bytes / 4
+    local: int  # local memory per thread / 4: what the driver (CompiledKernel.n_spills) calls spills
+
+
+def ptxas_usage(kernel) -> Usage:
+    """Registers, spills and local memory of a compiled kernel, from ``ptxas -v`` run
+    again on its PTX with the flags Triton's ``make_cubin`` used.
+
+    The driver's ``n_spills`` is the kernel's local memory / 4, and local memory is
+    not only spills: the accurate sin and cos keep a 28-byte table for the slow path of
+    their argument reduction (huge arguments), so every kernel calling them reports
+    8 "spills" (RoPE on the H200: 128 registers, 8 spills; ptxas: 0 bytes of spill
+    stores, a 32-byte stack frame)."""
+    from triton import knobs
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    md = kernel.metadata
+    arch = md.target.arch
+    if knobs.compilation.disable_line_info:
+        debug = ["-lineinfo", "-suppress-debug-info"]
+    elif knobs.nvidia.disable_ptxas_opt:
+        debug = ["-g"]
+    else:
+        debug = ["-lineinfo"]
+    flags = debug + ([] if md.enable_fp_fusion else ["--fmad=false"]) + ["-v"]
+    flags += (["--opt-level", "0"] if knobs.nvidia.disable_ptxas_opt else [])
+    flags += md.ptx_options.split(" ") if md.ptx_options else []
+    with tempfile.TemporaryDirectory() as d:
+        ptx = os.path.join(d, "k.ptx")
+        with open(ptx, "w") as f:
+            f.write(kernel.asm["ptx"])
+        cmd = [get_ptxas(arch).path, *flags, f"--gpu-name={sm_arch_from_capability(arch)}", ptx,
+               "-o", os.path.join(d, "k.cubin")]
+        log = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+    return parse_ptxas_log(log)
+
+
+def parse_ptxas_log(log: str) -> Usage:
+    frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores", log)
+    regs = re.search(r"Used (\d+) registers", log)
+    if frame is None or regs is None:
+        raise RuntimeError(f"ptxas -v: no register report in {log!r}")
+    return Usage(int(regs.group(1)), int(frame.group(2)) // 4, int(frame.group(1)) // 4)
+
+
+def offline_usage(fn, args, kw, arch: int = H200) -> Usage:
+    """``ptxas_usage`` of the JIT function ``fn`` compiled for sm_<arch>, on a machine
+    without a GPU.  ``args`` are specialised by Triton's launch binder, as a launch on
+    that GPU would: tensors by dtype and 16-byte alignment of ``data_ptr()`` (meta
+    tensors: address 0, aligned), ints by width, divisibility by 16 and equality to 1.
+    ``kw``: constexprs and ``num_warps``."""
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    kw = dict(kw, debug=kw.get("debug", fn.debug) or knobs.runtime.debug,
+              instrumentation_mode=knobs.compilation.instrumentation_mode)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, specialization, options = binder(*args, **kw)
+    options, signature, constexprs, attrs = fn._pack_args(backend, kw, bound, specialization, options)
+    return ptxas_usage(compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__))

@@ -43,6 +43,11 @@ class Segment:
     def reductions(self):
         return [e for e in self.exprs() if OPS[e.op].kind in ("reduction", "var_mean")]
 
+    def loads(self) -> list:
+        """The tensor inputs the kernel reads (``inputs_info`` may hold more)."""
+        read = {v for e in self.exprs() for v in e.inputs}
+        return [v for v in self.inputs_info if v in read]
+
     def numel(self, v) -> int:
         n = 1
         for s in self.shapes[v]:

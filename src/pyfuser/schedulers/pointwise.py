@@ -13,7 +13,7 @@ load each.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..codegen.emit import emit_kernel
 from ..codegen.tiles import FlatTile
@@ -53,6 +53,20 @@ def heuristics(seg: Segment) -> PointwiseParams:
         return apply_overrides(PointwiseParams(4096, 8, seg.needs_int64()))
     block = 1024 if n >= 1 << 20 else max(128, min(1024, next_pow2(n)))
     return apply_overrides(PointwiseParams(block, 4, seg.needs_int64()))
+
+
+def fallbacks(seg: Segment, params: PointwiseParams) -> list:
+    """What the runtime tries, in order, when the kernel spills registers: the same warps
+    with half the block (half the elements per thread, so about half the live values),
+    down to one 16-byte access per thread of the widest tensor (4 fp32 elements)."""
+    widest = max(v.dtype.itemsize for v in list(seg.outputs) + seg.loads())
+    least = max(1, 16 // widest)
+    out = []
+    block = params.block // 2
+    while block >= least * 32 * params.num_warps:
+        out.append(replace(params, block=block))
+        block //= 2
+    return out
 
 
 def emit(seg: Segment, params: PointwiseParams, name: str):

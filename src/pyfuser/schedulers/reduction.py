@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from ..codegen.emit import emit_kernel
 from ..codegen.tiles import ReductionTile
+from ..ir.dtypes import DataType
 from .base import Reject, Segment, apply_overrides, next_pow2
 
 
@@ -135,6 +136,14 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     return ReductionParams(True, False, 1, 8192, 16, int64)
 
 
+# 32-bit values each thread of an outer tile may hold: its elements of every tensor
+# streamed at full size and of every block accumulator.  Offline sm_90 counts
+# (benchmarks/regcheck.py) track elements per thread x values per element: 2 values x
+# 32 elements -> 55 registers (bias gradient), 3 x 32 -> 96, 4 x 32 -> 148 (layer-norm
+# backward's dw and db); 4 x 16 -> 80.
+OUTER_VALUES_PER_THREAD = 64
+
+
 def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     K, J = _sizes(seg, ref, dims)
     int64 = seg.needs_int64()
@@ -145,24 +154,56 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     # Each program owns a 32-byte strip of kept columns (enough programs to fill the
     # GPU) and walks down the reduced rows 512 at a time (enough bytes in flight).
     # Measured on H200, sum over dim 0 of [16384, 4096] fp16: 16 x 512 with 8 warps
-    # 0.075 ms; 128 x 64 (too few programs) 0.50 ms.
+    # 0.075 ms; 128 x 64 (too few programs) 0.50 ms.  When the tile holds more values
+    # per element than OUTER_VALUES_PER_THREAD allows at 8 warps (layer norm backward:
+    # dy, x and the dw, db accumulators), more warps share it, up to 16; past that the
+    # chunk of rows shrinks.  More warps keep the bytes a program has in flight.
     itemsize = min(v.dtype.itemsize for v in [ref] + list(seg.outputs))
     bk = max(1, min(next_pow2(K), 32 // itemsize))
     bj = min(next_pow2(J), 512)
-    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, 8, int64))
+    warps = 8
+    per_thread = max(1, OUTER_VALUES_PER_THREAD // outer_values(seg, ref))
+    while bk * bj > 32 * warps * per_thread and warps < 16:
+        warps *= 2
+    while bk * bj > 32 * warps * per_thread and bj > 32:
+        bj //= 2
+    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, warps, int64))
+
+
+def outer_values(seg: Segment, ref) -> int:
+    """32-bit values per tile element: every tensor loaded or stored at the reduced
+    tensor's size (in its compute dtype: 64-bit ones count twice), and the block
+    accumulator of every sum, prod, max and min (var_mean reduces each chunk into row
+    accumulators instead)."""
+    n = seg.numel(ref)
+    streamed = [v for v in seg.loads() + list(seg.outputs) if seg.numel(v) == n]
+    words = sum(max(1, v.dtype.itemsize // 4) for v in streamed)
+    for e in seg.reductions():
+        dt = e.outputs[-1].dtype
+        if e.op in ("sum", "prod", "max", "min") and dt is not DataType.Bool:
+            words += max(1, dt.itemsize // 4)
+    return max(1, words)
 
 
 def reduction_fallbacks(seg: Segment, params: ReductionParams) -> list:
     """Configurations to try, in order, when ``params`` compiles to a kernel that spills:
-    a persistent row becomes multi-pass chunks; big chunks become smaller ones."""
+    a persistent row becomes multi-pass chunks; big chunks become smaller ones.  An
+    outer tile keeps its columns and warps and halves its chunk of rows, down to 4
+    elements per thread."""
+    if not params.inner:
+        J = _sizes(seg, *analyse(seg))[1]
+        out, bj = [], params.block_j // 2
+        while params.block_k * bj >= 4 * 32 * params.num_warps:
+            out.append(replace(params, persistent=J <= bj, block_j=bj))
+            bj //= 2
+        return out
     out = []
-    if params.persistent and params.inner:
+    if params.persistent:
         out.append(replace(params, persistent=False, block_k=1, block_j=min(params.block_j, 8192), num_warps=16))
     bj, warps = (params.block_j if not params.persistent else min(params.block_j, 8192)), 16
     while bj > 1024:
         bj, warps = bj // 2, max(4, warps // 2)
-        out.append(replace(params, persistent=False, block_k=1 if params.inner else params.block_k, block_j=bj,
-                           num_warps=warps))
+        out.append(replace(params, persistent=False, block_k=1, block_j=bj, num_warps=warps))
     return out
 
 

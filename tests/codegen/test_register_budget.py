@@ -1,0 +1,184 @@
+"""Register budgets of the CUDA heuristics, checked on CPU: the outer-reduction tile's
+arithmetic, the spill fallbacks, reading ptxas's report, and one offline sm_90 compile
+(``spills.offline_usage``, the machinery of benchmarks/regcheck.py)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+from pyfuser.bench import training as T
+from pyfuser.ir.concretize import bind
+from pyfuser.runtime import spills
+from pyfuser.schedulers import Segment, outer_reduction, pointwise
+from pyfuser.schedulers.reduction import OUTER_VALUES_PER_THREAD, outer_values, reduction_fallbacks
+
+from .common import DataType, fusion
+
+BF = DataType.BFloat16
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def cuda_segment(build, shapes_dtypes):
+    """The segment of every output of ``build``, as the CUDA heuristics see it, from
+    meta tensors (sizes only, nothing allocated)."""
+    fd = fusion(build)
+    inputs = [torch.empty(s, dtype=d, device="meta") for s, d in shapes_dtypes]
+    b = bind(fd.ir, inputs)
+    info = {v: {"contiguous": True} for v in fd.ir.inputs}
+    return Segment(list(fd.ir.outputs), b.shapes, info, "cuda")
+
+
+def column_sums(n_products):
+    """dy, x [R, N] bf16, mean, rstd [R] fp32 -> the first ``n_products`` of layer norm
+    backward's column sums: dw = sum(dy * xhat), db = sum(dy)."""
+    def build(fd):
+        R, N = 16384, 1024
+        dy, x = T.tensor(fd, 2, BF), T.tensor(fd, 2, BF)
+        mean, rstd = T.tensor(fd, 1), T.tensor(fd, 1)
+        dyf = fd.ops.cast(dy, DataType.Float)
+        xhat = fd.ops.mul(fd.ops.sub(fd.ops.cast(x, DataType.Float), T.bcast_rows(fd, mean, (R, N))),
+                          T.bcast_rows(fd, rstd, (R, N)))
+        outs = [fd.ops.sum(fd.ops.mul(dyf, xhat), dims=[0]), fd.ops.sum(dyf, dims=[0])]
+        for o in outs[:n_products]:
+            fd.add_output(fd.ops.cast(o, BF))
+    return cuda_segment(build, [((16384, 1024), torch.bfloat16)] * 2 + [((16384,), torch.float32)] * 2)
+
+
+def bias_grad():
+    def build(fd):
+        x = T.tensor(fd, 2, DataType.Half)
+        fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.cast(x, DataType.Float), dims=[0]), DataType.Half))
+    return cuda_segment(build, [((16384, 4096), torch.float16)])
+
+
+def per_thread(p):
+    return p.block_k * p.block_j // (32 * p.num_warps)
+
+
+def test_outer_tile_fits_the_register_budget():
+    """Layer-norm backward's dw and db stream dy and x and keep two accumulators: 4
+    values per element, so 16 warps share the 16 x 512 tile (16 elements per thread;
+    offline sm_90: 80 registers, was 148 at 8 warps).  The bias gradient (one tensor,
+    one accumulator) keeps its measured 16 x 512 at 8 warps."""
+    seg = column_sums(2)
+    assert outer_values(seg, seg.reductions()[0].inputs[0]) == 4
+    p = outer_reduction.heuristics(seg)
+    assert (p.block_k, p.block_j, p.num_warps, p.persistent) == (16, 512, 16, False)
+    assert per_thread(p) * 4 <= OUTER_VALUES_PER_THREAD
+
+    seg = column_sums(1)  # RMS norm backward's dw: dy, x and one accumulator
+    assert outer_values(seg, seg.reductions()[0].inputs[0]) == 3
+    assert outer_reduction.heuristics(seg).num_warps == 16
+
+    seg = bias_grad()
+    assert outer_values(seg, seg.reductions()[0].inputs[0]) == 2
+    p = outer_reduction.heuristics(seg)
+    assert (p.block_k, p.block_j, p.num_warps) == (16, 512, 8)
+
+
+def test_outer_tile_shrinks_its_rows_past_16_warps():
+    """Eight fp32 column sums of products of four fp32 tensors: 12 values per element,
+    so even 16 warps need shorter chunks of rows."""
+    def build(fd):
+        ts = [T.tensor(fd, 2) for _ in range(4)]
+        for i in range(8):
+            fd.add_output(fd.ops.sum(fd.ops.mul(ts[i % 4], ts[(i + 1) % 4]), dims=[0]) if i < 4 else
+                          fd.ops.max(fd.ops.add(ts[i % 4], ts[(i + 2) % 4]), dims=[0]))
+    seg = cuda_segment(build, [((8192, 2048), torch.float32)] * 4)
+    values = outer_values(seg, seg.reductions()[0].inputs[0])
+    assert values == 12
+    p = outer_reduction.heuristics(seg)
+    assert p.num_warps == 16 and p.block_k == 8 and p.block_j < 512
+    assert per_thread(p) * values <= OUTER_VALUES_PER_THREAD
+
+
+def test_outer_fallbacks_halve_the_rows():
+    seg = column_sums(2)
+    p = outer_reduction.heuristics(seg)
+    fb = reduction_fallbacks(seg, p)
+    assert [q.block_j for q in fb] == [256, 128]
+    assert all((q.block_k, q.num_warps, q.persistent) == (16, 16, False) for q in fb)
+    assert per_thread(fb[-1]) >= 4
+
+
+def test_pointwise_fallbacks_halve_the_block():
+    """RoPE: bf16 x, fp32 angles: down to 4 elements per thread (a 16-byte fp32 access)."""
+    def build(fd):
+        T.build_rope(fd, (16384, 8, 128, BF))
+    seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
+    p = pointwise.heuristics(seg)
+    assert (p.block, p.num_warps) == (4096, 8)
+    assert [(q.block, q.num_warps) for q in pointwise.fallbacks(seg, p)] == [(2048, 8), (1024, 8)]
+
+    def build16(fd):
+        fd.add_output(fd.ops.neg(T.tensor(fd, 2, BF)))
+    seg = cuda_segment(build16, [((16384, 4096), torch.bfloat16)])
+    assert [q.block for q in pointwise.fallbacks(seg, pointwise.heuristics(seg))] == [2048]  # 8 bf16 = 16 bytes
+
+
+def test_first_fit_walks_past_spilling_candidates():
+    counts = {"a": 3, "b": None, "c": 0, "d": 5}
+    heard = []
+    assert spills.first_fit(list("abcd"), counts.get, lambda p, n: heard.append((p, n))) == "b"  # None: unknown
+    assert heard == [("a", 3)]
+    assert spills.first_fit(list("ad"), counts.get) == "d"  # the last one is not checked
+    assert spills.first_fit(["a"], counts.get) == "a"
+
+
+def test_ptxas_log_separates_spills_from_local_arrays():
+    """RoPE on the H200 reported 8 spills: its stack frame, libdevice's sin/cos table."""
+    log = ("ptxas info    : Function properties for k\n"
+           "    32 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Used 128 registers, used 0 barriers, 32 bytes cumulative stack size\n")
+    assert spills.parse_ptxas_log(log) == spills.Usage(regs=128, spills=0, local=8)
+    log = log.replace("32 bytes stack frame, 0 bytes spill stores", "8 bytes stack frame, 4 bytes spill stores")
+    assert spills.parse_ptxas_log(log) == spills.Usage(regs=128, spills=1, local=2)
+
+
+def _regcheck():
+    spec = importlib.util.spec_from_file_location("regcheck", os.path.join(ROOT, "benchmarks", "regcheck.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _need_ptxas():
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        get_ptxas(90).path
+    except Exception as err:  # a Triton build without the NVIDIA backend's tools
+        pytest.skip(f"no ptxas: {err}")
+
+
+def test_offline_compile_of_a_bench_case():
+    """benchmarks/regcheck.py on the bias gradient at full size: planned with the CUDA
+    heuristics on meta tensors and compiled for sm_90 with Triton's ptxas."""
+    _need_ptxas()
+    rc = _regcheck()
+    [row] = rc.check_case(rc.select("bias_grad")[0], log=lambda s: None)
+    assert row["scheduler"] == "outer_reduction" and row["path"] == "fast"
+    usage = dict(row["tried"])[row["chosen"]]
+    assert 0 < usage.regs <= 96 and usage.spills == 0 and usage.local == 0
+    assert "| bias_grad_sum_dim0_fp16 |" in rc.table([row])
+
+
+def test_cos_has_local_memory_but_no_spills():
+    """What the driver calls 8 spills in any kernel using cos is a local array."""
+    _need_ptxas()
+    rc = _regcheck()
+
+    def build(fd):
+        fd.add_output(fd.ops.cos(T.tensor(fd, 1)))
+    fd = fusion(build)
+    rt, b, plan = rc.plan_offline(fd, [torch.empty(1 << 22, device="meta")])
+    [step] = plan.steps
+    seg = rt.segment(b, step.outputs)
+    p = step.scheduler.heuristics(seg)
+    src, fn = rt.build(seg, step.scheduler, p)
+    args, kw = rc.offline_args(src, step.scheduler, seg, p, b, rc._Env(b))
+    usage = spills.offline_usage(fn, args, kw)
+    assert usage.spills == 0 and usage.local > 0
