@@ -74,8 +74,13 @@ def offline_args(src, sched, seg, params, b, env):
     """What ``executor._warmup_args`` builds, from meta tensors: args, kw for ``offline_usage``."""
     outs = {o: torch.empty(b.shapes[o], dtype=o.dtype.torch, device="meta") for o in src.outputs}
     rng = {id(a.source[1]): (0, 0) for a in src.args if a.kind == "rng"}
-    args = [arg_value(a, b, env, outs, rng) for a in src.args]
+    args = [_meta_scratch(a, b) if a.source[0] == "scratch" else arg_value(a, b, env, outs, rng) for a in src.args]
     return args, dict(src.constexprs, num_warps=params.num_warps)
+
+
+def _meta_scratch(a, b):
+    """A split reduction's scratch buffer, as a meta tensor (only its type matters here)."""
+    return torch.empty(1, dtype=getattr(torch, a.source[5]), device="meta")
 
 
 def plan_offline(fd, inputs):
@@ -134,7 +139,7 @@ def short(p) -> str:
     d = dict(p.__dict__)
     keep = ("block", "num_warps") if "block" in d else ("persistent", "block_k", "block_j", "num_warps")
     parts = [f"{k}={d[k]}" for k in keep]
-    parts += [f"{k}={v}" for k, v in d.items() if k in ("align", "online") and v not in (1, False)]
+    parts += [f"{k}={v}" for k, v in d.items() if k in ("align", "online", "split") and v not in (1, False)]
     return " ".join(parts)
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..ir.dtypes import DataType
 from ..ir.ops import OPS
 from ..ir.shapes import reduce_shape
 from ..ir.values import TensorVal
-from .lower import Lowering, Unsupported
+from .lower import Lowering, Unsupported, compute_dtype
 from .tiles import FlatTile, ReductionTile
 from .writer import KernelArg, KernelWriter
 
@@ -149,6 +150,9 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
         for c in tile.chunk_names():
             store_chunk(c)
         return
+    if tile.split > 1:
+        _emit_split_body(low, tile, levels, store_kept, store_chunk, full or reached)
+        return
     online = online_softmax_pairs(levels) if tile.online else {}  # sum expr -> (max expr, a)
     for s_expr, (m_expr, _) in online.items():
         levels[s_expr] = levels[m_expr]
@@ -175,11 +179,48 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
                 store_chunk(c)
 
 
+def _emit_split_body(low, tile, levels, store_kept, store_chunk, pointwise_outputs):
+    """A split reduction (see ``tiles``): one pass accumulates this program's rows,
+    the strip's last program folds the partials and writes the kept outputs; every
+    program writes the pointwise outputs of its own rows."""
+    if len(set(levels.values())) != 1:
+        raise Unsupported("a split reduction cannot feed one reduction into another")
+    exprs = list(levels)
+    if any(tile.acc_dtype(e) is not DataType.Float for e in exprs):
+        raise Unsupported("a split reduction accumulates in float32 only")
+    accs = {e: tile.init(low, e) for e in exprs}
+    with _chunk_scope(low, tile, "j"):
+        for e in exprs:
+            tile.chunk(low, e, accs[e], c="j")
+    tile.split_combine(low, exprs, accs)
+    store_kept()
+    tile.split_close(low)
+    if pointwise_outputs:
+        with _chunk_scope(low, tile, "j"):
+            store_chunk("j")
+
+
+def split_eligible(outputs, shapes, ref, red_dims) -> bool:
+    """Whether a split tile can compute ``outputs``: one level of reductions, each
+    accumulating in float32, and every output that depends on a reduction shaped
+    like the reduction's result (only the strip's last program has the results)."""
+    exprs = live_exprs_for(outputs)
+    levels = reduction_levels(exprs)
+    if not levels or len(set(levels.values())) != 1:
+        return False
+    if any(compute_dtype(e.outputs[-1].dtype) is not DataType.Float for e in levels):
+        return False
+    kept = {reduce_shape(shapes[ref], red_dims, False), reduce_shape(shapes[ref], red_dims, True)}
+    after = set()
+    for e in exprs:
+        if e in levels or any(v in after for v in e.inputs):
+            after.update(e.outputs)
+    return all(shapes[o] in kept for o in outputs if o in after)
+
+
 def online_softmax_pairs(levels: dict) -> dict:
     """Sums of the form sum(exp(a - broadcast(max(a)))) over the same dims, in fp32 or
     fp64: the max and the sum can run in one pass with a rescaled running sum."""
-    from ..ir.dtypes import DataType
-
     maxes = {e.outputs[0]: e for e in levels if e.op == "max"}
     pairs = {}
     for s_expr in levels:
@@ -215,7 +256,7 @@ class _chunk_scope:
     def __enter__(self):
         w = self.low.w
         if self.c in ("j", "b"):
-            lo, hi = ("0", "J") if self.c == "j" else ("bstart", "bend")
+            lo, hi = (("jlo", "jhi") if self.tile.split > 1 else ("0", "J")) if self.c == "j" else ("bstart", "bend")
             w.line(f"for j0 in range({lo}, {hi}, BLOCK_J):")
             w.indent += 1
         self.low.push()

@@ -10,6 +10,15 @@
   otherwise the reductions run in passes over ``j`` chunks, one pass per level of
   dependent reductions (max before sum(exp(x - max))), chunk results combined with
   Chan's formula for var_mean, and a last pass writes the outputs.
+
+Split (``split`` > 1, outer multi-pass tiles only): a column sum over [16384, 4096]
+has 4096 / BLOCK_K programs, too few to keep an H200 busy, each walking 16384 rows.
+A second grid axis cuts the reduced extent into ``split`` ranges.  Each program
+stores its partial results to a scratch buffer and increments a per-column-strip
+counter; the program that finds it is the last of its strip folds the partials in
+a fixed order (so results do not depend on which program finishes last), writes
+the outputs and resets the counter for the next launch.  Pointwise outputs that
+need no reduction result are written by every program for its own rows.
 """
 from __future__ import annotations
 
@@ -58,7 +67,10 @@ _IDENT = {"sum": 0, "prod": 1}
 
 class ReductionTile:
     def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
-                 quad_rng: bool = False, align: int = 1, online: bool = False):
+                 quad_rng: bool = False, align: int = 1, online: bool = False, split: int = 1):
+        if split > 1 and (inner or persistent):
+            raise Unsupported("a split reduction needs an outer, multi-pass tile")
+        self.split = split  # programs along the reduced extent (see the module docstring)
         self.quad_rng = quad_rng  # J % 4 == 0: random numbers one Philox call per 4 elements
         self.online = online  # multi-pass: fuse max and sum(exp(a - max)) into one pass
         self.ref, self.red_dims = ref, tuple(red_dims)
@@ -101,6 +113,13 @@ class ReductionTile:
         w.line(f"pid = {pid}")
         w.line(f"k = pid * BLOCK_K + tl.arange(0, BLOCK_K){self._axis('k')}")
         w.line(f"kmask = k < {K}")
+        if self.split > 1:
+            w.constexprs["SPLIT"] = self.split
+            w.comment("this program's range of the reduced extent: [jlo, jhi)")
+            w.line("ps = tl.program_id(1)")
+            w.line("chunk = (J + SPLIT * BLOCK_J - 1) // (SPLIT * BLOCK_J) * BLOCK_J")
+            w.line("jlo = ps * chunk")
+            w.line("jhi = tl.minimum(J, jlo + chunk)")
         if self.peeled:
             w.constexprs["ALIGN"] = self.align
             w.comment("the row's aligned body [bstart, bend), head before it, tail after it")
@@ -358,6 +377,100 @@ class ReductionTile:
             dt = self.acc_dtype(e)
             out.append([w.tmp(f"({val}).to({TRITON_NAME[o.dtype]})", "red") if o.dtype is not dt else val])
         return out
+
+    # -- split: partial results across programs -----------------------------------------
+    def split_slots(self, exprs) -> int:
+        return sum(3 if e.op in ("var", "var_mean") else 1 for e in exprs)
+
+    def split_combine(self, low, exprs, accs):
+        """Store this program's partials of ``exprs`` (accumulators ``accs``), count the
+        program in, and open the block that only the strip's last program runs, in
+        which ``self.results`` are set to the folded partials.  The caller writes the
+        kept outputs inside the block, then calls ``split_close``."""
+        w = low.w
+        K = w.args["K"].name
+        n_slots = self.split_slots(exprs)
+        ws = w.arg("ws_ptr", "ptr", ("scratch", n_slots * self.split, self.ref, tuple(self.kept_dims()), 1,
+                                     "float32", False))
+        cnt = w.arg("cnt_ptr", "ptr", ("scratch", 1, self.ref, tuple(self.kept_dims()), self.block_k, "int32", True))
+        parts = {}
+        slot = 0
+        for e in exprs:
+            vals = self._partials(low, e, accs[e])
+            parts[e] = []
+            for v in vals:
+                w.line(f"tl.store({ws} + ({slot} * SPLIT + ps) * {K} + k, {v}, mask=kmask)")
+                parts[e].append(slot)
+                slot += 1
+        w.comment("every partial is written before the count; the last program of the strip folds them")
+        w.line("tl.debug_barrier()")
+        w.line(f"done = tl.atomic_add({cnt} + pid, 1, sem='acq_rel', scope='gpu')")
+        w.line("if done == SPLIT - 1:")
+        w.indent += 1
+        low.push()
+        for e in exprs:
+            loaded = []
+            for sl in parts[e]:
+                loaded.append(f"tl.load({ws} + ({sl} * SPLIT + s) * {K} + k, mask=kmask, other=0.0, "
+                              f"cache_modifier='.cg')")
+            self.results[e] = self._fold(low, e, loaded)
+        self._cnt = cnt
+
+    def split_close(self, low):
+        w = low.w
+        w.line(f"tl.atomic_xchg({self._cnt} + pid, 0, sem='relaxed', scope='gpu')  # ready for the next launch")
+        low.pop()
+        w.indent -= 1
+
+    def _partials(self, low, e, acc) -> list:
+        """This program's partial result(s) of ``e`` in the accumulator dtype:
+        [value] or, for var/var_mean, [count, mean, M2]."""
+        w = low.w
+        dt = self.acc_dtype(e)
+        if e.op in ("var", "var_mean"):
+            return list(acc)
+        r = w.tmp(f"tl.reduce({acc[1]}, {self.raxis}, {self.combine(e.op, dt)}, keep_dims=True)", "red")
+        op = {"sum": "{a} + {r}", "prod": "{a} * {r}"}.get(e.op)
+        if op is None:
+            fn = "maximum" if e.op == "max" else "minimum"
+            op = f"tl.{fn}({{a}}, {{r}}, propagate_nan=tl.PropagateNan.ALL)"
+        return [w.tmp(op.format(a=acc[0], r=r), "red")]
+
+    def _fold(self, low, e, loaded) -> list:
+        """The partials of ``e`` folded in program order, finished into its outputs."""
+        w = low.w
+        dt = self.acc_dtype(e)
+        tn = TRITON_NAME[dt]
+        shp = self.shape("k")
+        base = f"fold{len(w.lines)}"  # accumulators: fresh names, never shared by CSE
+        if e.op in ("var", "var_mean"):
+            n, mu, M2 = (f"{base}_{x}" for x in ("n", "mean", "m2"))
+            for name in (n, mu, M2):
+                w.line(f"{name} = tl.full({shp}, 0.0, {tn})")
+            w.line("for s in range(SPLIT):")
+            w.indent += 1
+            pn, pmu, pm2 = (w.tmp(x, "p") for x in loaded)
+            delta = w.tmp(f"{pmu} - {mu}", "p")
+            tot = w.tmp(f"{n} + {pn}", "p")
+            w.line(f"{mu} = {mu} + {delta} * ({pn} / tl.maximum({tot}, 1.0))")
+            w.line(f"{M2} = {M2} + {pm2} + {delta} * {delta} * ({n} * {pn} / tl.maximum({tot}, 1.0))")
+            w.line(f"{n} = {tot}")
+            w.indent -= 1
+            w.forget_scope(w.indent + 1)
+            return self.finish(low, e, [n, mu, M2])
+        acc = base
+        w.line(f"{acc} = tl.full({shp}, {self.identity(e.op, dt)}, {tn})")
+        w.line("for s in range(SPLIT):")
+        w.indent += 1
+        p = w.tmp(loaded[0], "p")
+        if e.op in ("sum", "prod"):
+            w.line(f"{acc} = {acc} {'+' if e.op == 'sum' else '*'} {p}")
+        else:
+            fn = "maximum" if e.op == "max" else "minimum"
+            w.line(f"{acc} = tl.{fn}({acc}, {p}, propagate_nan=tl.PropagateNan.ALL)")
+        w.indent -= 1
+        w.forget_scope(w.indent + 1)
+        return self.finish(low, e, [acc])
 
     @staticmethod
     def combine(op, dt: DataType) -> str:

@@ -514,7 +514,22 @@ def arg_value(a, b: Binding, env, outs, rng_table):
         return env[a.source[1]]
     if kind == "rng":
         return _rng_word(rng_table[id(a.source[1])], a.source[2])
+    if kind == "scratch":
+        return scratch_buffer(a, b)
     raise AssertionError(kind)
+
+
+def scratch_buffer(a, b: Binding) -> torch.Tensor:
+    """A kernel's working memory (a split reduction's partials and counters):
+    ``factor * ceil(numel of dims / divisor)`` elements, zeroed when the kernel needs
+    zeros.  A ``Prepared`` takes it once, as a constant argument, and the kernel
+    leaves its counters at zero again after each launch; every other path gets a
+    fresh buffer per launch."""
+    _, factor, v, dims, divisor, dtype, zero = a.source
+    shape = b.shapes[v]
+    n = factor * -(-math.prod(shape[d] for d in dims) // divisor)
+    make = torch.zeros if zero else torch.empty
+    return make(max(n, 1), dtype=getattr(torch, dtype), device=b.device)
 
 
 # -- a caller-checked cached execute (the torch.compile backend's regions) -------------------

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..codegen.emit import emit_kernel
+from ..codegen.emit import emit_kernel, split_eligible
 from ..codegen.tiles import ReductionTile
 from ..ir.dtypes import DataType
 from .base import Reject, Segment, apply_overrides, next_pow2
@@ -40,6 +40,9 @@ class ReductionParams:
     # Off by default: on H200 the per-element rescale cost more than the pass it saves
     # (log-softmax [8192, 50257] bf16: 0.94 ms online vs 0.72 ms in three passes).
     online: bool = False
+    # Outer multi-pass only: programs along the reduced extent (codegen.tiles: partials
+    # folded by each column strip's last program); 1 = one program per strip.
+    split: int = 1
 
 
 def analyse(seg: Segment):
@@ -167,7 +170,38 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
         warps *= 2
     while bk * bj > 32 * warps * per_thread and bj > 32:
         bj //= 2
-    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, warps, int64))
+    split = outer_split(seg, ref, dims, bk, bj) if J > bj else 1
+    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, warps, int64, split=split))
+
+
+# Programs a split outer reduction aims for: 132 SMs x 8 resident programs.
+SPLIT_TARGET_PROGRAMS = 1024
+MAX_SPLIT = 32
+
+
+def outer_split(seg: Segment, ref, dims, bk: int, bj: int) -> int:
+    """Programs along the reduced extent when the column strips alone are too few to
+    fill the GPU (bias gradient of [16384, 4096] fp16: 256 strips of 16 columns;
+    layer-norm backward's dw, db at hidden 1024: 64): a power of two that brings the
+    grid to ``SPLIT_TARGET_PROGRAMS``, at most ``MAX_SPLIT``, each program walking at
+    least two chunks of rows.  1 when the segment cannot be split (``split_eligible``)."""
+    K, J = _sizes(seg, ref, dims)
+    strips = -(-K // bk)
+    if strips >= SPLIT_TARGET_PROGRAMS or not split_eligible(seg.outputs, seg.shapes, ref, dims):
+        return 1
+    split = min(next_pow2(-(-SPLIT_TARGET_PROGRAMS // strips)), MAX_SPLIT)
+    while split > 1 and J < 2 * bj * split:
+        split //= 2
+    return split
+
+
+def effective_split(seg: Segment, params: ReductionParams) -> int:
+    """The split the kernel is emitted with: ``params.split`` where the tile and the
+    segment allow one (an override may ask for any), else 1."""
+    if params.split <= 1 or params.inner or params.persistent:
+        return 1
+    ref, dims = analyse(seg)
+    return params.split if split_eligible(seg.outputs, seg.shapes, ref, dims) else 1
 
 
 def outer_values(seg: Segment, ref) -> int:
@@ -210,11 +244,13 @@ def reduction_fallbacks(seg: Segment, params: ReductionParams) -> list:
 def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: str):
     ref, dims = analyse(seg)
     tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64,
-                         params.quad_rng, params.align, params.online)
+                         params.quad_rng, params.align, params.online, effective_split(seg, params))
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
 
 
 def reduction_grid(seg: Segment, params: ReductionParams):
     ref, dims = analyse(seg)
     K, _ = _sizes(seg, ref, dims)
-    return (max(1, (K + params.block_k - 1) // params.block_k),)
+    strips = max(1, (K + params.block_k - 1) // params.block_k)
+    split = effective_split(seg, params)
+    return (strips,) if split == 1 else (strips, split)
