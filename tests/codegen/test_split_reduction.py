@@ -82,3 +82,22 @@ def test_outputs_that_need_the_reduction_at_every_row_are_not_split():
     assert not split_eligible(fd.ir.outputs, shapes, fd.ir.inputs[0], (0,))
     with override(**SPLIT, split=4):  # asked for anyway: the scheduler falls back to one program per strip
         check(fd, [x], n_launches=1)
+
+
+@pytest.mark.parametrize("params", [{"persistent": False, "block_j": 8, "block_k": 8},
+                                    {**SPLIT, "split": 4}], ids=["multi-pass", "split"])
+def test_a_side_output_is_written_in_the_reduction_pass(params):
+    """The gradient stored beside its column sum is written from the values the
+    reduction pass loads: each input is read once, not again in a last pass."""
+    x = _x((40, 24))
+
+    def build(fd):
+        xf = fd.ops.cast(define_input(fd, x), DataType.Float)
+        fd.add_output(fd.ops.cast(fd.ops.mul(xf, 3.0), DataType.Half))
+        fd.add_output(fd.ops.sum(xf, dims=[0]))
+
+    fd = fusion(build)
+    with override(**params):
+        check(fd, [x], n_launches=1, scheduler="outer_reduction")
+    (src,) = [k[0].source for k in fd._runtime.kernels.values()]
+    assert src.count("tl.load(T0_ptr") == 1, src

@@ -150,8 +150,12 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
         for c in tile.chunk_names():
             store_chunk(c)
         return
+    # Pointwise outputs that need no reduction result (a gradient stored beside its
+    # column sum) are written in the first pass, from the values it loads anyway,
+    # instead of a last pass that would read the inputs again.
+    early = bool(full or reached) and not (set(full + reached) & _after_reductions(outputs))
     if tile.split > 1:
-        _emit_split_body(low, tile, levels, store_kept, store_chunk, full or reached)
+        _emit_split_body(low, tile, levels, store_kept, full, reached, early)
         return
     online = online_softmax_pairs(levels) if tile.online else {}  # sum expr -> (max expr, a)
     for s_expr, (m_expr, _) in online.items():
@@ -162,24 +166,39 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
         plain = [e for e in exprs if e not in online and all(e is not m for m, _, _ in pairs)]
         accs = {e: tile.init(low, e) for e in plain}
         oaccs = {m: tile.init_online(low, m) for m, _, _ in pairs}
+        first = lvl == min(levels.values())
         for c in tile.chunk_names():
             with _chunk_scope(low, tile, c):
+                low.reached.clear()
                 for e in plain:
                     tile.chunk(low, e, accs[e], c=c)
                 for m, _, a in pairs:
                     tile.online_chunk(low, m, a, oaccs[m], c)
+                if early and first:
+                    _store_walked(low, outputs, tile.ref_index(low, c), full, reached)
         for e in plain:
             tile.results[e] = tile.finish(low, e, accs[e])
         for m, s_expr, _ in pairs:
             tile.results[m], tile.results[s_expr] = tile.online_finish(low, m, s_expr, oaccs[m])
     store_kept()
-    if full or reached:
+    if (full or reached) and not early:
         for c in tile.chunk_names():
             with _chunk_scope(low, tile, c):
                 store_chunk(c)
 
 
-def _emit_split_body(low, tile, levels, store_kept, store_chunk, pointwise_outputs):
+def _after_reductions(outputs) -> set:
+    """The values computed from some reduction's result."""
+    exprs = live_exprs_for(outputs)
+    levels = reduction_levels(exprs)
+    after = set()
+    for e in exprs:
+        if e in levels or any(v in after for v in e.inputs):
+            after.update(e.outputs)
+    return after
+
+
+def _emit_split_body(low, tile, levels, store_kept, full, reached, early):
     """A split reduction (see ``tiles``): one pass accumulates this program's rows,
     the strip's last program folds the partials and writes the kept outputs; every
     program writes the pointwise outputs of its own rows."""
@@ -188,16 +207,19 @@ def _emit_split_body(low, tile, levels, store_kept, store_chunk, pointwise_outpu
     exprs = list(levels)
     if any(tile.acc_dtype(e) is not DataType.Float for e in exprs):
         raise Unsupported("a split reduction accumulates in float32 only")
+    if (full or reached) and not early:
+        raise Unsupported("a split reduction cannot write outputs that need its result at every row")
     accs = {e: tile.init(low, e) for e in exprs}
+    outputs = full + reached
     with _chunk_scope(low, tile, "j"):
+        low.reached.clear()
         for e in exprs:
             tile.chunk(low, e, accs[e], c="j")
+        if early:
+            _store_walked(low, outputs, tile.ref_index(low, "j"), full, reached)
     tile.split_combine(low, exprs, accs)
     store_kept()
     tile.split_close(low)
-    if pointwise_outputs:
-        with _chunk_scope(low, tile, "j"):
-            store_chunk("j")
 
 
 def split_eligible(outputs, shapes, ref, red_dims) -> bool:
@@ -211,10 +233,7 @@ def split_eligible(outputs, shapes, ref, red_dims) -> bool:
     if any(compute_dtype(e.outputs[-1].dtype) is not DataType.Float for e in levels):
         return False
     kept = {reduce_shape(shapes[ref], red_dims, False), reduce_shape(shapes[ref], red_dims, True)}
-    after = set()
-    for e in exprs:
-        if e in levels or any(v in after for v in e.inputs):
-            after.update(e.outputs)
+    after = _after_reductions(outputs)
     return all(shapes[o] in kept for o in outputs if o in after)
 
 
