@@ -184,11 +184,25 @@ def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr, profile_h
 
     stats0 = pd.stats()
     t0 = time.perf_counter()
+    compile_prof = None
+    if profile_host:  # where the first steps (compilation) spend their time
+        import cProfile
+
+        compile_prof = cProfile.Profile()
+        compile_prof.enable()
     for ids, labels in batches[:warmup]:
         step(ids, labels)
     if dev_type == "cuda":
         torch.cuda.synchronize()
     first_step_s = time.perf_counter() - t0
+    if compile_prof is not None:
+        import io
+        import pstats
+
+        compile_prof.disable()
+        out = io.StringIO()
+        pstats.Stats(compile_prof, stream=out).sort_stats("cumulative").print_stats(45)
+        compile_prof = out.getvalue()
     launches0, stats1 = pyfuser.cache_info()["launches"], pd.stats()
     timer, losses = _Timer(device), []
     for ids, labels in batches[warmup:warmup + steps]:
@@ -201,6 +215,7 @@ def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr, profile_h
     host = host_profile(lambda: step(*batches[-1])) if profile_host else None
     return {
         "host_profile": host,
+        "compile_profile": compile_prof,
         "median_ms": statistics.median(times),
         "times_ms": times,
         "losses": [float(x) for x in losses],
@@ -273,7 +288,8 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="also write the results to this file (after each implementation, "
                                                  "so a run cut short keeps what it measured)")
     p.add_argument("--profile-host", default="", help="comma-separated implementations whose host time to profile "
-                                                      "(cProfile of 3 extra steps, printed and in the JSON)")
+                                                      "(cProfile of the warm-up steps and of 3 extra steps, in the "
+                                                      "JSON; the latter also printed)")
     args = p.parse_args(argv)
     everything = {}
 
