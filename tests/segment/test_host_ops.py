@@ -1,5 +1,7 @@
-"""Host ops (matmul, linear, gathers) inside fusions: torch runs them between the
-generated kernels, which store their inputs and load their results."""
+"""Host ops (matmul, linear, embedding, gathers of integer tensors) inside fusions:
+torch runs them between the generated kernels, which store their inputs and load
+their results.  Gathers of floating-point tensors run inside kernels
+(test_kernel_gathers.py); here they are checked for results only."""
 import pytest
 import torch
 import torch.nn.functional as F

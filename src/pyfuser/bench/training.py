@@ -357,8 +357,8 @@ def eager_rope(tensors, sizes, keep=None):
 
 def build_cross_entropy(fd, sizes):
     """Mean cross-entropy of logits [R, V] (dt) against int64 targets [R]: fp32
-    log-softmax, take_along_axis (a host op: the kernel before it stores the fp32
-    log-probabilities), the negated mean.  Output: the fp32 loss (0-d)."""
+    log-softmax, take_along_axis (read inside the log-softmax's kernel, at each row's
+    target), the negated mean.  Output: the fp32 loss (0-d)."""
     R, V, dt = sizes
     x, target = tensor(fd, 2, dt), tensor(fd, 1, DataType.Int)
     xf = up(fd, x)

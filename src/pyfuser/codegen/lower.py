@@ -18,7 +18,7 @@ from functools import lru_cache
 import torch
 
 from ..ir.dtypes import TRITON_NAME, DataType
-from ..ir.ops import OPS
+from ..ir.ops import KERNEL_GATHERS, OPS
 from ..ir.shapes import slice_shape
 from ..ir.values import ScalarVal, TensorVal
 from .index import ZERO, Coord, Index, ravel, unravel
@@ -168,6 +168,8 @@ class Lowering:
 
     def expr_value(self, v: TensorVal, idx: Index):
         e = v.definition
+        if e.op in KERNEL_GATHERS:
+            return self.lower_gather(e, v, idx)
         kind = OPS[e.op].kind
         handler = getattr(self, f"lower_{kind}", None)
         if handler is None:
@@ -351,6 +353,34 @@ class Lowering:
             code = f"tl.where({pred}, {val}, {code})"
             axes |= ax
         return self.w.tmp(code), axes | parts[-1][2]
+
+    def lower_gather(self, e, v, idx):
+        """``x`` read where the index says along ``dim``: the output's coordinates with
+        that dim's replaced by the index value (index_select: the index at the
+        output's coordinate in ``dim``).  Out-of-range indices read nothing: NaN."""
+        x, index = e.inputs
+        if not x.dtype.is_float:
+            raise Unsupported(f"{e.op} of a {x.dtype} tensor runs in torch")
+        rank = len(self.shapes[x])
+        d = e.attrs["dim"] % max(rank, 1)
+        if e.op == "index_select":
+            at = Index((idx.coords[d],) if len(self.shapes[index]) == 1 else (), None, idx.pred, idx.pred_axes)
+        else:
+            at = Index(idx.coords, idx.linear if self.shapes[index] == self.shapes[v] else None, idx.pred,
+                       idx.pred_axes)
+        ival, iax = self.value(index, self.normalize(index, at))
+        w = self.w
+        valid = w.tmp(f"({ival} >= 0) & ({ival} < {self.ext(x, d)})", "m")
+        itype = "tl.int64" if self.tile.int64 else "tl.int32"
+        safe = w.tmp(f"tl.where({valid}, {ival}, 0).to({itype})", "i")
+        coords = list(idx.coords)
+        coords[d] = Coord(safe, iax)
+        inner = Index(tuple(coords), None, idx.pred + (valid,), idx.pred_axes | iax, idx.dropped)
+        val, vax = self.value(x, inner)
+        nan = "float('nan')"
+        if x.dtype is DataType.BFloat16:  # the interpreter has no bf16 constants
+            nan = "tl.full([], float('nan'), tl.float32).to(tl.bfloat16)"
+        return w.tmp(f"tl.where({valid}, {val}, {nan})"), vax | iax
 
     # -- creation -----------------------------------------------------------------------------
     def lower_full(self, e, v, idx):

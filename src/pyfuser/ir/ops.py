@@ -344,6 +344,17 @@ _ROWS = [
 
 OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}
 
+# Gathers along one dim of a floating-point tensor run inside kernels: the code
+# generator reads the input at the index's coordinates (codegen.lower.lower_gather),
+# which also reaches values computed in the same kernel (cross-entropy's log-softmax).
+# An index out of range reads nothing and gives NaN there (torch raises instead).
+KERNEL_GATHERS = ("index_select", "gather", "take_along_axis")
+
+
+def runs_on_host(e) -> bool:
+    """Whether expr ``e`` is a host op: a torch call between kernels."""
+    return OPS[e.op].kind == "host" and not (e.op in KERNEL_GATHERS and e.inputs[0].dtype.is_float)
+
 ELEMENTWISE_KINDS = ("unary", "binary", "ternary", "cast")
 UNARY_OPS = [r.name for r in _ROWS if r.kind == "unary"]
 BINARY_OPS = [r.name for r in _ROWS if r.kind == "binary"]

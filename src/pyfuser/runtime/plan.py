@@ -24,7 +24,7 @@ from ..ir.shapes import slice_shape
 from ..ir.values import TensorVal
 from ..schedulers import SCHEDULERS, Segment
 from . import dump
-from ..ir.ops import OPS
+from ..ir.ops import OPS, runs_on_host
 from .cache import COUNTERS, load_kernel
 from .probe import KernelInfo
 from .subfusion import SubFusion, inputs_of, needed_exprs, subfusion
@@ -156,7 +156,7 @@ class ExecutorCache:
             elif o not in rest:
                 rest.append(o)
         live = ir.live_exprs()
-        hosts = [e for e in live if OPS[e.op].kind == "host"]
+        hosts = [e for e in live if runs_on_host(e)]
         cuts = frozenset(v for v in ir.inputs if isinstance(v, TensorVal))
         if not hosts:
             return Plan(aliases, self.refine(b, self.split(b, [o for o in rest if _nonempty(b, o)], cuts, cuts), cuts))
