@@ -1,0 +1,233 @@
+"""General plans (host steps, kernels reading stored intermediates) run a cached
+``Prepared`` after their first execute: no re-binding, no heuristics, no kernel
+cache lookups.  Each fusion is checked against the reference executor, and random
+numbers against the uncached path from the same ``torch.manual_seed``."""
+import pytest
+import torch
+
+import pyfuser
+from pyfuser.reference import run_reference
+from pyfuser.runtime import executor, prepared as prepared_mod
+from pyfuser.runtime.plan import ExecutorCache, Plan, Step
+
+from .general_fusions import (GENERAL, define, embedding, embedding_inputs, layer_norm_backward,
+                              layer_norm_backward_inputs, linear_between_pointwise, linear_inputs)
+
+RANDOM = ("dropout_linear", "random_rows")
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """How many executes took ``_execute_slow``, ``_execute_general``, and how many
+    kernels were looked up or built (``ExecutorCache.build``)."""
+    counts = {"slow": 0, "general": 0, "build": 0}
+    slow, general, build = executor._execute_slow, executor._execute_general, ExecutorCache.build
+
+    def counting(name, fn):
+        def wrapper(*a, **k):
+            counts[name] += 1
+            return fn(*a, **k)
+        return wrapper
+
+    monkeypatch.setattr(executor, "_execute_slow", counting("slow", slow))
+    monkeypatch.setattr(executor, "_execute_general", counting("general", general))
+    monkeypatch.setattr(ExecutorCache, "build", counting("build", build))
+    return counts
+
+
+def reference(fd, inputs, seed):
+    """The reference executor's outputs with the random state an execute right after
+    ``torch.manual_seed(seed)`` draws."""
+    torch.manual_seed(seed)
+    rng_state, _ = executor.make_rng_state(fd.ir, torch.device("cpu"))
+    return run_reference(fd.ir, list(inputs), rng_state=rng_state)
+
+
+def assert_outputs(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def kernels(fd):
+    return sum(s.scheduler is not None for s in list(fd._runtime.plans.values())[-1].steps)
+
+
+@pytest.mark.parametrize("name", list(GENERAL))
+def test_later_executes_take_the_cached_program(name, paths):
+    build, make = GENERAL[name]
+    fd = define(build)
+    for seed in range(3):
+        inputs = make(seed=seed)
+        before = pyfuser.cache_info()
+        torch.manual_seed(seed)
+        outs = fd.execute(list(inputs))
+        after = pyfuser.cache_info()
+        assert_outputs(outs, reference(fd, inputs, seed))
+        assert after["launches"] - before["launches"] == kernels(fd)
+        if seed == 0:
+            built = paths["build"]
+        else:
+            assert after["misses"] == before["misses"]
+    assert list(fd._runtime.plans.values())[-1].general
+    assert paths["slow"] == 1 and paths["general"] == 0, paths
+    assert paths["build"] == built, "a cached execute must not look kernels up"
+    (prep,) = fd._runtime.prepared.values()
+    assert prep.general
+
+
+@pytest.mark.parametrize("name", RANDOM)
+def test_random_numbers_match_the_uncached_path(name, monkeypatch):
+    """The same numbers as the general path, fresh on every execute."""
+    build, make = GENERAL[name]
+    inputs = make(seed=0)
+
+    def run_three(fd):
+        torch.manual_seed(11)
+        return [fd.execute(list(inputs)) for _ in range(3)]
+
+    cached = run_three(define(build))
+    with monkeypatch.context() as m:
+        m.setattr(executor, "cacheable", lambda plan: False)
+        fd = define(build)
+        uncached = run_three(fd)
+        assert not fd._runtime.prepared
+    for c, u in zip(cached, uncached):
+        for x, y in zip(c, u):
+            assert torch.equal(x, y)
+    assert not torch.equal(cached[1][0], cached[2][0]), "each execute draws new numbers"
+
+
+@pytest.mark.parametrize("case", ["linear k=0", "linear m=0", "layer_norm_backward n=0", "embedding s=0"])
+def test_zero_size_intermediates_and_outputs(case, paths):
+    """Zero-size values no step writes (a host op's empty input, empty outputs) are
+    fresh empty tensors on every execute."""
+    fd, make = {
+        "linear k=0": (define(linear_between_pointwise), lambda s: linear_inputs(k=0, seed=s)),
+        "linear m=0": (define(linear_between_pointwise), lambda s: linear_inputs(m=0, seed=s)),
+        "layer_norm_backward n=0": (define(layer_norm_backward, 0, 20),
+                                    lambda s: layer_norm_backward_inputs(n=0, seed=s)),
+        "embedding s=0": (define(embedding), lambda s: embedding_inputs(s=0, seed=s)),
+    }[case]
+    outs = []
+    for seed in range(3):
+        inputs = make(seed)
+        outs.append(fd.execute(list(inputs)))
+        assert_outputs(outs[-1], reference(fd, inputs, seed))
+    assert paths["slow"] == 1 and paths["general"] == 0
+    (prep,) = fd._runtime.prepared.values()
+    assert "(empty)" in repr(prep), "a zero-size value no step writes"
+    assert all(outs[1][k] is not outs[2][k] for k, o in enumerate(outs[1]) if o.numel() == 0)
+
+
+def test_aliases_and_views_of_inputs():
+    fd = define(embedding)
+    fd.execute(embedding_inputs(seed=0))
+    ids, table = embedding_inputs(seed=1)
+    _, same, view = fd.execute([ids, table])
+    assert same is ids
+    assert view.data_ptr() == table.data_ptr() and torch.equal(view, table.T)
+
+
+def test_host_inputs_stored_narrow_and_cast_on_the_host():
+    """The linear's fp32 input is an upcast of fp16 ``x * x``: the first kernel stores
+    it at 16 bits and the cached program replays the cast before the linear."""
+    fd = define(linear_between_pointwise)
+    fd.execute(linear_inputs(seed=0))
+    (prep,) = fd._runtime.prepared.values()
+    first, host = prep.launches[0], prep.program[1]
+    assert [o.dtype.torch for o in first.src.outputs] == [torch.float16, torch.float32]
+    assert [e.op for e, _ in host.calls] == ["cast", "linear"]
+    text = repr(prep)
+    assert "host linear" in text and "kernel " in text and "outputs " in text
+
+
+def test_run_prepared_runs_general_plans(paths):
+    """The torch.compile backend's direct path: ``prepared_for`` and ``run_prepared``."""
+    fd = define(layer_norm_backward)
+    fd.execute(layer_norm_backward_inputs(seed=0))
+    inputs = layer_norm_backward_inputs(seed=1)
+    prep = executor.prepared_for(fd, inputs)
+    assert prep is not None and prep.general and executor.fast_path_allowed()
+    assert_outputs(executor.run_prepared(fd, prep, inputs), fd.reference(inputs))
+    assert paths["slow"] == 1 and paths["general"] == 0
+
+
+def test_poisoned_and_recorded_launches(monkeypatch):
+    fd = define(linear_between_pointwise)
+    fd.execute(linear_inputs(seed=0))
+    record: list = []
+    monkeypatch.setattr(executor, "POISON_OUTPUTS", True)
+    monkeypatch.setattr(executor, "RECORD_LAUNCHES", record)
+    inputs = linear_inputs(seed=1)
+    assert_outputs(fd.execute(list(inputs)), fd.reference(list(inputs)))
+    assert len(record) == kernels(fd) == 2
+
+
+def test_dumps_take_the_general_path(paths, monkeypatch, capsys):
+    fd = define(linear_between_pointwise)
+    fd.execute(linear_inputs(seed=0))
+    monkeypatch.setenv("PYFUSER_DUMP", "cache")
+    monkeypatch.delenv("PYFUSER_PROF", raising=False)
+    inputs = linear_inputs(seed=1)
+    assert_outputs(fd.execute(list(inputs)), fd.reference(list(inputs)))
+    assert paths["general"] == 1
+    assert "general path on every execute" in capsys.readouterr().out
+
+
+def test_reference_steps_stay_uncached(paths):
+    """A step that runs the whole reference executor keeps the plan on the general path."""
+    fd = define(layer_norm_backward)
+    inputs = layer_norm_backward_inputs(seed=0)
+    fd.execute(inputs)
+    rt = fd._runtime
+    sig = list(rt.plans)[-1]
+    rt.plans[sig] = Plan({}, [Step(list(fd.ir.outputs), None)])
+    rt.prepared.clear()
+    for seed in (1, 2):
+        inputs = layer_norm_backward_inputs(seed=seed)
+        assert_outputs(fd.execute(inputs), fd.reference(inputs))
+    assert paths["general"] == 2 and not rt.prepared
+
+
+def test_spill_check_builds_warm_up_arguments_for_every_kernel(monkeypatch):
+    """The GPU's spill check on every kernel of a general plan, run on the CPU: the
+    warm-up arguments of kernels on intermediates are tensors of the right shapes and
+    dtypes (placeholders), and the check's choice is what the program launches
+    (the interpreter has no compiled kernel to read spills from: the heuristics' params)."""
+    warmed = []
+    warmup = prepared_mod.warmup_args
+
+    def spy(src, params, sched, seg, b):
+        args, grid, kw = warmup(src, params, sched, seg, b)
+        for a, x in zip(src.args, args):
+            if a.kind == "ptr" and a.source[0] in ("tensor", "output"):
+                assert tuple(x.shape) == b.shapes[a.source[1]] and x.dtype == a.source[1].dtype.torch
+        warmed.append(src.name)
+        return args, grid, kw
+
+    monkeypatch.setattr(prepared_mod, "checks_spills", lambda device: True)
+    monkeypatch.setattr(prepared_mod, "warmup_args", spy)
+    fd = define(linear_between_pointwise)
+    for seed in range(2):
+        inputs = linear_inputs(seed=seed)
+        assert_outputs(fd.execute(list(inputs)), fd.reference(list(inputs)))
+    (prep,) = fd._runtime.prepared.values()
+    assert warmed == [la.src.name for la in prep.launches]
+
+
+@pytest.mark.gpu
+def test_general_plan_kernels_pass_the_spill_check(monkeypatch):
+    """On CUDA every kernel of a general plan is built through ``choose_params``."""
+    calls = []
+    choose = prepared_mod.choose_params
+
+    def spy(rt, seg, sched, *a, **k):
+        calls.append(sched.NAME)
+        return choose(rt, seg, sched, *a, **k)
+
+    monkeypatch.setattr(prepared_mod, "choose_params", spy)
+    fd = define(layer_norm_backward)
+    inputs = [x.cuda() for x in layer_norm_backward_inputs(seed=0)]
+    assert_outputs(fd.execute(inputs), fd.reference(inputs))
+    assert len(calls) == kernels(fd) == 2
