@@ -63,7 +63,9 @@ def casts_and_fills(x, h):
 
 
 def aranges(x):
-    return torch.arange(4) + (x * 3).long(), torch.arange(1, 9, 2) * x, torch.arange(2, 6) - x
+    idx = (x.abs() * 3).long().clamp(max=3)
+    return (torch.arange(4) + (x * 3).long(), torch.arange(1, 9, 2) * x, torch.arange(2, 6) - x,
+            torch.gather(x.exp(), 1, idx) * 2)
 
 
 GROUPS = {
@@ -88,7 +90,7 @@ GROUPS = {
     "casts_and_fills": (casts_and_fills, lambda g: [torch.randn(3, 4, generator=g),
                                                      torch.randn(3, 4, generator=g).half()],
                         _ops("_to_copy", "full", "rand_like", "randn_like")),
-    "aranges": (aranges, lambda g: [torch.randn(3, 4, generator=g)], _ops("arange.default", "arange.start", "arange.start_step")),
+    "aranges": (aranges, lambda g: [torch.randn(3, 4, generator=g)], _ops("arange.default", "arange.start", "arange.start_step", "gather")),
 }
 
 # Rules no group reaches: overloads AOTAutograd does not emit for these programs,

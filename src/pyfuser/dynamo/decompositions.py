@@ -6,17 +6,19 @@ so the partitioner sees one fusible region where ATen would launch one kernel pe
 op.  Everything else stays whole: matmuls, embedding, the loss forward's gather,
 attention kernels and the like are not in this list and run in ATen.
 
-``nll_loss_forward`` and ``nll_loss_backward`` are pyfuser's own decompositions
-(unweighted [N, C] losses; others stay in ATen).  ATen's forward gathers one value
-per row from log-probabilities that the fusion before it must store in full (fp32,
-[tokens, vocabulary]: a gigabyte for BERT at 64 x 128); as a masked row sum,
-``sum(where(class == target, logp, 0))`` (an iota compared with the targets), it is
-one more reduction in the log-softmax's own kernel.  ATen's backward writes a zero
-tensor the size of the logits and scatters one value per row into it, which the
-log-softmax backward then reads; as ``where(class == target, -grad / total, 0)`` it
-fuses into that backward.  A target outside [0, C) that is not ``ignore_index``
-makes the forward's loss NaN (ATen stops with a device-side assert instead); it is
-never silently read as a zero.
+``nll_loss_forward`` is pyfuser's own decomposition (unweighted [N, C] losses; others
+stay in ATen).  ATen's gather reads one value per row from log-probabilities that
+the fusion before it must store in full (fp32, [tokens, vocabulary]: a gigabyte for
+BERT at 64 x 128); as ``gather`` in the fusion, each row's value is read inside the
+log-softmax's own kernel, at the target's column, and nothing is stored.  A target
+outside [0, C) that is not ``ignore_index`` makes the loss NaN (ATen stops with a
+device-side assert instead); it is never silently read as another class.
+
+The backward stays ATen's ``nll_loss_backward`` (a zero tensor with one value per
+row scattered in).  Written as ``where(class == target, -grad / total, 0)`` it would
+fuse into the log-softmax backward, but Triton 3.6 takes minutes to compile that
+comparison of a 30522-wide iota inside a persistent row kernel
+(``tests/dynamo/test_backend.py`` keeps the formula, ``nll_loss_backward``, tested).
 
 The table is a selection from ``torch._decomp`` (its core-ATen decompositions plus
 a few training ops); ops missing from the installed torch are skipped, so the same
@@ -54,20 +56,14 @@ DECOMPOSED = (
 _REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM = 0, 1, 2
 
 
-def _hits(self, target, ignore_index):
-    """[N, C] bool: the target's class in each row, False in ignored rows."""
-    t = target.unsqueeze(1)
-    return (torch.arange(self.shape[1], device=self.device).unsqueeze(0) == t) & (t != ignore_index)
-
-
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
-    """``(loss, total_weight)`` of ``nll_loss`` as a masked row sum (unweighted [N, C])."""
+    """``(loss, total_weight)`` of ``nll_loss`` with the per-row gather (unweighted [N, C])."""
     if weight is not None or self.dim() != 2 or reduction not in (_REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM):
         return NotImplemented
     valid = target != ignore_index
-    picked = torch.where(_hits(self, target, ignore_index), self, 0.0).sum(1)
-    out_of_range = valid & ((target < 0) | (target >= self.shape[1]))
-    losses = torch.where(out_of_range, float("nan"), -picked).to(self.dtype)
+    safe = torch.where(valid, target, 0)
+    picked = torch.gather(self, 1, safe.unsqueeze(1)).squeeze(1)  # NaN in pyfuser's kernel when out of range
+    losses = torch.where(valid, -picked, 0.0).to(self.dtype)
     if reduction == _REDUCTION_NONE:
         return losses, self.new_full((), 0.0)
     total_weight = valid.sum().to(self.dtype)
@@ -81,7 +77,8 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     between the row's gradient and zero (unweighted losses; others stay in ATen)."""
     if weight is not None or self.dim() != 2 or reduction not in (_REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM):
         return NotImplemented
-    hit = _hits(self, target, ignore_index)
+    t = target.unsqueeze(1)
+    hit = (torch.arange(self.shape[1], device=self.device).unsqueeze(0) == t) & (t != ignore_index)
     if reduction == _REDUCTION_NONE:
         g = -grad_output.unsqueeze(1)
     elif reduction == _REDUCTION_MEAN:
@@ -99,5 +96,4 @@ def decomposition_table() -> dict:
     packets = [getattr(aten, name) for name in DECOMPOSED if hasattr(aten, name)]
     table = get_decompositions(packets)
     table[aten.nll_loss_forward.default] = nll_loss_forward
-    table[aten.nll_loss_backward.default] = nll_loss_backward
     return table

@@ -444,6 +444,20 @@ def _arange(t, n, a):
     return t.ops.iota(t.shape(n)[0], int(getattr(a, "start", 0)), int(getattr(a, "step", 1)), t.dtype(n))
 
 
+def _gather_check(n, a):
+    if not meta(n.args[0]).dtype.is_floating_point:
+        return "gather of a non-float tensor"  # pyfuser reads float gathers in kernels only
+    if getattr(a, "sparse_grad", False):
+        return "sparse gradient"
+    return None
+
+
+@rule("gather.default", check=_gather_check)
+def _gather(t, n, a):
+    """Read inside the kernel at the index's coordinates (NaN where out of range)."""
+    return t.ops.gather(a.self, a.index, a.dim)
+
+
 def _random_check(n, a):
     if not meta(n).dtype.is_floating_point:
         return "non-float dtype"
