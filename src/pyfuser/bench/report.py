@@ -206,6 +206,8 @@ def docs_section(header: dict, rows: list[dict], json_rel: str | None, png_rel: 
              f"torch {header.get('torch')}, triton {header.get('triton')}",
              f"- copy bandwidth: {_f(header.get('copy_gbps'), '.0f')} GB/s (1 GiB device-to-device, read + write); "
              f"do_bench warmup={header.get('warmup_ms')} ms rep={header.get('rep_ms')} ms"]
+    if header.get("note"):
+        lines.append(f"- {header['note']}")
     if not header.get("complete", True):
         lines.append(f"- **partial run**: {len(rows)} of {header.get('cases_requested', '?')} cases")
     lines += [f"- {s}" for s in summary_lines(header, rows)]
