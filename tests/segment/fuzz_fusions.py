@@ -75,8 +75,9 @@ def check(recipe):
     fd, inputs = build(recipe)
     got = fd.execute(inputs)
     want = fd.reference(inputs)
-    # Kernels keep a 16-bit op's result in fp32 when an upcast reads it (eager rounds
-    # it first): a fusion with 16-bit values compares at 16-bit precision.
+    # 16-bit values round at every op, in a different order of operations than eager's
+    # (fused vs one op at a time): a fusion with 16-bit values compares at 16-bit
+    # precision.
     low = any(dt is not DataType.Float for dt in recipe[2]) or any(s[0] == "cast" and s[1] is not DataType.Float
                                                                   for s in recipe[3])
     for g, w in zip(got, want):

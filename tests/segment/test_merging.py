@@ -254,7 +254,7 @@ def test_merge_decisions_are_cached_in_the_plan(monkeypatch):
     (w,) = data((H,), seed=8)
     fd = layer_norm_backward()
     fd.execute([x, dy, w])
-    assert last_plan(fd).general, "the second kernel reads var and mean: no Prepared, the plan every time"
+    assert last_plan(fd).general, "the second kernel reads the stored var and mean"
     calls = []
     monkeypatch.setattr(ExecutorCache, "merge", lambda *a: calls.append(a) or a[2])
     before = pyfuser.cache_info()["kernels_compiled"]
