@@ -10,7 +10,7 @@ from pyfuser.codegen.emit import split_eligible
 from pyfuser.ir.concretize import bind
 from pyfuser.schedulers import override
 
-from .common import DataType, check, define_input, fusion, gen_for, make_tensor
+from .common import DataType, check, define_input, fusion, gen_for, kernels_of, make_tensor
 
 SPLIT = {"persistent": False, "block_j": 8, "block_k": 8}
 
@@ -101,3 +101,21 @@ def test_a_side_output_is_written_in_the_reduction_pass(params):
         check(fd, [x], n_launches=1, scheduler="outer_reduction")
     (src,) = [k[0].source for k in fd._runtime.kernels.values()]
     assert src.count("tl.load(T0_ptr") == 1, src
+
+
+def test_a_split_column_kernel_on_stored_row_statistics_in_a_cached_general_plan():
+    """Layer-norm backward: a row kernel stores mean and rstd-like statistics, the
+    column kernel (split) reads them; the cached program reuses its scratch buffer
+    and counters on every execute."""
+    import pyfuser
+    from tests.runtime.general_fusions import define, layer_norm_backward, layer_norm_backward_inputs
+
+    fd = define(layer_norm_backward, 40, 24)
+    with override(split=4, persistent=False, block_j=8, block_k=8):
+        for seed in range(3):
+            inputs = layer_norm_backward_inputs(40, 24, seed=seed)
+            before = pyfuser.cache_info()["launches"]
+            check(fd, inputs, what=f"execute {seed}")
+            assert pyfuser.cache_info()["launches"] - before >= 2
+    plan = list(fd._runtime.plans.values())[-1]
+    assert plan.general and any(getattr(p, "split", 1) == 4 for _, p in kernels_of(fd))
