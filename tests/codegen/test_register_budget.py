@@ -182,3 +182,32 @@ def test_cos_has_local_memory_but_no_spills():
     args, kw = rc.offline_args(src, step.scheduler, seg, p, b, rc._Env(b))
     usage = spills.offline_usage(fn, args, kw)
     assert usage.spills == 0 and usage.local > 0
+
+
+def _row_segment(compare: bool):
+    import torch
+
+    from pyfuser import DataType, FusionDefinition
+    from pyfuser.ir.concretize import bind
+    from pyfuser.schedulers.base import Segment
+
+    V = 1001  # rows of fp16 that do not start on 16-byte boundaries
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
+        t = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Int)
+        xf = fd.ops.cast(x, DataType.Float)
+        if compare:
+            iota = fd.ops.broadcast_in_dim(fd.ops.iota(V, 0, 1, dtype=DataType.Int), shape=[1, V], broadcast_dims=[1])
+            xf = fd.ops.where(fd.ops.eq(iota, t), fd.ops.neg(xf), xf)
+        fd.add_output(fd.ops.cast(fd.ops.sub(xf, fd.ops.sum(xf, dims=[1], keepdim=True)), DataType.Half))
+    b = bind(fd.ir, [torch.randn(64, V).half(), torch.zeros(64, 1, dtype=torch.int64)])
+    return Segment(list(fd.ir.outputs), b.shapes, {v: {"contiguous": True} for v in fd.ir.inputs}, "cuda")
+
+
+def test_rows_compared_as_integers_are_not_peeled():
+    """A peeled row with an integer comparison along it takes Triton minutes to compile
+    (see reduction.row_alignment); plain misaligned rows are still peeled."""
+    from pyfuser.schedulers import inner_normalization
+
+    assert inner_normalization.heuristics(_row_segment(False)).align == 8
+    assert inner_normalization.heuristics(_row_segment(True)).align == 1

@@ -106,15 +106,31 @@ def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     return apply_overrides(replace(p, align=row_alignment(seg, ref, J)))
 
 
+_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
 def row_alignment(seg: Segment, ref, J: int) -> int:
     """Elements per 16 bytes of the narrowest tensor streamed along the rows, when rows
-    of J elements do not start on 16-byte boundaries (so peeling pays); else 1."""
+    of J elements do not start on 16-byte boundaries (so peeling pays); else 1.
+
+    Also 1 when the row's elements are compared as integers (a class iota against a
+    per-row target, as in a cross-entropy gradient): Triton 3.6 spends minutes in its
+    LLVM stage on such a peeled row of 30522 (found with ``benchmarks/regcheck.py``),
+    the unpeeled tile compiles in about a second."""
     vals = [v for v in seg.outputs + [i for i in seg.inputs_info] if seg.shapes.get(v) is not None
             and seg.numel(v) == seg.numel(ref)]
-    if not vals:
+    if not vals or _compares_integers_along_rows(seg, ref):
         return 1
     align = 16 // min(v.dtype.itemsize for v in vals)
     return align if J % align and J >= 4 * align else 1
+
+
+def _compares_integers_along_rows(seg: Segment, ref) -> bool:
+    n = seg.numel(ref)
+    return any(e.op in _COMPARISONS and seg.numel(e.outputs[0]) == n
+               and any(getattr(v, "dtype", None) is not None and v.dtype.is_int and seg.shapes.get(v) is not None
+                       for v in e.inputs)
+               for e in seg.exprs())
 
 
 def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
