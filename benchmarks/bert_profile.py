@@ -6,7 +6,7 @@ Writes to DIR (default .):
 * ``plans.txt``: every fusion's segments and scheduler params (PYFUSER_DUMP=segmented_fusion,
   scheduler_params during the first step);
 * ``compile_cprofile.txt``: Python profile of the first step (compilation);
-* ``host_cprofile.txt``: Python profile of 3 steps (top functions by own and cumulative time);
+* ``host_cprofile.txt``: Python profile of 3 steps (top functions by own time);
 * ``torch_profile.txt``: torch.profiler of one step: CPU ops by self time (synchronizing
   calls show up here) and GPU kernels by time.
 It prints the step time (CUDA events), the wall time with a synchronize, and the
@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import cProfile
-import io
 import os
-import pstats
 import time
 
 import torch
 
-from pyfuser.dynamo.bert_bench import _batches, _bert_config, _new_model
+from pyfuser.dynamo.bert_bench import _batches, _bert_config, _new_model, cprofiled, training_step
 
 
 def main():
@@ -44,28 +41,19 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batches = _batches(config, args.batch, args.seq, 12, "cuda", 1)
 
-    def step(ids, labels):
-        with torch.autocast("cuda", dtype=torch.float16):
-            loss = model(input_ids=ids, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
+    step = training_step(model, opt, "cuda", torch.float16)
 
-    first = cProfile.Profile()
+    def first_step():
+        step(*batches[0])
+
     t0 = time.perf_counter()
     with open(os.path.join(args.out, "plans.txt"), "w") as f, contextlib.redirect_stdout(f):
         os.environ["PYFUSER_DUMP"] = "segmented_fusion,scheduler_params"
-        first.enable()
-        step(*batches[0])
-        torch.cuda.synchronize()
-        first.disable()
+        compile_text = cprofiled(first_step, "cumulative", 70)
         os.environ["PYFUSER_DUMP"] = ""
     print(f"first step (compiles): {time.perf_counter() - t0:.1f} s")
-    s = io.StringIO()
-    pstats.Stats(first, stream=s).sort_stats("cumulative").print_stats(70)
     with open(os.path.join(args.out, "compile_cprofile.txt"), "w") as f:
-        f.write(s.getvalue())
+        f.write(compile_text)
     for b in batches[1:3]:
         step(*b)
     torch.cuda.synchronize()
@@ -85,18 +73,12 @@ def main():
     for (h, w), e in zip(walls, events):
         print(f"  {h:8.2f} {w:8.2f} {e:8.2f}")
 
-    prof = cProfile.Profile()
-    prof.enable()
-    for b in batches[8:11]:
-        step(*b)
-    torch.cuda.synchronize()
-    prof.disable()
-    s = io.StringIO()
-    st = pstats.Stats(prof, stream=s)
-    st.sort_stats("tottime").print_stats(45)
-    st.sort_stats("cumulative").print_stats(60)
+    def three_steps():
+        for b in batches[8:11]:
+            step(*b)
+
     with open(os.path.join(args.out, "host_cprofile.txt"), "w") as f:
-        f.write(s.getvalue())
+        f.write(cprofiled(three_steps, "tottime", 45))
 
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:

@@ -141,23 +141,35 @@ def profile_step(step, top=12) -> dict:
             "top_other": [{"name": n[:120], "calls": c, "ms": t / 1e3} for n, (c, t) in heavy]}
 
 
-def host_profile(step, n=3, top=30) -> str:
-    """cProfile of ``n`` steps: the top functions by own time, as text (where a
-    host-bound step spends its Python time)."""
+def cprofiled(fn, sort="tottime", top=30) -> str:
+    """Run ``fn()`` under cProfile (synchronizing the GPU before stopping); the top
+    ``top`` functions by ``sort`` ("tottime": own time, "cumulative"), as text."""
     import cProfile
     import io
     import pstats
 
     prof = cProfile.Profile()
     prof.enable()
-    for _ in range(n):
-        step()
+    fn()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     prof.disable()
     out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    pstats.Stats(prof, stream=out).sort_stats(sort).print_stats(top)
     return out.getvalue()
+
+
+def training_step(model, opt, dev_type: str, amp_dtype):
+    """``step(ids, labels) -> loss``: forward under autocast, backward, optimizer step."""
+    def step(ids, labels):
+        with torch.autocast(dev_type, dtype=amp_dtype):
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
 
 
 def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr, profile_host=False):
@@ -174,35 +186,20 @@ def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr, profile_h
     opt = torch.optim.AdamW(params, lr=lr)
     dev_type = torch.device(device).type
 
-    def step(ids, labels):
-        with torch.autocast(dev_type, dtype=amp_dtype):
-            loss = model(input_ids=ids, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
+    step = training_step(model, opt, dev_type, amp_dtype)
 
     stats0 = pd.stats()
     t0 = time.perf_counter()
-    compile_prof = None
-    if profile_host:  # where the first steps (compilation) spend their time
-        import cProfile
 
-        compile_prof = cProfile.Profile()
-        compile_prof.enable()
-    for ids, labels in batches[:warmup]:
-        step(ids, labels)
-    if dev_type == "cuda":
-        torch.cuda.synchronize()
+    def warm_up():
+        for ids, labels in batches[:warmup]:
+            step(ids, labels)
+        if dev_type == "cuda":
+            torch.cuda.synchronize()
+
+    # With profile_host: where the first steps (compilation) spend their time.
+    compile_prof = cprofiled(warm_up, "cumulative", 45) if profile_host else warm_up()
     first_step_s = time.perf_counter() - t0
-    if compile_prof is not None:
-        import io
-        import pstats
-
-        compile_prof.disable()
-        out = io.StringIO()
-        pstats.Stats(compile_prof, stream=out).sort_stats("cumulative").print_stats(45)
-        compile_prof = out.getvalue()
     launches0, stats1 = pyfuser.cache_info()["launches"], pd.stats()
     timer, losses = _Timer(device), []
     for ids, labels in batches[warmup:warmup + steps]:
@@ -212,7 +209,7 @@ def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr, profile_h
     times = timer.times_ms()
     launches, stats2 = pyfuser.cache_info()["launches"] - launches0, pd.stats()
     prof = profile_step(lambda: step(*batches[-1])) if dev_type == "cuda" else None
-    host = host_profile(lambda: step(*batches[-1])) if profile_host else None
+    host = cprofiled(lambda: [step(*batches[-1]) for _ in range(3)]) if profile_host else None
     return {
         "host_profile": host,
         "compile_profile": compile_prof,
