@@ -282,22 +282,14 @@ class ReductionTile:
         if acc is not None and len(acc) == 2 and c in ("j", "b"):
             vec = acc[1]
             ident = self.identity(e.op, dt)
-            masked = f"tl.where({mask}, {xs}, {ident})"
-            if e.op == "sum":
-                w.line(f"{vec} = {vec} + {masked}")
-            elif e.op == "prod":
-                w.line(f"{vec} = {vec} * {masked}")
-            else:
-                fn = "maximum" if e.op == "max" else "minimum"
-                nan_arg = ", propagate_nan=tl.PropagateNan.ALL" if dt.is_float else ""
-                w.line(f"{vec} = tl.{fn}({vec}, {masked}{nan_arg})")
+            w.line(f"{vec} = {self.fold(e.op, dt, vec, f'tl.where({mask}, {xs}, {ident})')}")
             return acc
         if e.op in ("sum", "prod"):
             comb = self.combine(e.op, dt)
             r = w.tmp(f"tl.reduce(tl.where({mask}, {xs}, {self.identity(e.op, dt)}), {ax}, {comb}, keep_dims=True)", "red")
             if acc is None:
                 return [r]
-            w.line(f"{acc[0]} = {acc[0]} {'+' if e.op == 'sum' else '*'} {r}")
+            w.line(f"{acc[0]} = {self.fold(e.op, dt, acc[0], r)}")
             return acc
         if e.op in ("max", "min"):
             comb = self.combine(e.op, dt)
@@ -308,9 +300,7 @@ class ReductionTile:
                 r = w.tmp(f"{r} != 0", "red")
             if acc is None:
                 return [r]
-            fn = "maximum" if e.op == "max" else "minimum"
-            nan_arg = ", propagate_nan=tl.PropagateNan.ALL" if dt.is_float else ""
-            w.line(f"{acc[0]} = tl.{fn}({acc[0]}, {r}{nan_arg})")
+            w.line(f"{acc[0]} = {self.fold(e.op, dt, acc[0], r)}")
             return acc
         # var / var_mean: chunk mean and M2, folded with Chan's parallel formula.
         if self.persistent and not self.peeled:
@@ -323,13 +313,18 @@ class ReductionTile:
         m2 = w.tmp(f"tl.reduce({d} * {d}, {ax}, tl.standard._sum_combine, keep_dims=True)", "red")
         if acc is None:
             return [cnt, mean, m2]
+        self.chan(w, acc, cnt, mean, m2)
+        return acc
+
+    @staticmethod
+    def chan(w, acc, cnt, mean, m2):
+        """Fold a part's (count, mean, M2) into the accumulators ``acc`` (Chan et al.)."""
         n, mu, M2 = acc
         delta = w.tmp(f"{mean} - {mu}", "red")
         tot = w.tmp(f"{n} + {cnt}", "red")
         w.line(f"{mu} = {mu} + {delta} * ({cnt} / tl.maximum({tot}, 1.0))")
         w.line(f"{M2} = {M2} + {m2} + {delta} * {delta} * ({n} * {cnt} / tl.maximum({tot}, 1.0))")
         w.line(f"{n} = {tot}")
-        return acc
 
     # -- online max + sum(exp(a - max)): one pass instead of two ---------------------
     def init_online(self, low, m_expr):
@@ -429,12 +424,7 @@ class ReductionTile:
         dt = self.acc_dtype(e)
         if e.op in ("var", "var_mean"):
             return list(acc)
-        r = w.tmp(f"tl.reduce({acc[1]}, {self.raxis}, {self.combine(e.op, dt)}, keep_dims=True)", "red")
-        op = {"sum": "{a} + {r}", "prod": "{a} * {r}"}.get(e.op)
-        if op is None:
-            fn = "maximum" if e.op == "max" else "minimum"
-            op = f"tl.{fn}({{a}}, {{r}}, propagate_nan=tl.PropagateNan.ALL)"
-        return [w.tmp(op.format(a=acc[0], r=r), "red")]
+        return [self.combined(w, e, acc)]
 
     def _fold(self, low, e, loaded) -> list:
         """The partials of ``e`` folded in program order, finished into its outputs."""
@@ -449,12 +439,7 @@ class ReductionTile:
                 w.line(f"{name} = tl.full({shp}, 0.0, {tn})")
             w.line("for s in range(SPLIT):")
             w.indent += 1
-            pn, pmu, pm2 = (w.tmp(x, "p") for x in loaded)
-            delta = w.tmp(f"{pmu} - {mu}", "p")
-            tot = w.tmp(f"{n} + {pn}", "p")
-            w.line(f"{mu} = {mu} + {delta} * ({pn} / tl.maximum({tot}, 1.0))")
-            w.line(f"{M2} = {M2} + {pm2} + {delta} * {delta} * ({n} * {pn} / tl.maximum({tot}, 1.0))")
-            w.line(f"{n} = {tot}")
+            self.chan(w, [n, mu, M2], *(w.tmp(x, "p") for x in loaded))
             w.indent -= 1
             w.forget_scope(w.indent + 1)
             return self.finish(low, e, [n, mu, M2])
@@ -462,15 +447,27 @@ class ReductionTile:
         w.line(f"{acc} = tl.full({shp}, {self.identity(e.op, dt)}, {tn})")
         w.line("for s in range(SPLIT):")
         w.indent += 1
-        p = w.tmp(loaded[0], "p")
-        if e.op in ("sum", "prod"):
-            w.line(f"{acc} = {acc} {'+' if e.op == 'sum' else '*'} {p}")
-        else:
-            fn = "maximum" if e.op == "max" else "minimum"
-            w.line(f"{acc} = tl.{fn}({acc}, {p}, propagate_nan=tl.PropagateNan.ALL)")
+        w.line(f"{acc} = {self.fold(e.op, dt, acc, w.tmp(loaded[0], 'p'))}")
         w.indent -= 1
         w.forget_scope(w.indent + 1)
         return self.finish(low, e, [acc])
+
+    def combined(self, w, e, acc) -> str:
+        """A multi-pass accumulator pair (row value, block-shaped vector) as one value."""
+        dt = self.acc_dtype(e)
+        r = w.tmp(f"tl.reduce({acc[1]}, {self.raxis}, {self.combine(e.op, dt)}, keep_dims=True)", "red")
+        return w.tmp(self.fold(e.op, dt, acc[0], r), "red")
+
+    @staticmethod
+    def fold(op, dt: DataType, a: str, b: str) -> str:
+        """``a`` and ``b`` combined by reduction ``op`` (float max/min propagate NaN, as torch)."""
+        if op == "sum":
+            return f"{a} + {b}"
+        if op == "prod":
+            return f"{a} * {b}"
+        fn = "maximum" if op == "max" else "minimum"
+        nan_arg = ", propagate_nan=tl.PropagateNan.ALL" if dt.is_float else ""
+        return f"tl.{fn}({a}, {b}{nan_arg})"
 
     @staticmethod
     def combine(op, dt: DataType) -> str:
@@ -488,14 +485,7 @@ class ReductionTile:
         w = low.w
         outs = e.outputs
         if len(acc) == 2 and e.op not in ("var", "var_mean"):
-            dt = self.acc_dtype(e)
-            r = w.tmp(f"tl.reduce({acc[1]}, {self.raxis}, {self.combine(e.op, dt)}, keep_dims=True)", "red")
-            op = {"sum": "{a} + {r}", "prod": "{a} * {r}"}.get(e.op)
-            if op is None:
-                fn = "maximum" if e.op == "max" else "minimum"
-                nan_arg = ", propagate_nan=tl.PropagateNan.ALL" if dt.is_float else ""
-                op = f"tl.{fn}({{a}}, {{r}}{nan_arg})"
-            acc = [w.tmp(op.format(a=acc[0], r=r), "red")]
+            acc = [self.combined(w, e, acc)]
         if e.op in ("var", "var_mean"):
             n, mean, m2 = acc
             corr = e.attrs["correction"]
