@@ -72,6 +72,11 @@ def literal(value, dt: DataType) -> str:
     return text
 
 
+def bf16_constant(text: str) -> str:
+    """A bf16 constant, rounded from fp32: Triton's interpreter has no bf16 constants."""
+    return f"tl.full([], {text}, tl.float32).to(tl.bfloat16)"
+
+
 class Lowering:
     def __init__(self, w, shapes: dict, inputs_info: dict, tile, facts: dict):
         self.w = w
@@ -326,8 +331,8 @@ class Lowering:
         pv, _ = self.scalar(pad_value)
         cond = self.w.tmp(" & ".join(f"({p})" for p in preds), "m") if preds else "True"
         pv = literal(pad_value.value, v.dtype) if pad_value.is_constant else scalar_cast(pv, v.dtype)
-        if pad_value.is_constant and v.dtype is DataType.BFloat16:  # the interpreter has no bf16 constants
-            pv = f"tl.full([], {pv}, tl.float32).to(tl.bfloat16)"
+        if pad_value.is_constant and v.dtype is DataType.BFloat16:
+            pv = bf16_constant(pv)
         return self.w.tmp(f"tl.where({cond}, {val}, {pv})"), vax | axes
 
     def lower_cat(self, e, v, idx):
@@ -377,9 +382,7 @@ class Lowering:
         coords[d] = Coord(safe, iax)
         inner = Index(tuple(coords), None, idx.pred + (valid,), idx.pred_axes | iax, idx.dropped)
         val, vax = self.value(x, inner)
-        nan = "float('nan')"
-        if x.dtype is DataType.BFloat16:  # the interpreter has no bf16 constants
-            nan = "tl.full([], float('nan'), tl.float32).to(tl.bfloat16)"
+        nan = bf16_constant("float('nan')") if x.dtype is DataType.BFloat16 else "float('nan')"
         return w.tmp(f"tl.where({valid}, {val}, {nan})"), vax | iax
 
     # -- creation -----------------------------------------------------------------------------
@@ -390,8 +393,8 @@ class Lowering:
             value = fill.value
             text = repr(bool(value)) if v.dtype is DataType.Bool else (repr(int(value)) if v.dtype.is_int else
                                                                         literal(float(value), DataType.Float))
-            if v.dtype is DataType.BFloat16:  # Triton's interpreter has no bf16 constants: round from fp32
-                return f"tl.full([], {text}, tl.float32).to(tl.bfloat16)", frozenset()
+            if v.dtype is DataType.BFloat16:
+                return bf16_constant(text), frozenset()
             return f"tl.full([], {text}, {dt})", frozenset()
         code, _ = self.scalar(fill)
         return self.w.tmp(f"tl.full([], 0, {dt}) + {scalar_cast(code, v.dtype)}"), frozenset()
