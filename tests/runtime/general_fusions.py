@@ -6,6 +6,8 @@ import torch
 from pyfuser import DataType, FusionDefinition
 from pyfuser.bench.training import build_cross_entropy
 
+from ..segment.test_reduction_cuts import layer_norm_bwd
+
 FL, HALF = DataType.Float, DataType.Half
 
 
@@ -37,19 +39,7 @@ def linear_inputs(m=5, k=12, n=7, seed=0):
 
 def layer_norm_backward(fd, n=6, h=20):
     """Statistics inside: a row kernel and column sums reading the stored statistics."""
-    x, dy, w = tensor(fd, 2), tensor(fd, 2), tensor(fd, 1)
-    var, mean = fd.ops.var_mean(x, dims=[1], correction=0, keepdim=False)
-    rstd = fd.ops.rsqrt(fd.ops.add(var, 1e-5))
-    bc = lambda t: fd.ops.broadcast_in_dim(t, shape=[n, h], broadcast_dims=[0])  # noqa: E731
-    xhat = fd.ops.mul(fd.ops.sub(x, bc(mean)), bc(rstd))
-    g = fd.ops.mul(dy, fd.ops.broadcast_in_dim(w, shape=[n, h], broadcast_dims=[1]))
-    a = fd.ops.sum(g, dims=[1])
-    b = fd.ops.sum(fd.ops.mul(g, xhat), dims=[1])
-    dx = fd.ops.mul(bc(rstd), fd.ops.sub(fd.ops.sub(g, fd.ops.div(bc(a), h)),
-                                         fd.ops.mul(xhat, fd.ops.div(bc(b), h))))
-    fd.add_output(dx)
-    fd.add_output(fd.ops.sum(fd.ops.mul(dy, xhat), dims=[0]))
-    fd.add_output(fd.ops.sum(dy, dims=[0]))
+    layer_norm_bwd(fd, n, h, FL, stats_inside=True)
 
 
 def layer_norm_backward_inputs(n=6, h=20, seed=0):
