@@ -65,7 +65,7 @@ def run_expr(e: Expr, args: list, binding: Binding, rng_state=None):
         start, step = args
         dt = a["dtype"].torch
         return [(torch.arange(out_shapes[0][0], device=dev, dtype=dt) * step + start).to(dt)]
-    if row.kind == "host":
+    if row.kind in ("host", "gather"):
         return [row.ref(*args, **a)]
     if row.kind == "random":
         return [_random(e, args, out_shapes[0], dev, rng_state)]

@@ -18,7 +18,7 @@ from functools import lru_cache
 import torch
 
 from ..ir.dtypes import TRITON_NAME, DataType
-from ..ir.ops import KERNEL_GATHERS, OPS
+from ..ir.ops import OPS
 from ..ir.shapes import slice_shape
 from ..ir.values import ScalarVal, TensorVal
 from .index import ZERO, Coord, Index, ravel, unravel
@@ -173,8 +173,6 @@ class Lowering:
 
     def expr_value(self, v: TensorVal, idx: Index):
         e = v.definition
-        if e.op in KERNEL_GATHERS:
-            return self.lower_gather(e, v, idx)
         kind = OPS[e.op].kind
         handler = getattr(self, f"lower_{kind}", None)
         if handler is None:

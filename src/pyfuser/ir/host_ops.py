@@ -4,7 +4,7 @@ nvFuser hands matmul-like and gather-like ops to ATen (or its own matmul
 scheduler); pyfuser runs them as *host segments*: the planner cuts the fusion at
 each host op, upstream kernels store the op's inputs, the op runs in torch, and
 downstream kernels load its result.  Gathers of floating-point tensors
-(``ops.KERNEL_GATHERS``) are the exception: the code generator reads them inside
+(op-table kind "gather") are the exception: the code generator reads them inside
 kernels.  Each op here is a reference implementation
 (the semantics, used by the reference executor and by the runtime alike) and a
 shape rule over possibly symbolic (None) extents.  Attributes are Python values.

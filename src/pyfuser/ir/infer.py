@@ -56,6 +56,6 @@ def output_shapes(e: Expr, in_shapes: list, value_of=known) -> list[tuple]:
         if "like" in a:
             return [in_shapes[0]]
         return [shape_arg("shape")]
-    if kind == "host":
+    if kind in ("host", "gather"):
         return [tuple(s) for s in OPS[e.op].shape(e.op, tensors, a)]
     raise AssertionError(f"no shape rule for op kind {kind}")

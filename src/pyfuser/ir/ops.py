@@ -331,9 +331,13 @@ _ROWS = [
     # host ops: torch calls between kernels (ir.host_ops)
     OpDef("matmul", "host", H.matmul_ref, shape=H.matmul_shape),
     OpDef("linear", "host", H.linear_ref, shape=H.linear_shape),
-    OpDef("index_select", "host", H.index_select_ref, shape=H.index_select_shape),
-    OpDef("gather", "host", H.gather_ref, shape=H.gather_shape),
-    OpDef("take_along_axis", "host", H.take_along_axis_ref, shape=H.gather_shape),
+    # gathers along one dim: host ops for integer or bool tensors; for floating-point ones
+    # the code generator reads the input at the index's coordinates (lower.lower_gather),
+    # which also reaches values computed in the same kernel (cross-entropy's
+    # log-softmax).  An index out of range reads nothing and gives NaN (torch raises).
+    OpDef("index_select", "gather", H.index_select_ref, shape=H.index_select_shape),
+    OpDef("gather", "gather", H.gather_ref, shape=H.gather_shape),
+    OpDef("take_along_axis", "gather", H.take_along_axis_ref, shape=H.gather_shape),
     OpDef("embedding_fwd", "host", H.embedding_ref, shape=H.embedding_shape),
     # extent ops: on sizes (a tensor argument is its shape, a tuple), never in a kernel
     OpDef("size", "extent", lambda shape, dim: shape[dim]),
@@ -344,16 +348,11 @@ _ROWS = [
 
 OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}
 
-# Gathers along one dim of a floating-point tensor run inside kernels: the code
-# generator reads the input at the index's coordinates (codegen.lower.lower_gather),
-# which also reaches values computed in the same kernel (cross-entropy's log-softmax).
-# An index out of range reads nothing and gives NaN there (torch raises instead).
-KERNEL_GATHERS = ("index_select", "gather", "take_along_axis")
-
 
 def runs_on_host(e) -> bool:
     """Whether expr ``e`` is a host op: a torch call between kernels."""
-    return OPS[e.op].kind == "host" and not (e.op in KERNEL_GATHERS and e.inputs[0].dtype.is_float)
+    kind = OPS[e.op].kind
+    return kind == "host" or (kind == "gather" and not e.inputs[0].dtype.is_float)
 
 ELEMENTWISE_KINDS = ("unary", "binary", "ternary", "cast")
 UNARY_OPS = [r.name for r in _ROWS if r.kind == "unary"]
