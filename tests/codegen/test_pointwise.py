@@ -160,6 +160,27 @@ def test_outputs_of_different_shapes(M, N, dtype, block):
         check(fusion(build), [x, b, m], n_launches=1, tol=_chain_tol(dtype), what=f"multi {M}x{N}")
 
 
+@BLOCKS
+@pytest.mark.parametrize("op", ["pad", "cat"])
+def test_outputs_below_a_pad_or_cat_are_written_inside_their_extents(op, block):
+    """A value computed below a pad (or a cat) and also an output is stored only where
+    its coordinates are inside it: the padded border (the other cat piece) maps to
+    coordinates before its first column, which would overwrite the previous row's end
+    and run past the last element."""
+    gen = gen_for("pad_out", op)
+    x = make_tensor((5, 60), torch.float32, gen)
+    z = make_tensor((5, 3), torch.float32, gen)
+
+    def build(fd):
+        tx, tz = define_input(fd, x), define_input(fd, z)
+        y = fd.ops.mul(tx, fd.define_scalar(2.0))
+        fd.add_output(y)
+        fd.add_output(fd.ops.pad(y, [4, 0, 0, 2]) if op == "pad" else fd.ops.cat([tz, y], dim=1))
+
+    with _blocked(block):
+        check(fusion(build), [x, z], n_launches=1, what=f"{op} output")
+
+
 # --- strided inputs ---------------------------------------------------------------
 
 

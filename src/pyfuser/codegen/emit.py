@@ -73,8 +73,10 @@ def _store(low, o, idx, val, axes):
         if c.code != "0" and f"({c.code}) == 0" not in dedup:
             dedup.append(f"({c.code}) == 0")
             dropped_axes |= c.axes
-    all_axes = axes | off.axes | dropped_axes
-    mask = tile.mask(all_axes, dedup)
+    # A value reached below a pad or cat exists only where the predicates that guard
+    # its loads hold: outside them its coordinates run past its own extents.
+    all_axes = axes | off.axes | dropped_axes | idx.pred_axes
+    mask = tile.mask(all_axes, list(idx.pred) + dedup)
     p = f"{ptr} + {off.code}"
     if not all_axes <= off.axes:
         p = f"tl.broadcast_to({p}, {tile.shape(all_axes)})"

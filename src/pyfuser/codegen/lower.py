@@ -166,10 +166,15 @@ class Lowering:
                 terms.append(f"{c.code} * {st}")
                 axes |= c.axes
             off = Coord(" + ".join(terms) if terms else "0", axes)
+        if not off.axes:  # one element for every lane (a 0-d or all-broadcast tensor): always in bounds
+            return w.tmp(f"tl.load({ptr} + {off.code})", "x"), frozenset()
         axes = off.axes | idx.pred_axes
         mask = self.tile.mask(axes, idx.pred)
         m = f", mask={mask}" if mask else ""
-        return w.tmp(f"tl.load({ptr} + {off.code}{m})", "x"), axes
+        p = f"{ptr} + {off.code}"
+        if not axes <= off.axes:  # a pad's or cat's predicate along axes the offset does not vary on
+            p = f"tl.broadcast_to({p}, {self.tile.shape(axes)})"
+        return w.tmp(f"tl.load({p}{m})", "x"), axes
 
     def expr_value(self, v: TensorVal, idx: Index):
         e = v.definition
