@@ -328,9 +328,40 @@ def test_cross_entropy_gathers_inside_the_log_softmax_fusion(reduction, monkeypa
     assert not any("aten.nll_loss_forward.default" in ops for ops in seen)
 
 
+def test_cross_entropy_backward_recomputes_the_log_probabilities(monkeypatch):
+    """nll_loss_backward is a select in the log-softmax backward's fusion, so nothing
+    holds on to the fp32 log-probabilities: the forward saves the 16-bit logits and
+    two per-row values, the backward recomputes the rest (min-cut rematerialization)."""
+    from pyfuser.dynamo import backend
+
+    graphs = []
+    real = backend.fuse_regions
+
+    def spy(gm):
+        graphs.append(gm)
+        return real(gm)
+
+    monkeypatch.setattr(backend, "fuse_regions", spy)
+    g = torch.Generator().manual_seed(14)
+    x = torch.randn(12, 37, generator=g).to(torch.bfloat16)
+    target = torch.randint(0, 37, (12,), generator=g)
+    target[5] = -100
+
+    def fn(x):
+        return F.cross_entropy((x * 1.5).float(), target)
+
+    check_against_eager(fn, x, rtol=1e-2, atol=1e-2)
+    assert len(graphs) == 2
+    ops = {str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"}
+    assert not {"aten.nll_loss_backward.default", "aten.nll_loss_forward.default"} & ops
+    saved = [n.meta["val"] for n in graphs[1].graph.nodes if n.op == "placeholder"]
+    assert not [v for v in saved if v.dtype == torch.float32 and v.shape == (12, 37)]
+    assert [v for v in saved if v.dtype == torch.bfloat16 and v.shape == (12, 37)]
+
+
 @pytest.mark.parametrize("reduction", [0, 1, 2])
 def test_the_nll_loss_backward_formula_matches_aten(reduction):
-    """decompositions.nll_loss_backward (not in the table: see its module docstring)."""
+    """decompositions.nll_loss_backward, the table's decomposition, against ATen."""
     from pyfuser.dynamo.decompositions import nll_loss_backward
 
     g = torch.Generator().manual_seed(15)
@@ -389,3 +420,53 @@ def test_set_is_a_copy():
     (out,) = fd.execute([x])
     assert out.is_contiguous() and out.data_ptr() != x.data_ptr()
     torch.testing.assert_close(out, x.t(), rtol=0, atol=0)
+
+
+def test_misaligned_matmuls_are_padded_and_match_eager(monkeypatch):
+    """A 16-bit linear layer with 60 inputs and 1001 outputs (sizes cuBLAS runs slowly:
+    not multiples of 8) runs on zero-padded operands in the forward and both backward
+    matmuls; the logits, loss and every gradient match eager, and the logits the
+    model returns are contiguous."""
+    import copy
+
+    from pyfuser.dynamo import backend, pad_matmuls
+
+    monkeypatch.setattr(pad_matmuls, "ALWAYS", True)  # on CPU padding is off by default
+    graphs = []
+    real = backend.fuse_regions
+
+    def spy(gm):
+        graphs.append(gm)
+        return real(gm)
+
+    monkeypatch.setattr(backend, "fuse_regions", spy)
+    torch.manual_seed(3)
+    lin = torch.nn.Linear(60, 1001)
+    ref = copy.deepcopy(lin)
+    x = torch.randn(250, 60)
+    target = torch.randint(0, 1001, (250,))
+    target[7] = -100
+
+    def fn(layer, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = layer(x)
+        return F.cross_entropy(logits.float(), target), logits
+
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.FallbackWarning)
+        loss, logits = torch.compile(lambda x: fn(lin, x), backend="pyfuser")(xa)
+        loss.backward()
+    want_loss, want_logits = fn(ref, xb)
+    want_loss.backward()
+    assert logits.is_contiguous()
+    torch.testing.assert_close(logits, want_logits, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(loss, want_loss, rtol=1e-3, atol=1e-3)
+    for got, want in ((lin.weight.grad, ref.weight.grad), (lin.bias.grad, ref.bias.grad), (xa.grad, xb.grad)):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-3)
+    mms = [n for gm in graphs for n in gm.graph.nodes if n.op == "call_function"
+           and str(n.target) in ("aten.mm.default", "aten.addmm.default")]
+    assert len(mms) == 3
+    for n in mms:
+        assert str(n.target) == "aten.mm.default"
+        assert all(s % 8 == 0 for a in n.args for s in a.meta["val"].shape), n.format_node()

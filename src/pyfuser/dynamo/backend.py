@@ -8,7 +8,8 @@ the joint graph with the min-cut rematerialization partitioner, which recomputes
 cheap fusible values in the backward instead of saving them (it saves dropout's
 bool mask, not the float tensors around it).  Each of the two graphs is then
 partitioned (``partition.py``): fusible regions become FusionDefinitions run by
-pyfuser, everything else stays an ATen call.
+pyfuser, everything else stays an ATen call.  Before that, matmuls with sizes that
+are not multiples of 8 are padded (``pad_matmuls.py``: BERT's vocabulary of 30522).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from .decompositions import decomposition_table
+from .pad_matmuls import pad_matmuls
 from .partition import fuse_regions
 from .region import warn_once
 
@@ -44,13 +46,27 @@ def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph)
 
 
+def _padded(gm):
+    """A copy of ``gm`` with its misaligned 16-bit matmuls padded (``pad_matmuls``), or
+    an unpadded copy when the rewrite fails (it is an optimization: say so once)."""
+    work = _copy(gm)
+    try:
+        pad_matmuls(work)
+        return work
+    except Exception as err:
+        warn_once(f"pad_matmuls: {type(err).__name__}", f"padding matmuls failed ({type(err).__name__}: "
+                                                        f"{str(err).splitlines()[0] if str(err) else ''}); "
+                                                        "they run unpadded")
+        return _copy(gm)
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs):
     """AOTAutograd's forward / backward / inference compiler."""
     from functorch.compile import make_boxed_func
 
     try:
         with _unfaked():
-            gm = fuse_regions(_copy(gm))
+            gm = fuse_regions(_padded(gm))
     except Exception as err:  # never fail the user's compile: run the graph as it is
         msg = str(err).splitlines()[0] if str(err) else ""
         warn_once(f"partition: {type(err).__name__}", f"partitioning the graph failed ({type(err).__name__}: {msg}); "

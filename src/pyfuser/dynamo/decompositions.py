@@ -14,14 +14,14 @@ log-softmax's own kernel, at the target's column, and nothing is stored.  A targ
 outside [0, C) that is not ``ignore_index`` makes the loss NaN (ATen stops with a
 device-side assert instead); it is never silently read as another class.
 
-The backward stays ATen's ``nll_loss_backward`` (a zero tensor with one value per
-row scattered in).  Written as ``where(class == target, -grad / total, 0)``
-(``nll_loss_backward`` below, tested in ``tests/dynamo/test_backend.py``) it would
-fuse into the log-softmax backward.  Its first form took Triton 3.6 minutes to
-compile (a 30522-wide iota compared inside a peeled persistent row); the schedulers
-no longer peel such rows (``reduction.row_alignment``) and it then compiles in about
-a second, but the fused backward has not been timed on the GPU, so it is not in
-the table yet.
+``nll_loss_backward`` is pyfuser's too: ``where(class == target, -grad / total, 0)``
+fuses into the log-softmax backward, where ATen would fill a zero fp32 tensor of
+[tokens, vocabulary] and scatter one value per row into it.  It matters twice: ATen's
+op takes the log-probabilities as an argument (for their shape only), which made
+the min-cut partitioner save them, a gigabyte of fp32 for BERT at 64 x 128.  With the
+op decomposed (and ``detach`` an alias, which the partitioner may recompute), the
+forward saves the 16-bit logits and two per-row values and the backward recomputes
+the log-probabilities inside its kernel, as Inductor does.
 
 The table is a selection from ``torch._decomp`` (its core-ATen decompositions plus
 a few training ops); ops missing from the installed torch are skipped, so the same
@@ -91,6 +91,10 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     return torch.where(hit, g, 0.0).to(self.dtype)
 
 
+def _alias(x):
+    return aten.alias.default(x)
+
+
 @functools.lru_cache(maxsize=None)
 def decomposition_table() -> dict:
     """OpOverload -> decomposition, for ``aot_autograd(decompositions=...)``."""
@@ -99,4 +103,8 @@ def decomposition_table() -> dict:
     packets = [getattr(aten, name) for name in DECOMPOSED if hasattr(aten, name)]
     table = get_decompositions(packets)
     table[aten.nll_loss_forward.default] = nll_loss_forward
+    table[aten.nll_loss_backward.default] = nll_loss_backward
+    # detach is no recomputable op for the min-cut partitioner; alias is (a view).  In
+    # the traced joint graph nothing carries autograd state, so the two are the same.
+    table[aten.detach.default] = _alias
     return table
