@@ -60,38 +60,51 @@ def per_thread(p):
 
 def test_outer_tile_fits_the_register_budget():
     """Layer-norm backward's dw and db stream dy and x and keep two accumulators: 4
-    values per element, so 16 warps share the 16 x 512 tile (16 elements per thread;
-    offline sm_90: 80 registers, was 148 at 8 warps).  The bias gradient (one tensor,
-    one accumulator) keeps its measured 16 x 512 at 8 warps."""
+    values per element, so the 64-byte strip of 32 bf16 columns walks 64 rows at a
+    time with 4 warps (16 elements per thread).  RMS norm's dw (3 values) fits 64 rows
+    too; the bias gradient (one tensor, one accumulator) takes 128."""
     seg = column_sums(2)
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 4
     p = outer_reduction.heuristics(seg)
-    assert (p.block_k, p.block_j, p.num_warps, p.persistent) == (16, 512, 16, False)
+    assert (p.block_k, p.block_j, p.num_warps, p.persistent) == (32, 64, 4, False)
     assert per_thread(p) * 4 <= OUTER_VALUES_PER_THREAD
 
     seg = column_sums(1)  # RMS norm backward's dw: dy, x and one accumulator
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 3
-    assert outer_reduction.heuristics(seg).num_warps == 16
+    assert (outer_reduction.heuristics(seg).block_j, outer_reduction.heuristics(seg).num_warps) == (64, 4)
 
     seg = bias_grad()
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 2
     p = outer_reduction.heuristics(seg)
-    assert (p.block_k, p.block_j, p.num_warps) == (16, 512, 8)
+    assert (p.block_k, p.block_j, p.num_warps) == (32, 128, 4)
 
 
-def test_outer_tile_shrinks_its_rows_past_16_warps():
-    """Eight fp32 column sums of products of four fp32 tensors: 12 values per element,
-    so even 16 warps need shorter chunks of rows."""
+def _many_column_sums(n_tensors, n_sums, n_max):
     def build(fd):
-        ts = [T.tensor(fd, 2) for _ in range(4)]
-        for i in range(8):
-            fd.add_output(fd.ops.sum(fd.ops.mul(ts[i % 4], ts[(i + 1) % 4]), dims=[0]) if i < 4 else
-                          fd.ops.max(fd.ops.add(ts[i % 4], ts[(i + 2) % 4]), dims=[0]))
-    seg = cuda_segment(build, [((8192, 2048), torch.float32)] * 4)
+        ts = [T.tensor(fd, 2) for _ in range(n_tensors)]
+        for i in range(n_sums):
+            fd.add_output(fd.ops.sum(fd.ops.mul(ts[i % n_tensors], ts[(i + 1) % n_tensors]), dims=[0]))
+        for i in range(n_max):
+            fd.add_output(fd.ops.max(fd.ops.add(ts[i % n_tensors], ts[(i + 2) % n_tensors]), dims=[0]))
+    return cuda_segment(build, [((8192, 2048), torch.float32)] * n_tensors)
+
+
+def test_outer_tile_shrinks_its_rows_before_adding_warps():
+    """Eight fp32 column reductions of four fp32 tensors: 12 values per element, so
+    the chunk of rows shrinks to 32 at 4 warps; twenty values need 8 warps even at
+    32 rows."""
+    seg = _many_column_sums(4, 4, 4)
     values = outer_values(seg, seg.reductions()[0].inputs[0])
     assert values == 12
     p = outer_reduction.heuristics(seg)
-    assert p.num_warps == 16 and p.block_k == 8 and p.block_j < 512
+    assert (p.num_warps, p.block_k, p.block_j) == (4, 16, 32)
+    assert per_thread(p) * values <= OUTER_VALUES_PER_THREAD
+
+    seg = _many_column_sums(8, 8, 4)
+    values = outer_values(seg, seg.reductions()[0].inputs[0])
+    assert values == 20
+    p = outer_reduction.heuristics(seg)
+    assert (p.num_warps, p.block_k, p.block_j) == (8, 16, 32)
     assert per_thread(p) * values <= OUTER_VALUES_PER_THREAD
 
 
@@ -99,8 +112,8 @@ def test_outer_fallbacks_halve_the_rows():
     seg = column_sums(2)
     p = outer_reduction.heuristics(seg)
     fb = reduction_fallbacks(seg, p)
-    assert [q.block_j for q in fb] == [256, 128]
-    assert all((q.block_k, q.num_warps, q.persistent) == (16, 16, False) for q in fb)
+    assert [q.block_j for q in fb] == [32, 16]
+    assert all((q.block_k, q.num_warps, q.persistent) == (32, 4, False) for q in fb)
     assert per_thread(fb[-1]) >= 4
 
 
