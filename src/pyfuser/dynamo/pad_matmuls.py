@@ -63,6 +63,7 @@ def pad_matmuls(gm: torch.fx.GraphModule) -> int:
         if node.op == "call_function" and node.target in (aten.mm.default, aten.addmm.default):
             count += _rewrite(gm.graph, node, padded_sources)
     if count:
+        gm.graph.eliminate_dead_code()  # the transposes the padded operands replaced
         gm.graph.lint()
         gm.recompile()
         _propagate_meta(gm)

@@ -17,6 +17,9 @@ accepts into acyclic regions.  Then:
   of a non-contiguous tensor (``rules.is_layout_copy``): ATen copies a transposed
   tensor with a generic strided kernel (BERT's attention heads: 96 such copies per
   training step), pyfuser's pointwise kernel with coalesced, tiled accesses;
+* a view inside a region whose result is also used outside it is taken again
+  outside (``hoist_output_views``), so the region stores the tensor it computes,
+  not a view shaped unlike its rows;
 * each remaining region becomes a ``fused_N`` submodule, replaced by a
   ``region.FusedRegion``.
 """
@@ -85,6 +88,9 @@ def fuse_regions(gm):
                   or any(is_layout_copy(n) for n in p.nodes)]
     if not partitions:
         return gm
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for p in partitions:
+        hoist_output_views(gm.graph, p, order)
     gm = partitioner.fuse_partitions(partitions, prefix="pyfuser_region_")
     for node in gm.graph.nodes:
         if node.op == "call_module" and node.target.startswith("pyfuser_region_"):
@@ -97,6 +103,36 @@ def fuse_regions(gm):
             if isinstance(mod, FusedRegion):
                 log.debug("%s:\n%s", name, mod.fallback.code)
     return gm
+
+
+def hoist_output_views(graph, partition, order):
+    """Users outside ``partition`` of a view taken inside it get their own copy of
+    the view, taken in ATen from the region's output of the view's input.  BERT's
+    logits are viewed to [batch, seq, vocab] for the model's output while the loss
+    reads them as [tokens, vocab] rows: stored as the view, the output is shaped
+    unlike the rows the fusion reduces, and the segmenter gives it a kernel of its
+    own that reads the logits a second time.  Views cost ATen nothing.
+
+    Only where that helps: the view's input is shaped like what a reduction of the
+    region reads and the view is not (a GELU backward's [batch, seq, 3072] gradient
+    viewed as the [tokens, 3072] its bias-gradient sum reads stays as it is)."""
+    inside = partition.nodes
+    reduced = {tuple(meta(n.args[0]).shape) for n in inside if reduction_kind(n) is not None}
+    for n in sorted(inside, key=order.__getitem__, reverse=True):  # outer views first: chains unwind
+        if n.op != "call_function" or n.target not in ATEN_VIEWS or not isinstance(n.args[0], torch.fx.Node) \
+                or n.args[0] not in inside:
+            continue
+        outside = [u for u in n.users if u not in inside]
+        if not outside or tuple(meta(n).shape) in reduced or tuple(meta(n.args[0]).shape) not in reduced:
+            continue
+        with graph.inserting_after(n):
+            twin = graph.call_function(n.target, n.args, dict(n.kwargs))
+        twin.meta = dict(n.meta)
+        for u in outside:
+            u.replace_input_with(n, twin)
+        if not n.users:
+            partition.remove_node(n)
+            graph.erase_node(n)
 
 
 _REDUCTIONS = {"aten.sum.dim_IntList", "aten.sum.default", "aten.amax.default", "aten.amin.default",
