@@ -181,6 +181,23 @@ def test_outputs_below_a_pad_or_cat_are_written_inside_their_extents(op, block):
         check(fusion(build), [x, z], n_launches=1, what=f"{op} output")
 
 
+def test_an_output_wider_than_the_walk_gets_a_kernel_that_covers_it():
+    """A padded tensor that is an output while the kernel walks a slice of it (here the
+    reference is the row sum's input): the walk reaches only the slice's window of
+    the padded tensor, so it cannot be stored from there; the plan stores it from a
+    kernel of its own and every element, pad value included, is written."""
+    x = make_tensor((3, 5), torch.float32, gen_for("window"))
+
+    def build(fd):
+        tx = define_input(fd, x)
+        wide = fd.ops.pad(tx, [0, 0, 0, 2], fd.define_scalar(0.5))
+        fd.add_output(fd.ops.sum(tx, dims=[1], keepdim=True))
+        fd.add_output(fd.ops.slice(wide, start_indices=[1, 0], end_indices=[4, 5]))
+        fd.add_output(wide)
+
+    check(fusion(build), [x], what="window")
+
+
 # --- strided inputs ---------------------------------------------------------------
 
 

@@ -23,7 +23,8 @@ def fusions(draw):
     steps = []
     n = n_in
     for _ in range(draw(st.integers(1, 8))):
-        kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce", "reduce_bcast", "cast", "permute"]))
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce", "reduce_bcast", "cast", "permute",
+                                     "pad", "cat"]))
         a = draw(st.integers(0, n - 1))
         if kind == "unary":
             steps.append(("unary", draw(st.sampled_from(UNARY)), a))
@@ -33,6 +34,13 @@ def fusions(draw):
             steps.append((kind, draw(st.sampled_from(["sum", "max"])), a, draw(st.integers(0, 1))))
         elif kind == "cast":
             steps.append(("cast", draw(st.sampled_from(DTYPES)), a))
+        elif kind == "pad":  # pad dim d by (lo, hi), then slice a window of the old extent
+            lo, hi = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+            steps.append(("pad", draw(st.integers(0, 1)), a, lo, hi, draw(st.integers(0, lo + hi)), draw(st.booleans())))
+        elif kind == "cat":  # cat with another value along d, then slice a window
+            d = draw(st.integers(0, 1))
+            steps.append(("cat", d, a, draw(st.integers(0, n - 1)), draw(st.integers(0, (rows, cols)[d])),
+                          draw(st.booleans())))
         else:
             steps.append(("permute", None, a))
         n += 1
@@ -43,10 +51,14 @@ def fusions(draw):
 def build(recipe):
     """The FusionDefinition of a recipe, and inputs for it.  Every value is kept 2-D
     [rows, cols] (reductions keep dims and are broadcast back; a permute of a
-    non-square value is followed by a permute back), so any two values combine."""
+    non-square value is followed by a permute back; a pad or cat is sliced back to
+    [rows, cols] at an offset), so any two values combine.  A pad's or cat's wider
+    result may be an output too (a kernel over it stores the values below it only
+    inside their own extents)."""
     rows, cols, dts, steps, outs = recipe
     with FusionDefinition() as fd:
         vals = [fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dt) for dt in dts]
+        wide_outs = []
         for s in steps:
             kind, op, a = s[0], s[1], vals[s[2]]
             if kind == "unary":
@@ -57,6 +69,18 @@ def build(recipe):
                 v = fd.ops.cast(a, dtype=op)
             elif kind == "permute":
                 v = fd.ops.permute(fd.ops.exp(fd.ops.permute(a, dims=[1, 0])), dims=[1, 0])
+            elif kind in ("pad", "cat"):
+                d = op
+                if kind == "pad":
+                    widths = [0, 0, s[3], s[4]] if d == 0 else [s[3], s[4], 0, 0]
+                    wide, start = fd.ops.pad(a, widths, fd.define_scalar(0.5)), s[5]
+                else:
+                    wide, start = fd.ops.cat([a, vals[s[3]]], dim=d), s[4]
+                starts, ends = [0, 0], [rows, cols]
+                starts[d], ends[d] = start, start + (rows, cols)[d]
+                v = fd.ops.slice(wide, start_indices=starts, end_indices=ends)
+                if s[-1]:
+                    wide_outs.append(wide)
             else:
                 r = getattr(fd.ops, op)(a, dims=[s[3]], keepdim=kind == "reduce")
                 if kind == "reduce":
@@ -66,6 +90,8 @@ def build(recipe):
             vals.append(v)
         for o in outs:
             fd.add_output(vals[o])
+        for w in wide_outs:
+            fd.add_output(w)
     g = torch.Generator().manual_seed(rows * 131 + cols * 7 + len(steps))
     inputs = [(torch.rand(rows, cols, generator=g) * 2 - 1).to(dt.torch) for dt in dts]
     return fd, inputs

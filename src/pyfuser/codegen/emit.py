@@ -91,6 +91,9 @@ def _store_walked(low, outputs, ref_idx, full, reached):
         idx = low.reached.get(o)
         if idx is None:
             raise Unsupported(f"output {o.name} is not reached from the reference tensor {low.tile.ref.name}")
+        if o in low.windowed and o not in low.covered:
+            raise Unsupported(f"output {o.name} is reached only below a slice: the walk over "
+                              f"{low.tile.ref.name} covers part of it")
         val, axes = low.value(o, idx)
         _store(low, o, idx, val, axes)
 

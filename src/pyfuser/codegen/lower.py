@@ -86,6 +86,11 @@ class Lowering:
         self.facts = facts  # per-expr static facts baked into the kernel (normalised slices)
         self.scopes: list[dict] = [{}]
         self.reached: dict = {}  # Val -> first Index it was evaluated at
+        # Values met below a slice that drops elements (or a cropping pad) cover only a
+        # window of themselves: ``windowed`` unless also met outside any (``covered``).
+        self.window_depth = 0
+        self.windowed: set = set()
+        self.covered: set = set()
 
     # -- scopes (loop bodies) -------------------------------------------------------
     def push(self):
@@ -135,6 +140,7 @@ class Lowering:
         if isinstance(v, ScalarVal):
             return self.scalar(v)
         idx = self.normalize(v, idx)
+        (self.windowed if self.window_depth else self.covered).add(v)
         hit = self.lookup(v, idx)
         if hit is not None:
             return hit
@@ -314,7 +320,15 @@ class Lowering:
             code = c.code if s == 1 else f"{c.code} * {s}"
             code = code if a == 0 else f"({code} + {a})"
             coords.append(Coord(code, c.axes) if c.code != "0" or a else ZERO)
-        return self.value(x, self.with_coords(idx, coords))
+        return self.in_window(self.shapes[v] != self.shapes[x], x, self.with_coords(idx, coords))
+
+    def in_window(self, windowed: bool, x, idx):
+        """``self.value(x, idx)``, counted as a partial walk of ``x`` when ``windowed``."""
+        self.window_depth += windowed
+        try:
+            return self.value(x, idx)
+        finally:
+            self.window_depth -= windowed
 
     def lower_pad(self, e, v, idx):
         x, pad_value = e.inputs
@@ -330,7 +344,7 @@ class Lowering:
             preds.append(f"({shifted.code} >= 0) & ({shifted.code} < {self.ext(x, d)})")
             axes |= c.axes
         inner = Index(tuple(coords), None, idx.pred + tuple(preds), idx.pred_axes | axes, idx.dropped)
-        val, vax = self.value(x, inner)
+        val, vax = self.in_window(any(wd < 0 for wd in widths), x, inner)
         pv, _ = self.scalar(pad_value)
         cond = self.w.tmp(" & ".join(f"({p})" for p in preds), "m") if preds else "True"
         pv = literal(pad_value.value, v.dtype) if pad_value.is_constant else scalar_cast(pv, v.dtype)
