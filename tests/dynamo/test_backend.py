@@ -473,3 +473,41 @@ def test_misaligned_matmuls_are_padded_and_match_eager(monkeypatch):
         padded = a[0] % 8 == 0 and a[1] % 8 == 0 and b[0] % 8 == 0
         assert padded == (b[1] % 8 == 0), n.format_node()
     assert sum(str(n.target) == "aten.mm.default" for n in mms) == 2
+
+
+def test_views_between_regions_are_built_from_their_traced_strides():
+    """``views.fast_views``: the views of a compiled graph (here a transpose, a view
+    and an expand around a matmul, all left to ATen) become ``reinterpret`` nodes, the
+    results equal eager; an input arriving with other strides than traced takes the
+    original op."""
+    from pyfuser.dynamo import backend, views
+
+    graphs = []
+    real = backend.fast_views
+
+    def spy(gm):
+        n = real(gm)
+        graphs.append((gm, n))
+        return n
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(backend, "fast_views", spy)
+        g = torch.Generator().manual_seed(21)
+        a, b = torch.randn(6, 4, generator=g), torch.randn(6, 5, generator=g)
+
+        def fn(a, b):
+            return (a.t() @ b).view(2, 2, 5).expand(3, 2, 2, 5) * 2.0
+
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend="pyfuser")(a, b)
+    torch.testing.assert_close(got, fn(a, b))
+    assert graphs and graphs[0][1] >= 3
+    targets = [n.target for n in graphs[0][0].graph.nodes if n.op == "call_function"]
+    assert views.reinterpret in targets and torch.ops.aten.t.default not in targets
+
+    x = torch.randn(4, 6, generator=g)
+    y = views.reinterpret(x, (6, 1), (6, 4), (1, 6), 0, torch.ops.aten.t.default, (x,), {})
+    assert y.stride() == (1, 6) and torch.equal(y, x.t())
+    xt = x.t()  # strides (1, 6), not the traced (6, 1): ATen's op runs
+    z = views.reinterpret(xt, (6, 1), (6, 4), (1, 6), 0, torch.ops.aten.t.default, (xt,), {})
+    assert torch.equal(z, x)

@@ -9,7 +9,9 @@ cheap fusible values in the backward instead of saving them (it saves dropout's
 bool mask, not the float tensors around it).  Each of the two graphs is then
 partitioned (``partition.py``): fusible regions become FusionDefinitions run by
 pyfuser, everything else stays an ATen call.  Before that, matmuls with sizes that
-are not multiples of 8 are padded (``pad_matmuls.py``: BERT's vocabulary of 30522).
+are not multiples of 8 are padded (``pad_matmuls.py``: BERT's vocabulary of 30522);
+after it, the views left between regions are built from their traced strides
+(``views.py``) instead of going through ATen's dispatcher.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from .decompositions import decomposition_table
 from .pad_matmuls import pad_matmuls
 from .partition import fuse_regions
+from .views import fast_views
 from .region import warn_once
 
 
@@ -71,6 +74,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         msg = str(err).splitlines()[0] if str(err) else ""
         warn_once(f"partition: {type(err).__name__}", f"partitioning the graph failed ({type(err).__name__}: {msg}); "
                                                       "the whole graph runs in ATen")
+        return make_boxed_func(gm.forward)
+    fast = _copy(gm)
+    try:
+        fast_views(fast)
+        gm = fast
+    except Exception as err:  # an optimization of host time only: keep ATen's views
+        warn_once(f"views: {type(err).__name__}", f"rewriting views failed ({type(err).__name__}); ATen takes them")
     return make_boxed_func(gm.forward)
 
 

@@ -470,10 +470,35 @@ def direct_launcher(src, fn, grid, args, kw):
     used then."""
     try:
         k = fn.run(*args, grid=grid, warmup=True, **kw)
-        runner = k[tuple(grid) + (1,) * (3 - len(grid))]
-        return runner, [kw[name] for name in src.constexprs]
+        g = tuple(grid) + (1,) * (3 - len(grid))
+        consts = [kw[name] for name in src.constexprs]
+        launcher = k.run  # the CUDA launcher (loads the module on first use)
+        from triton import knobs
+
+        if (launcher.global_scratch_size or launcher.profile_scratch_size or knobs.runtime.launch_enter_hook
+                or knobs.runtime.launch_exit_hook):
+            return k[g], consts  # Triton's own runner allocates scratch and calls the hooks
+        device = next((a.device.index for a in args if isinstance(a, torch.Tensor)), None)
+        return _raw_launch(launcher, k, g, device), consts
     except Exception:
         return None
+
+
+def _raw_launch(launcher, k, grid, device_index):
+    """A launch of compiled kernel ``k`` on ``grid`` through Triton's C launcher with
+    everything but the stream and the arguments fixed: Triton's runner looks up the
+    device, the stream and its launch hooks on every call (about 5 us of a launch's
+    host time); a kernel needing global or profiling scratch keeps that runner."""
+    launch, function, packed = launcher.launch, k.function, k.packed_metadata
+    coop, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+    gx, gy, gz = grid
+    stream_of = torch._C._cuda_getCurrentRawStream
+    dev = torch.cuda.current_device() if device_index is None else device_index
+
+    def run(*args):
+        launch(gx, gy, gz, stream_of(dev), function, coop, pdl, None, None, packed, None, None, None, *args)
+
+    return run
 
 
 def launch_error(src, err) -> CompileError:
