@@ -473,11 +473,8 @@ def direct_launcher(src, fn, grid, args, kw):
         g = tuple(grid) + (1,) * (3 - len(grid))
         consts = [kw[name] for name in src.constexprs]
         launcher = k.run  # the CUDA launcher (loads the module on first use)
-        from triton import knobs
-
-        if (launcher.global_scratch_size or launcher.profile_scratch_size or knobs.runtime.launch_enter_hook
-                or knobs.runtime.launch_exit_hook):
-            return k[g], consts  # Triton's own runner allocates scratch and calls the hooks
+        if launcher.global_scratch_size or launcher.profile_scratch_size:
+            return k[g], consts  # Triton's own runner allocates the scratch
         device = next((a.device.index for a in args if isinstance(a, torch.Tensor)), None)
         return _raw_launch(launcher, k, g, device), consts
     except Exception:
@@ -487,8 +484,14 @@ def direct_launcher(src, fn, grid, args, kw):
 def _raw_launch(launcher, k, grid, device_index):
     """A launch of compiled kernel ``k`` on ``grid`` through Triton's C launcher with
     everything but the stream and the arguments fixed: Triton's runner looks up the
-    device, the stream and its launch hooks on every call (about 5 us of a launch's
-    host time); a kernel needing global or profiling scratch keeps that runner."""
+    device and the stream and builds launch metadata on every call (about 5 us of a
+    launch's host time).  While a launch hook is installed (a profiler's), Triton's
+    runner runs instead, so the hook sees every launch; a kernel needing global or
+    profiling scratch keeps that runner (``direct_launcher``)."""
+    from triton import knobs
+
+    hooks = knobs.runtime
+    slow = k[grid]
     launch, function, packed = launcher.launch, k.function, k.packed_metadata
     coop, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
     gx, gy, gz = grid
@@ -496,7 +499,10 @@ def _raw_launch(launcher, k, grid, device_index):
     dev = torch.cuda.current_device() if device_index is None else device_index
 
     def run(*args):
-        launch(gx, gy, gz, stream_of(dev), function, coop, pdl, None, None, packed, None, None, None, *args)
+        if hooks.launch_enter_hook is None and hooks.launch_exit_hook is None:
+            launch(gx, gy, gz, stream_of(dev), function, coop, pdl, None, None, packed, None, None, None, *args)
+        else:
+            slow(*args)
 
     return run
 
