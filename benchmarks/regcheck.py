@@ -36,7 +36,7 @@ from pyfuser.ir.concretize import bind
 from pyfuser.ir.values import ScalarVal, TensorVal
 from pyfuser.runtime.executor import arg_value
 from pyfuser.runtime.plan import ExecutorCache
-from pyfuser.runtime.spills import H200, candidates, first_fit, offline_usage
+from pyfuser.runtime.spills import H200, candidates, first_fit, offline_usage, rejection
 from pyfuser.runtime.subfusion import bind_sub
 from pyfuser.schedulers import override
 
@@ -119,7 +119,7 @@ def check_case(case, arch=H200, all_candidates=False, log=print):
             u = offline_usage(fn, args, kw, arch)
             tried.append((p, u))
             log(f"  {case.name} step {n} {sched.NAME} {p}: {u} ({time.perf_counter() - t0:.1f} s)")
-            return u.spills
+            return rejection(sched, seg, p, u.regs, u.spills)
 
         cands = candidates(sched, seg, sched.heuristics(seg))
         chosen = first_fit(cands, usage)

@@ -117,19 +117,41 @@ def test_outer_fallbacks_halve_the_rows():
     assert per_thread(fb[-1]) >= 4
 
 
-def test_pointwise_fallbacks_halve_the_block():
-    """RoPE: bf16 x, fp32 angles: down to 4 elements per thread (a 16-byte fp32 access)."""
+def test_pointwise_fallbacks_halve_the_elements_per_thread_on_4_warps():
+    """RoPE: bf16 x, fp32 angles: 8 then 4 elements per thread (a 16-byte fp32 access)
+    on 4 warps; its 16 per thread have a register budget, 8 have none."""
     def build(fd):
         T.build_rope(fd, (16384, 8, 128, BF))
     seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
     p = pointwise.heuristics(seg)
     assert (p.block, p.num_warps) == (4096, 8)
-    assert [(q.block, q.num_warps) for q in pointwise.fallbacks(seg, p)] == [(2048, 8), (1024, 8)]
+    fb = pointwise.fallbacks(seg, p)
+    assert [(q.block, q.num_warps) for q in fb] == [(1024, 4), (512, 4)]
+    assert pointwise.max_registers(seg, p) == pointwise.MAX_REGISTERS_WIDE
+    assert pointwise.max_registers(seg, fb[0]) is None
 
     def build16(fd):
         fd.add_output(fd.ops.neg(T.tensor(fd, 2, BF)))
     seg = cuda_segment(build16, [((16384, 4096), torch.bfloat16)])
-    assert [q.block for q in pointwise.fallbacks(seg, pointwise.heuristics(seg))] == [2048]  # 8 bf16 = 16 bytes
+    assert [q.block for q in pointwise.fallbacks(seg, pointwise.heuristics(seg))] == [1024]  # 8 bf16 = 16 bytes
+
+
+def test_a_candidate_over_its_register_budget_is_rejected():
+    """RoPE at 16 elements per thread compiled to 128 registers on sm_90 (no spills):
+    over the pointwise budget, so the walk moves to 8 per thread; bias + GELU's 40
+    stays.  Spills reject whatever the budget."""
+    def build(fd):
+        T.build_rope(fd, (16384, 8, 128, BF))
+    seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
+    p = pointwise.heuristics(seg)
+    assert "128 registers" in spills.rejection(pointwise, seg, p, 128, 0)
+    assert spills.rejection(pointwise, seg, p, 40, 0) is None
+    assert spills.rejection(pointwise, seg, p, None, 0) is None  # unknown: accepted
+    fb = pointwise.fallbacks(seg, p)[0]
+    assert spills.rejection(pointwise, seg, fb, 128, 0) is None
+    assert "spills 2" in spills.rejection(pointwise, seg, fb, 40, 2)
+    walk = {p: spills.rejection(pointwise, seg, p, 128, 0), fb: spills.rejection(pointwise, seg, fb, 38, 0)}
+    assert spills.first_fit([p, fb, pointwise.fallbacks(seg, p)[1]], walk.get) == fb
 
 
 def test_first_fit_walks_past_spilling_candidates():

@@ -6,8 +6,10 @@ compile it ahead of the first launch (``JITFunction.warmup`` with the real
 arguments, so the compiled kernel is the one the launch will use), read its spill
 count (ptxas's; the driver's counts all local memory), and when it spills move on
 to the scheduler's next candidate (``fallbacks(seg, params)``, e.g. a persistent
-row becomes a multi-pass one).  The decision is cached per segment and parameters,
-so the check runs once.
+row becomes a multi-pass one).  A scheduler may also set a register budget
+(``max_registers``): the pointwise one moves a kernel that needs many registers to
+fewer elements per thread.  The decision is cached per segment and parameters, so
+the check runs once.
 
 The same walk runs without a GPU (``first_fit`` with ``offline_usage``): Triton
 ships ``ptxas``, so a kernel can be compiled for sm_90 on any machine and its
@@ -25,24 +27,37 @@ from dataclasses import dataclass
 import torch
 
 
-def compiled_spills(src, fn, args, grid, kw) -> int | None:
-    """Register spills of the kernel the launch would run, or None if they cannot be read.
-    The driver's count is local memory, which also holds arrays the code declares
-    (``ptxas_usage``); when it is not 0, ptxas says how much of it is spills."""
+def compiled_usage(src, fn, args, grid, kw) -> tuple:
+    """(registers, spills) of the kernel the launch would run; None where they cannot
+    be read.  The driver's spill count is local memory, which also holds arrays the
+    code declares (``ptxas_usage``); when it is not 0, ptxas says how much is spills."""
     try:
         k = fn.warmup(*args, grid=grid, **kw)
         init = getattr(k, "_init_handles", None)
         if init is not None:
             init()
         local = int(getattr(k, "n_spills", 0) or 0)
+        regs = getattr(k, "n_regs", None)
     except Exception:  # the launch itself will report a real problem
-        return None
+        return None, None
     if not local:
-        return 0
+        return regs, 0
     try:
-        return ptxas_usage(k).spills
+        return regs, ptxas_usage(k).spills
     except Exception:
-        return local
+        return regs, local
+
+
+def rejection(sched, seg, params, regs, spills) -> str | None:
+    """Why a compiled candidate is rejected, or None: it spills, or it uses more
+    registers than the scheduler's ``max_registers(seg, params)`` allows (None: no
+    limit but the hardware's)."""
+    if spills:
+        return f"spills {spills} registers"
+    budget = getattr(sched, "max_registers", lambda s, p: None)(seg, params)
+    if budget is not None and regs is not None and regs > budget:
+        return f"uses {regs} registers, over its budget of {budget}"
+    return None
 
 
 def candidates(sched, seg, params) -> list:
@@ -51,22 +66,24 @@ def candidates(sched, seg, params) -> list:
     return [params] + list(fallbacks(seg, params))
 
 
-def first_fit(cands, spills_of, on_spill=None):
-    """The first of ``cands`` whose kernel does not spill (``spills_of(params)``: a count,
-    or None when unknown, which counts as no spills), or the last one, which is not
-    checked.  ``on_spill(params, spills)`` hears about each rejected candidate."""
+def first_fit(cands, reject, on_reject=None):
+    """The first of ``cands`` that ``reject(params)`` accepts (a spill count or a reason
+    when rejected; 0, None or "" accept, None also standing for unknown), or the last
+    one, which is not checked.  ``on_reject(params, why)`` hears about each rejected
+    candidate."""
     for p in cands[:-1]:
-        spills = spills_of(p)
-        if not spills:
+        why = reject(p)
+        if not why:
             return p
-        if on_spill is not None:
-            on_spill(p, spills)
+        if on_reject is not None:
+            on_reject(p, why)
     return cands[-1]
 
 
 def choose_params(rt, seg, sched, params, b, inputs, arg_builder):
     """The first of ``params`` and the scheduler's fallbacks whose kernel does not spill
-    (or the last candidate, if all do).  Returns (params, src, fn)."""
+    and keeps to the scheduler's register budget (or the last candidate, if none
+    does).  Returns (params, src, fn)."""
     key = (sched.NAME, tuple(o.index for o in seg.outputs), rt._current_sig, params)
     chosen = rt.spill_choice.get(key)
     if chosen is not None:
@@ -74,16 +91,15 @@ def choose_params(rt, seg, sched, params, b, inputs, arg_builder):
         return chosen, src, fn
     built = {}
 
-    def spills_of(p):
+    def reject(p):
         src, fn = built[p] = rt.build(seg, sched, p)
         args, grid, kw = arg_builder(src, p)
-        return compiled_spills(src, fn, args, grid, kw)
+        return rejection(sched, seg, p, *compiled_usage(src, fn, args, grid, kw))
 
-    def on_spill(p, spills):
-        rt.events.append(f"{built[p][0].name} ({sched.NAME}): {p!r} spills {spills} registers; trying the next "
-                         f"configuration")
+    def on_reject(p, why):
+        rt.events.append(f"{built[p][0].name} ({sched.NAME}): {p!r} {why}; trying the next configuration")
 
-    chosen = first_fit(candidates(sched, seg, params), spills_of, on_spill)
+    chosen = first_fit(candidates(sched, seg, params), reject, on_reject)
     rt.spill_choice[key] = chosen
     src, fn = built[chosen] if chosen in built else rt.build(seg, sched, chosen)
     return chosen, src, fn
