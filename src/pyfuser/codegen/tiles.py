@@ -17,7 +17,9 @@ A second grid axis cuts the reduced extent into ``split`` ranges.  Each program
 stores its partial results to a scratch buffer and increments a per-column-strip
 counter; the program that finds it is the last of its strip folds the partials in
 a fixed order (so results do not depend on which program finishes last), writes
-the outputs and resets the counter for the next launch.  Pointwise outputs that
+the outputs and resets the counter for the next launch.  Sums, products, max and
+min load all SPLIT partials as one block and reduce it as a tree (``_fold_block``);
+var_mean's Chan steps fold them one by one.  Pointwise outputs that
 need no reduction result are written by every program for its own rows.
 """
 from __future__ import annotations
@@ -403,7 +405,11 @@ class ReductionTile:
         w.line("if done == SPLIT - 1:")
         w.indent += 1
         low.push()
+        block = self.split & (self.split - 1) == 0 and not self.inner
         for e in exprs:
+            if block and e.op in ("sum", "prod", "max", "min"):
+                self.results[e] = self._fold_block(low, e, ws, parts[e][0], K)
+                continue
             loaded = []
             for sl in parts[e]:
                 loaded.append(f"tl.load({ws} + ({sl} * SPLIT + s) * {K} + k, mask=kmask, other=0.0, "
@@ -425,6 +431,20 @@ class ReductionTile:
         if e.op in ("var", "var_mean"):
             return list(acc)
         return [self.combined(w, e, acc)]
+
+    def _fold_block(self, low, e, ws, slot, K) -> list:
+        """The partials of a sum, prod, max or min loaded as one [SPLIT, BLOCK_K] block
+        and reduced over it: every load in flight at once.  Folded one program after
+        another (``_fold``), each load waited for the previous one, a tail of SPLIT
+        dependent L2 round trips at the end of the kernel.  The tree over the block has
+        a fixed shape, so the result does not depend on which program finished last."""
+        w = low.w
+        dt = self.acc_dtype(e)
+        ident = self.identity(e.op, dt)
+        parts = w.tmp(f"tl.load({ws} + ({slot} * SPLIT + tl.arange(0, SPLIT)[:, None]) * {K} + k, "
+                      f"mask=kmask, other={ident}, cache_modifier='.cg')", "p")
+        folded = w.tmp(f"tl.reduce({parts}, 0, {self.combine(e.op, dt)}, keep_dims=True)", "p")
+        return self.finish(low, e, [folded])
 
     def _fold(self, low, e, loaded) -> list:
         """The partials of ``e`` folded in program order, finished into its outputs."""
