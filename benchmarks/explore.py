@@ -68,31 +68,16 @@ def part_profiles():
 
 def part_sweep():
     sys.path.insert(0, "benchmarks")
-    from pyfuser import FusionDefinition, DataType
-    from pyfuser.runtime import executor
-    from pyfuser.schedulers import override
+    from pyfuser import DataType
     from pyfuser.bench.training import tensor, up, bcast_rows
+    from sweep import measure, stats
     P("## outer sweep | params | ms | GB/s | regs/spills")
+
     def run(name, build, variants):
         for ov in variants:
-            with FusionDefinition() as fd:
-                inputs = build(fd)
-            with override(**ov):
-                fd.execute(inputs)
-                executor.RECORD_LAUNCHES = []
-                out = fd.execute(inputs)
-                rec, executor.RECORD_LAUNCHES = executor.RECORD_LAUNCHES, None
-            nbytes = sum(t.numel() * t.element_size() for t in list(inputs) + list(out) if isinstance(t, torch.Tensor))
-            def replay():
-                for fn, grid, args, kw in rec:
-                    fn[grid](*args, **kw)
-            ms = bench(replay)
-            regs = []
-            for fn, grid, args, kw in rec:
-                for dc in getattr(fn, "device_caches", {}).values():
-                    for k in dc[0].values():
-                        regs.append(f"{k.n_regs}/{k.n_spills}")
-            P(f"| {name} | {ov} | {ms:.4f} | {nbytes / ms / 1e6:.0f} | {regs[-1:]} grid={[r[1] for r in rec]} |")
+            ms, nbytes, rec = measure(build, ov)
+            P(f"| {name} | {ov} | {ms:.4f} | {nbytes / ms / 1e6:.0f} | {stats(rec)} grid={[r[1] for r in rec]} |")
+
     def sum0(fd):
         x = tensor(fd, 2, DataType.Half)
         fd.add_output(fd.ops.sum(x, dims=[0]))

@@ -111,22 +111,29 @@ def dropout_only(fd):
     return [torch.randn(64, 12, 128, 128, device="cuda", dtype=torch.float32)]
 
 
+def measure(build, ov):
+    """(median ms, bytes moved, recorded launches) of the fusion ``build(fd)`` defines
+    (returning its inputs), with the scheduler overrides ``ov``: its launches replayed
+    under ``do_bench``."""
+    with FusionDefinition() as fd:
+        inputs = build(fd)
+    with override(**ov):
+        fd.execute(inputs)
+        executor.RECORD_LAUNCHES = []
+        out = fd.execute(inputs)
+        rec, executor.RECORD_LAUNCHES = executor.RECORD_LAUNCHES, None
+    nbytes = sum(t.numel() * t.element_size() for t in list(inputs) + list(out) if isinstance(t, torch.Tensor))
+
+    def replay():
+        for fn, grid, args, kw in rec:
+            fn[grid](*args, **kw)
+
+    return triton.testing.do_bench(replay, return_mode="median"), nbytes, rec
+
+
 def run_custom(name, build, variants):
     for ov in variants:
-        with FusionDefinition() as fd:
-            inputs = build(fd)
-        with override(**ov):
-            fd.execute(inputs)
-            executor.RECORD_LAUNCHES = []
-            out = fd.execute(inputs)
-            rec, executor.RECORD_LAUNCHES = executor.RECORD_LAUNCHES, None
-        nbytes = sum(t.numel() * t.element_size() for t in list(inputs) + list(out) if isinstance(t, torch.Tensor))
-
-        def replay():
-            for fn, grid, args, kw in rec:
-                fn[grid](*args, **kw)
-
-        ms = triton.testing.do_bench(replay, return_mode="median")
+        ms, nbytes, rec = measure(build, ov)
         print(f"| {name} | {ov} | {ms:.3f} | {nbytes / ms / 1e6:.0f} | {stats(rec)} |", flush=True)
 
 

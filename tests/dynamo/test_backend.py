@@ -328,10 +328,8 @@ def test_cross_entropy_gathers_inside_the_log_softmax_fusion(reduction, monkeypa
     assert not any("aten.nll_loss_forward.default" in ops for ops in seen)
 
 
-def test_cross_entropy_backward_recomputes_the_log_probabilities(monkeypatch):
-    """nll_loss_backward is a select in the log-softmax backward's fusion, so nothing
-    holds on to the fp32 log-probabilities: the forward saves the 16-bit logits and
-    two per-row values, the backward recomputes the rest (min-cut rematerialization)."""
+def graphs_partitioned(monkeypatch) -> list:
+    """The ATen graphs the backend hands to ``fuse_regions`` from now on, in order."""
     from pyfuser.dynamo import backend
 
     graphs = []
@@ -342,6 +340,14 @@ def test_cross_entropy_backward_recomputes_the_log_probabilities(monkeypatch):
         return real(gm)
 
     monkeypatch.setattr(backend, "fuse_regions", spy)
+    return graphs
+
+
+def test_cross_entropy_backward_recomputes_the_log_probabilities(monkeypatch):
+    """nll_loss_backward is a select in the log-softmax backward's fusion, so nothing
+    holds on to the fp32 log-probabilities: the forward saves the 16-bit logits and
+    two per-row values, the backward recomputes the rest (min-cut rematerialization)."""
+    graphs = graphs_partitioned(monkeypatch)
     g = torch.Generator().manual_seed(14)
     x = torch.randn(12, 37, generator=g).to(torch.bfloat16)
     target = torch.randint(0, 37, (12,), generator=g)
@@ -430,17 +436,10 @@ def test_misaligned_matmuls_are_padded_and_match_eager(monkeypatch):
     gradient match eager."""
     import copy
 
-    from pyfuser.dynamo import backend, pad_matmuls
+    from pyfuser.dynamo import pad_matmuls
 
     monkeypatch.setattr(pad_matmuls, "ALWAYS", True)  # on CPU padding is off by default
-    graphs = []
-    real = backend.fuse_regions
-
-    def spy(gm):
-        graphs.append(gm)
-        return real(gm)
-
-    monkeypatch.setattr(backend, "fuse_regions", spy)
+    graphs = graphs_partitioned(monkeypatch)
     torch.manual_seed(3)
     lin = torch.nn.Linear(64, 1001)
     ref = copy.deepcopy(lin)
@@ -511,3 +510,17 @@ def test_views_between_regions_are_built_from_their_traced_strides():
     xt = x.t()  # strides (1, 6), not the traced (6, 1): ATen's op runs
     z = views.reinterpret(xt, (6, 1), (6, 4), (1, 6), 0, torch.ops.aten.t.default, (xt,), {})
     assert torch.equal(z, x)
+
+
+def test_detach_in_the_model_still_stops_the_gradient():
+    """``detach`` decomposes to ``alias`` (a view the min-cut partitioner may
+    recompute) below autograd: a detached branch in the user's forward still gets no
+    gradient."""
+    g = torch.Generator().manual_seed(22)
+    x = torch.randn(5, 7, generator=g)
+
+    def fn(x):
+        y = torch.tanh(x)
+        return (y * y.detach().exp()).sum(dim=1)
+
+    check_against_eager(fn, x)
