@@ -24,6 +24,7 @@ import itertools
 
 from ..errors import DefinitionError, DefinitionTypeError
 from ..ir.dtypes import DataType, to_datatype
+from ..ir.shapes import contiguous_strides
 from ..ir.values import FusionIR, ScalarVal, TensorVal, Val
 from .builder import Builder
 from .ops import Operators, fmt
@@ -127,11 +128,7 @@ class FusionDefinition:
         strides = list(strides) if strides is not None else None
         rank = len(sizes)
         if strides is None:
-            strides = [0] * rank
-            acc = 1
-            for d in reversed(range(rank)):
-                strides[d] = acc
-                acc *= max(sizes[d], 1)
+            strides = list(contiguous_strides(sizes))
         order = sorted(range(rank), key=lambda d: (strides[d], d))  # innermost first
         so = [0] * rank
         for r, d in enumerate(order):

@@ -14,6 +14,15 @@ from ..errors import DefinitionError
 Shape = tuple  # of int | None
 
 
+def contiguous_strides(sizes) -> tuple:
+    """Row-major strides of ``sizes`` (a size-0 or size-1 dim counts as 1, as torch's)."""
+    strides, acc = [], 1
+    for s in reversed(sizes):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
 def norm_dim(op: str, arg: str, d: int, rank: int) -> int:
     if not isinstance(d, int) or isinstance(d, bool):
         raise DefinitionError(f"{op}: {arg} must be ints, got {d!r}")

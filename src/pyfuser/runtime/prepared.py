@@ -42,6 +42,7 @@ from ..errors import CompileError
 from ..ir.concretize import Binding
 from ..ir.extents import ScalarProgram
 from ..ir.ops import OPS
+from ..ir.shapes import contiguous_strides
 from ..ir.values import ScalarVal, TensorVal
 from ..reference import run_expr
 from .cache import COUNTERS
@@ -59,7 +60,7 @@ class Launch(NamedTuple):
     fn: object  # the launchable kernel (Triton's JITFunction, or the interpreter's)
     grid: tuple
     kw: dict  # constexprs, and num_warps on CUDA
-    alloc: tuple  # (shape, dtype) of each output: allocated per execute, appended to the pool
+    alloc: tuple  # (shape, contiguous strides, dtype) of each output: allocated per execute, appended to the pool
     args: tuple  # pool index of each argument (0 for a random word, patched per execute)
     rng: tuple  # (argument position, random op number, word 0-7) of each random word
     params: object  # the scheduler's params (after the spill check)
@@ -123,7 +124,8 @@ class Prepared:
                 self._host(step, pool, probe, inputs)
                 continue
             src, fn, grid, kw, alloc, idx, rng, _, meta = launches[step]
-            outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in alloc]
+            # empty_strided: about 1 us less per tensor than empty (no memory-format step)
+            outs = [torch.empty_strided(shape, strides, dtype=dtype, device=device) for shape, strides, dtype in alloc]
             if poison:
                 for t in outs:
                     poison_tensor(t)
@@ -300,7 +302,7 @@ class _Builder:
         kw = dict(src.constexprs)
         if b.device.type == "cuda":
             kw["num_warps"] = params.num_warps
-        alloc = tuple((sb.shapes[o], o.dtype.torch) for o in src.outputs)
+        alloc = tuple((sb.shapes[o], contiguous_strides(sb.shapes[o]), o.dtype.torch) for o in src.outputs)
         self.kernels.append((src, fn, sched.grid(seg, params), kw, alloc, refs, params))
         self.program.append(len(self.kernels) - 1)
         return params

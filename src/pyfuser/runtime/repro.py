@@ -16,6 +16,7 @@ import os
 import torch
 
 from ..errors import CompileError
+from ..ir.shapes import contiguous_strides
 from ..schedulers.base import _OVERRIDES
 from .cache import cache_dir
 
@@ -53,21 +54,13 @@ def repro_dir() -> str:
     return d
 
 
-def _contiguous_strides(sizes) -> list:
-    strides, acc = [], 1
-    for s in reversed(sizes):
-        strides.insert(0, acc)
-        acc *= max(s, 1)
-    return strides
-
-
 def input_expr(v, x) -> str:
     if not isinstance(x, torch.Tensor):
         return f"{x!r},  # {v.name}, scalar input"
     sizes, strides = list(x.shape), list(x.stride())
     args = [str(x.dtype), repr(sizes)]
     misaligned = (x.data_ptr() % 16) // x.element_size() if x.numel() else 0
-    if strides != _contiguous_strides(sizes) or misaligned:
+    if tuple(strides) != contiguous_strides(sizes) or misaligned:
         args.append(repr(strides))
     if misaligned:
         args.append(f"storage_offset={misaligned}")
