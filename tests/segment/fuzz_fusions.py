@@ -36,7 +36,8 @@ def fusions(draw):
             steps.append(("cast", draw(st.sampled_from(DTYPES)), a))
         elif kind == "pad":  # pad dim d by (lo, hi), then slice a window of the old extent
             lo, hi = draw(st.integers(0, 3)), draw(st.integers(0, 3))
-            steps.append(("pad", draw(st.integers(0, 1)), a, lo, hi, draw(st.integers(0, lo + hi)), draw(st.booleans())))
+            steps.append(("pad", draw(st.integers(0, 1)), a, lo, hi, draw(st.integers(0, lo + hi)),
+                          draw(st.sampled_from([None, 0.5, -2.0])), draw(st.booleans())))
         elif kind == "cat":  # cat with another value along d, then slice a window
             d = draw(st.integers(0, 1))
             steps.append(("cat", d, a, draw(st.integers(0, n - 1)), draw(st.integers(0, (rows, cols)[d])),
@@ -73,7 +74,8 @@ def build(recipe):
                 d = op
                 if kind == "pad":
                     widths = [0, 0, s[3], s[4]] if d == 0 else [s[3], s[4], 0, 0]
-                    wide, start = fd.ops.pad(a, widths, fd.define_scalar(0.5)), s[5]
+                    value = None if s[6] is None else fd.define_scalar(s[6])
+                    wide, start = fd.ops.pad(a, widths, value), s[5]
                 else:
                     wide, start = fd.ops.cat([a, vals[s[3]]], dim=d), s[4]
                 starts, ends = [0, 0], [rows, cols]
