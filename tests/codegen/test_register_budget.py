@@ -89,22 +89,15 @@ def _many_column_sums(n_tensors, n_sums, n_max):
     return cuda_segment(build, [((8192, 2048), torch.float32)] * n_tensors)
 
 
-def test_outer_tile_shrinks_its_rows_before_adding_warps():
-    """Eight fp32 column reductions of four fp32 tensors: 12 values per element, so
-    the chunk of rows shrinks to 32 at 4 warps; twenty values need 8 warps even at
-    32 rows."""
-    seg = _many_column_sums(4, 4, 4)
-    values = outer_values(seg, seg.reductions()[0].inputs[0])
-    assert values == 12
+@pytest.mark.parametrize("n_tensors,n_sums,values,warps", [(4, 4, 12, 4), (8, 8, 20, 8)])
+def test_outer_tile_shrinks_its_rows_before_adding_warps(n_tensors, n_sums, values, warps):
+    """fp32 column sums of products and four column maxima: 12 values per element
+    (4 tensors, 8 accumulators) shrink the chunk of rows to 32 at 4 warps; twenty
+    values need 8 warps even at 32 rows."""
+    seg = _many_column_sums(n_tensors, n_sums, 4)
+    assert outer_values(seg, seg.reductions()[0].inputs[0]) == values
     p = outer_reduction.heuristics(seg)
-    assert (p.num_warps, p.block_k, p.block_j) == (4, 16, 32)
-    assert per_thread(p) * values <= OUTER_VALUES_PER_THREAD
-
-    seg = _many_column_sums(8, 8, 4)
-    values = outer_values(seg, seg.reductions()[0].inputs[0])
-    assert values == 20
-    p = outer_reduction.heuristics(seg)
-    assert (p.num_warps, p.block_k, p.block_j) == (8, 16, 32)
+    assert (p.num_warps, p.block_k, p.block_j) == (warps, 16, 32)
     assert per_thread(p) * values <= OUTER_VALUES_PER_THREAD
 
 

@@ -88,8 +88,7 @@ def fuse_regions(gm):
                   or any(is_layout_copy(n) for n in p.nodes)]
     if not partitions:
         return gm
-    order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    for p in partitions:
+    for p in partitions:  # the twins it inserts are outside every partition: order still holds
         hoist_output_views(gm.graph, p, order)
     gm = partitioner.fuse_partitions(partitions, prefix="pyfuser_region_")
     for node in gm.graph.nodes:

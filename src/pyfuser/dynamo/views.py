@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from .rules import ATEN_VIEWS
+
 aten = torch.ops.aten
 
 try:
@@ -25,9 +27,9 @@ except AttributeError:  # pragma: no cover - a torch without it
     def _reinterpret(x, size, stride, offset):
         return x.as_strided(size, stride, offset)
 
-VIEW_OPS = {aten.view.default, aten._unsafe_view.default, aten.t.default, aten.transpose.int, aten.permute.default,
-            aten.expand.default, aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
-            aten.alias.default, aten.slice.Tensor, aten.select.int}
+# The ops with a view rule (``rules.ATEN_VIEWS``), but reshape, which copies when the
+# input's strides do not allow a view.
+VIEW_OPS = frozenset(ATEN_VIEWS - {aten.reshape.default})
 
 
 def reinterpret(x, in_stride, size, stride, delta, op, args, kwargs):
