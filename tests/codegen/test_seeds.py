@@ -97,6 +97,20 @@ def test_log_softmax_full_view_output_aliases_input(sizes):
         assert torch.equal(view.reshape(x.shape), x)
 
 
+@pytest.mark.parametrize("sizes", [s for s in SIZES["log_softmax_logsum"] if s[1] > 1], ids=str)
+def test_log_softmax_logsum_output_is_an_expand_of_the_row_values(sizes):
+    """The output broadcasts a per-row value over the row: as nvFuser allocates expanded
+    outputs, it comes back as a stride-0 expand of the [R, 1] values the kernel stores."""
+    case = SEEDS["log_softmax_logsum"]
+    fs, fd = _build(case, sizes)
+    (x,) = case.make_inputs(sizes, "cpu", gen_for("expand", sizes))
+    for _ in range(2):  # the first execute, then the cached one
+        (out,) = fs.execute([x])
+        assert out.shape == sizes and out.stride() == (1, 0)
+        assert out.untyped_storage().nbytes() == sizes[0] * 4
+        assert_matches(out, fd.reference([x])[0], what="logsum", tol=tol_for(torch.float32))
+
+
 def test_view_only_fusion_launches_nothing():
     """A fusion whose only output is a view of its input costs no kernel."""
     with FusionDefinition() as fd:

@@ -102,6 +102,20 @@ def test_segmented_fusion_shows_alias_outputs(dumps, capsys):
     assert "  segment 0: pointwise" in out and "      T2 = neg(T0)" in out
 
 
+def test_segmented_fusion_shows_expanded_outputs(dumps, capsys):
+    from pyfuser import DataType, FusionDefinition
+
+    dumps("segmented_fusion")
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        s = fd.ops.sum(x, dims=[1], keepdim=True)
+        fd.add_output(fd.ops.broadcast_in_dim(s, shape=[2, 3], broadcast_dims=[0, 1]))
+    (got,), out = run(capsys, fd, [torch.randn(2, 3, device=device())])
+    assert got.stride() == (1, 0)
+    assert "  output 0 (T2): an expand (stride 0) of a smaller value, no kernel" in out
+    assert "  segment 0: inner_reduction" in out and "    outputs: T1 float[2, 1]" in out
+
+
 def test_scheduler_params_names_the_choice_and_every_decline(dumps, capsys):
     dumps("scheduler_params")
     fd = bert_fd()

@@ -52,6 +52,12 @@ def launches(fd, inputs):
     return out, pyfuser.cache_info()["launches"] - before
 
 
+def _broadcast_source(v):
+    while v.definition is not None and v.definition.op == "broadcast_in_dim":
+        v = v.definition.inputs[0]
+    return v
+
+
 def check_plan(fd):
     """Steps in a topological order, and nothing stored that no one reads."""
     ir = fd.ir
@@ -62,14 +68,16 @@ def check_plan(fd):
                 assert v in made, f"{v.name} read before a step stores it"
                 read.add(v)
         made |= set(step.outputs)
-    useless = [v.name for v in made - read - set(ir.outputs)
+    returned = set(ir.outputs) | {_broadcast_source(ir.outputs[pos]) for pos, kind in last_plan(fd).aliases.items()
+                                  if kind == "expand"}
+    useless = [v.name for v in made - read - returned
                if not any(step.is_host and v in step.outputs for step in last_plan(fd).steps)]
     assert not useless, f"stored but never read: {useless}"
 
 
 def unmerged_launches(build, inputs):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ExecutorCache, "merge", lambda self, b, steps, base: steps)
+        mp.setattr(ExecutorCache, "merge", lambda self, b, steps, base, keep: steps)
         fd = build()
         return launches(fd, inputs)[1]
 
@@ -225,10 +233,10 @@ def test_merging_stops_after_merge_losses_refusals(monkeypatch):
     try_schedule = ExecutorCache.try_schedule
     merging = []
 
-    def counting_merge(self, b, steps, base):
+    def counting_merge(self, b, steps, base, keep):
         merging.append(True)
         try:
-            return merge(self, b, steps, base)
+            return merge(self, b, steps, base, keep)
         finally:
             merging.pop()
 
@@ -316,7 +324,7 @@ def test_upcast_stored_between_kernels_is_stored_at_16_bits():
     assert len(steps) == 2 and steps[0].outputs == [hf] and hf.dtype is FL
     wide = run_steps(fd, steps)
 
-    narrow = rt.narrow(b, steps, base)
+    narrow = rt.narrow(b, steps, base, set(fd.ir.outputs))
     h = hf.definition.inputs[0]
     assert len(narrow) == 2 and narrow[0].outputs == [h] and h.dtype is DataType.Half
     sub = narrow[1].sub
@@ -336,7 +344,7 @@ def test_upcast_stored_between_kernels_is_stored_at_16_bits():
 def test_upcast_that_is_a_fusion_output_stays_32_bits():
     fd = upcast_fusion(upcast_is_output=True)
     rt, b, base, hf, steps = upcast_cut(fd)
-    assert rt.narrow(b, steps, base) == steps
+    assert rt.narrow(b, steps, base, set(fd.ir.outputs)) == steps
     got = run_steps(fd, steps)
     ref = fd.reference(UPCAST_INPUTS)
     assert got[2].dtype == torch.float32 and torch.equal(got[2], ref[2]) and torch.equal(got[0], ref[0])

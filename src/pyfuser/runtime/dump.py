@@ -151,7 +151,8 @@ def _is_scalar(v) -> bool:
 def segmented_fusion(fusion_id: int, plan, ir, shapes) -> str:
     lines = [f"Segmented fusion{fusion_id}: {len(plan.steps)} segment(s)"]
     for pos, kind in sorted(plan.aliases.items()):
-        what = "an input" if kind == "input" else "a view of an input"
+        what = {"input": "an input", "view": "a view of an input",
+                "expand": "an expand (stride 0) of a smaller value"}[kind]
         lines.append(f"  output {pos} ({ir.outputs[pos].name}): {what}, no kernel")
     for i, s in enumerate(plan.steps):
         name = s.scheduler.NAME if s.scheduler else (

@@ -2,7 +2,8 @@
 
 ``ExecutorCache`` (one per FusionDefinition) maps an input *signature* (device kind,
 which dims are size 1, which inputs are contiguous, 16-byte alignment, index width,
-normalised slice bounds) to a ``Plan``: which outputs alias inputs, and the segments
+normalised slice bounds) to a ``Plan``: which outputs alias inputs or expand another
+value (``Plan.aliases``), and the segments
 (``Step``) with their schedulers.  It also owns the definition's kernels, keyed by
 (scheduler, outputs, signature, params), and remembers for dumps and profiles why
 each was built (``events``) and what it cost (``kernel_info``).  How a fusion becomes
@@ -54,7 +55,10 @@ class Step:
 
 @dataclass
 class Plan:
-    aliases: dict  # output position -> "input" | "view"
+    # output position -> "input" | "view" (of an input) | "expand": a broadcast that
+    # repeats elements, returned as a stride-0 expand of its source (``expanded_source``),
+    # which a kernel computes at its own size, as nvFuser allocates expanded outputs
+    aliases: dict
     steps: list
 
     @property
@@ -153,13 +157,19 @@ class ExecutorCache:
                 aliases[pos] = "input"
             elif _is_view_of_input(o, ir):
                 aliases[pos] = "view"
+            elif (x := expanded_source(o, b)) is not None:
+                aliases[pos] = "expand"
+                if x not in ir.inputs and x not in rest:
+                    rest.append(x)
             elif o not in rest:
                 rest.append(o)
         live = ir.live_exprs()
         hosts = [e for e in live if runs_on_host(e)]
         cuts = frozenset(v for v in ir.inputs if isinstance(v, TensorVal))
+        keep = set(ir.outputs) | set(rest)  # what the steps must store
         if not hosts:
-            return Plan(aliases, self.refine(b, self.split(b, [o for o in rest if _nonempty(b, o)], cuts, cuts), cuts))
+            return Plan(aliases, self.refine(b, self.split(b, [o for o in rest if _nonempty(b, o)], cuts, cuts), cuts,
+                                             keep))
         base = cuts
         cuts = cuts | {o for h in hosts for o in h.outputs}
         level = _host_levels(live, hosts)
@@ -180,7 +190,7 @@ class ExecutorCache:
         for h, run, stage in zip(hosts, host_runs, stages[1:]):
             steps.append(Step([o for e in run for o in e.outputs], None, f"host op {h.op}", host=run))
             steps += self.split(b, stage, cuts, base)
-        return Plan(aliases, self.refine(b, steps, base))
+        return Plan(aliases, self.refine(b, steps, base, keep))
 
     def try_schedule(self, b, outputs, cuts=None, base=None):
         sf = None
@@ -248,14 +258,14 @@ class ExecutorCache:
         return steps + [s for o in failing for s in self.split(b, [o], cuts, base)]
 
     # -- merging and narrowing (docs/SEGMENTATION.md) -------------------------------------
-    def refine(self, b, steps, base):
+    def refine(self, b, steps, base, keep):
         """The plan's steps after ``split``: merged, then narrowed (``base``: the fusion's
-        tensor inputs)."""
+        tensor inputs; ``keep``: the values the plan returns)."""
         if sum(s.scheduler is not None for s in steps) < 2:
             return steps
-        return self.narrow(b, self.merge(b, steps, base), base)
+        return self.narrow(b, self.merge(b, steps, base, keep), base, keep)
 
-    def merge(self, b, steps, base):
+    def merge(self, b, steps, base, keep):
         """Greedy merging: ``split`` decides group by group, so a plan can hold kernels
         that one kernel could replace (a side output, shape groups one scheduler takes
         together, reductions over the same axes on both sides of a cut).  Pairs of
@@ -264,7 +274,6 @@ class ExecutorCache:
         merged step stores only what the fusion or another step reads.  An attempt
         that reaches a scheduler's ``emit`` generates a kernel, so a plan gives up
         after MERGE_LOSSES refusals."""
-        keep = set(self.fd.ir.outputs)
         tried, losses = set(), 0
         while True:
             flow = _Flow(steps, keep)
@@ -285,14 +294,14 @@ class ExecutorCache:
             else:
                 return steps
 
-    def narrow(self, b, steps, base):
+    def narrow(self, b, steps, base, keep):
         """A value a kernel stores only for other kernels that is an upcast of a 16-bit
         value is stored at 16 bits, and its readers recompute the cast (``_narrow``
         does the same for host ops' inputs).  The cast is exact, so every result keeps
         its bits.  The change is kept only when schedulers take the rebuilt steps."""
         done = set()
         while True:
-            flow = _Flow(steps, set(self.fd.ir.outputs))
+            flow = _Flow(steps, keep)
             found = next(((p, x, u) for p, x, u in flow.upcasts(base) if x not in done), None)
             if found is None:
                 return steps
@@ -388,6 +397,17 @@ def _is_view_of_input(o, ir) -> bool:
             return False
         v = v.definition.inputs[0]
     return v in ir.inputs and v is not o
+
+
+def expanded_source(o, b):
+    """The tensor an output is a chain of broadcast_in_dim of, when the chain repeats
+    elements (more elements out than in); else None."""
+    v = o
+    while v.definition is not None and OPS[v.definition.op].kind == "broadcast_in_dim":
+        v = v.definition.inputs[0]
+    if v is o or not isinstance(v, TensorVal) or math.prod(b.shapes[o]) <= math.prod(b.shapes[v]):
+        return None
+    return v
 
 
 def _nonempty(b, v) -> bool:

@@ -10,7 +10,8 @@ over a *pool* of values::
     kernel step: allocate its outputs, append them to the pool, pick its arguments
                  from the pool by precomputed index, patch in the random words, launch
     host step:   run its torch calls (``run_expr``) on pool entries, append the results
-    outputs:     pool entries (views of inputs are rebuilt from the inputs)
+    outputs:     pool entries (views of inputs are rebuilt from the inputs, expanded
+                 outputs from their source's entry)
 
 so a kernel reads an earlier kernel's stored intermediate, or a host step's
 result, as it reads a fusion input: by index.  A one-kernel plan is the degenerate
@@ -46,7 +47,7 @@ from ..ir.shapes import contiguous_strides
 from ..ir.values import ScalarVal, TensorVal
 from ..reference import run_expr
 from .cache import COUNTERS
-from .plan import is_contiguous
+from .plan import expanded_source, is_contiguous
 from .probe import LaunchMeta, Probe
 from .rng_state import draw_seed_offset
 from .spills import choose_params, scratch_outputs
@@ -92,7 +93,7 @@ class Prepared:
         self.launches = launches
         self.program = program
         self._results = results  # pool index of each output (0 where a view is rebuilt)
-        self._views = views  # (output position, Val) of outputs that are views of inputs
+        self._views = views  # (output position, Val, expand?) of outputs that are views of inputs or expands
         self.binding = binding  # shapes, device and input positions (no values)
         # Launch straight through the compiled kernel once it exists (see direct_launcher)
         # when every runtime scalar argument is a float or a bool: Triton passes those as
@@ -151,8 +152,9 @@ class Prepared:
             if record is not None:
                 record.append((fn, grid, args, kw))
         results = [pool[j] for j in self._results]
-        for k, o in self._views:
-            results[k] = view_of_input(o, self.binding, inputs)
+        for k, o, expand in self._views:
+            results[k] = (expand_output(o, results[k], self.binding) if expand
+                          else view_of_input(o, self.binding, inputs))
         return results
 
     def _host(self, step: HostRun, pool, probe, inputs):
@@ -180,8 +182,8 @@ class Prepared:
                                   for e, idx in step.calls)
                 lines.append(f"  host {step.calls[-1][0].op}: {calls}")
         outs = [names[j] for j in self._results]
-        for k, o in self._views:
-            outs[k] = f"view({o.name})"
+        for k, o, expand in self._views:
+            outs[k] = f"{'expand' if expand else 'view'}({o.name})"
         lines.append(f"  outputs {' '.join(outs)}")
         return "\n".join(lines)
 
@@ -312,10 +314,14 @@ class _Builder:
         results, views = [], []
         for k, o in enumerate(ir.outputs):
             kind = plan.aliases.get(k)
-            if kind == "view":
-                views.append((k, o))
-            results.append(("input", 0) if kind == "view" else
-                           ("input", self.pos[o]) if kind == "input" else self.ref(o))
+            if kind in ("view", "expand"):
+                views.append((k, o, kind == "expand"))
+            if kind == "expand":
+                x = expanded_source(o, b)
+                results.append(("input", self.pos[x]) if x in ir.inputs else self.ref(x))
+            else:
+                results.append(("input", 0) if kind == "view" else
+                               ("input", self.pos[o]) if kind == "input" else self.ref(o))
         hosts = [step for step in self.program if not isinstance(step, int)]
         every = [r for k in self.kernels for r in k[5]] + [r for h in hosts for _, refs in h[1] for r in refs]
         every += results
@@ -523,6 +529,18 @@ def poison_tensor(t: torch.Tensor):
         t.fill_(True)
     else:
         t.fill_(torch.iinfo(t.dtype).max)
+
+
+def expand_output(o, x, b: Binding):
+    """Output ``o``, a chain of broadcast_in_dim over ``x`` (its source's tensor), as
+    the reference builds it: a view of ``x`` with stride 0 along the repeated dims."""
+    chain = []
+    while o.definition is not None and OPS[o.definition.op].kind == "broadcast_in_dim":
+        chain.append(o.definition)
+        o = o.definition.inputs[0]
+    for e in reversed(chain):
+        x = run_expr(e, [x], b)[0]
+    return x
 
 
 def view_of_input(o, b: Binding, inputs):
