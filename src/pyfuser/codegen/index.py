@@ -43,9 +43,15 @@ class Index:
         return (tuple(c.code for c in self.coords), self.linear.code if self.linear else None, self.pred)
 
 
-def unravel(lin: Coord, extents: list[str]) -> list[Coord]:
+def plain_div(code: str, divisors: list[str]) -> str:
+    return f"({code} // ({' * '.join(divisors)}))"
+
+
+def unravel(lin: Coord, extents: list[str], div=plain_div) -> list[Coord]:
     """Coordinates of row-major index ``lin`` in a shape whose extents are ``extents``
-    (Triton expressions; the string "1" marks a size-1 dim)."""
+    (Triton expressions; the string "1" marks a size-1 dim).  ``div(code, divisors)``
+    spells the quotient by a product of extents (``Lowering.divide``: a multiply and a
+    shift with host-computed constants instead of an integer division)."""
     coords = []
     live = [i for i, e in enumerate(extents) if e != "1"]
     for d, e in enumerate(extents):
@@ -53,11 +59,25 @@ def unravel(lin: Coord, extents: list[str]) -> list[Coord]:
             coords.append(ZERO)
             continue
         inner = [extents[i] for i in live if i > d]
-        code = lin.code if not inner else f"({lin.code} // ({' * '.join(inner)}))"
+        code = lin.code if not inner else div(lin.code, inner)
         if d != live[0]:
-            code = f"({code} % {e})"
+            code = f"({code} % {e})" if div is plain_div else f"({code} - {div(code, [e])} * {e})"
         coords.append(Coord(code, lin.axes))
     return coords
+
+
+def div_magic(d: int) -> tuple[int, int]:
+    """``(M, P)`` with ``n // d == (n * M) >> P`` for every ``0 <= n < 2**31`` and
+    ``1 <= d < 2**31`` (the round-up method: ``P = 31 + ceil(log2 d)``,
+    ``M = ceil(2**P / d)``, so ``M * d - 2**P < d <= 2**(P - 31)`` and the rounding
+    error never reaches the next multiple of ``d``).  ``2**31 <= M < 2**32``: the
+    product fits 64 bits.  A kernel's int32 index math divides by runtime extents this
+    way: an integer division is a software sequence of about 20 instructions (the
+    BERT attention softmax + dropout's row-to-batch index took 6 of its 44 us on H200)."""
+    if d <= 0:  # an empty extent: no element to index
+        return 1 << 31, 31
+    p = 31 + (d - 1).bit_length()
+    return -(-(1 << p) // d), p
 
 
 def ravel(coords, extents: list[str]) -> Coord:

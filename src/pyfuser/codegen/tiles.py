@@ -44,7 +44,7 @@ class FlatTile:
 
     def ref_index(self, low) -> Index:
         x = Coord("x", frozenset("x"))
-        return Index(tuple(unravel(x, low.extents(self.ref))), x)
+        return Index(tuple(unravel(x, low.extents(self.ref), low.divide)), x)
 
     def mask(self, axes, preds=()):
         parts = (["mask"] if "x" in axes else []) + [f"({p})" for p in preds]
@@ -173,9 +173,9 @@ class ReductionTile:
     def _unravel_ref(self, low, c="j"):
         ext = low.extents(self.ref)
         kept = self.kept_dims()
-        kc = unravel(Coord("k", frozenset("k")), [ext[d] for d in kept])
+        kc = unravel(Coord("k", frozenset("k")), [ext[d] for d in kept], low.divide)
         jname = "j" if c == "j" else f"j{c}"
-        jc = unravel(Coord(jname, frozenset(c)), [ext[d] for d in self.red_dims])
+        jc = unravel(Coord(jname, frozenset(c)), [ext[d] for d in self.red_dims], low.divide)
         coords = [None] * len(ext)
         for d, c in zip(kept, kc):
             coords[d] = c

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 @dataclass
 class KernelArg:
     name: str
-    kind: str  # "ptr" | "size" | "stride" | "scalar" | "rng"
+    kind: str  # "ptr" | "size" | "stride" | "scalar" | "rng" | "divmagic" | ...
     source: tuple  # what the launcher reads: ("tensor", val) / ("size", val, dim) / ...
 
 
@@ -61,8 +61,9 @@ class KernelWriter:
 
     def _decorator(self) -> str:
         # Values that change every launch (random state, user scalars) must not be
-        # specialised on, or each new value could compile a new kernel.
-        volatile = [a.name for a in self.args.values() if a.kind in ("rng", "scalar")]
+        # specialised on, or each new value could compile a new kernel; nor division
+        # constants, which change with every extent.
+        volatile = [a.name for a in self.args.values() if a.kind in ("rng", "scalar", "divmagic")]
         return f"@triton.jit(do_not_specialize={volatile!r})" if volatile else "@triton.jit"
 
     def source(self, header_comment: list[str]) -> str:

@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..codegen.index import div_magic
 from ..errors import CompileError
 from ..ir.concretize import Binding
 from ..ir.extents import ScalarProgram
@@ -426,6 +427,8 @@ def arg_value(a, b: Binding, env, outs, rng_table):
         return math.prod(shape if dims is None else [shape[d] for d in dims])
     if kind == "scalar":
         return env[a.source[1]]
+    if kind == "divmagic":
+        return div_magic(math.prod(b.shapes[v][d] for v, d in a.source[1]))[a.source[2]]
     if kind == "rng":
         return rng_word(rng_table[id(a.source[1])], a.source[2])
     if kind == "scratch":
