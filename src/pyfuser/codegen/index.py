@@ -47,11 +47,13 @@ def plain_div(code: str, divisors: list[str]) -> str:
     return f"({code} // ({' * '.join(divisors)}))"
 
 
-def unravel(lin: Coord, extents: list[str], div=plain_div) -> list[Coord]:
+def unravel(lin: Coord, extents: list[str], divider=None) -> list[Coord]:
     """Coordinates of row-major index ``lin`` in a shape whose extents are ``extents``
-    (Triton expressions; the string "1" marks a size-1 dim).  ``div(code, divisors)``
-    spells the quotient by a product of extents (``Lowering.divide``: a multiply and a
-    shift with host-computed constants instead of an integer division)."""
+    (Triton expressions; the string "1" marks a size-1 dim).  ``divider(axes)`` gives
+    the function that spells a quotient by a product of extents for an index varying
+    along ``axes`` (``Lowering.divider``: a multiply and a shift), or None for Triton's
+    ``//`` and ``%``."""
+    div = divider(lin.axes) if divider is not None else None
     coords = []
     live = [i for i, e in enumerate(extents) if e != "1"]
     for d, e in enumerate(extents):
@@ -59,9 +61,9 @@ def unravel(lin: Coord, extents: list[str], div=plain_div) -> list[Coord]:
             coords.append(ZERO)
             continue
         inner = [extents[i] for i in live if i > d]
-        code = lin.code if not inner else div(lin.code, inner)
+        code = lin.code if not inner else (div or plain_div)(lin.code, inner)
         if d != live[0]:
-            code = f"({code} % {e})" if div is plain_div else f"({code} - {div(code, [e])} * {e})"
+            code = f"({code} % {e})" if div is None else f"({code} - {div(code, [e])} * {e})"
         coords.append(Coord(code, lin.axes))
     return coords
 

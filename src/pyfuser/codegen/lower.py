@@ -156,12 +156,21 @@ class Lowering:
     def extents(self, v) -> list[str]:
         return [self.ext(v, d) for d in range(len(self.shapes[v]))]
 
+    def divider(self, axes):
+        """``index.unravel``'s division for an index varying along ``axes``: ``divide``
+        for int32 indices off the tile's contiguous axis (``tile.divides_fast``), else
+        None (Triton's ``//`` and ``%``).  Along the contiguous axis Triton's alignment
+        analysis reads ``x // s`` and ``x % s`` for sizes it knows to be multiples of 16
+        and keeps loads vectorized (a bias + GELU's bias index ``x % 4096``: 87 us with
+        ``%``, 112 us with the multiply)."""
+        return None if self.tile.int64 or not self.tile.divides_fast(axes) else self.divide
+
     def divide(self, code: str, divisors: list[str]) -> str:
         """``code // prod(divisors)`` for a non-negative int32 index and extents that are
         size arguments: ``(code * M) >> P`` with ``index.div_magic``'s constants, which
-        the launcher computes once per shape.  Plain ``//`` for int64 indices."""
+        the launcher computes once per shape."""
         sources = [self.w.args[d].source if d in self.w.args else None for d in divisors]
-        if self.tile.int64 or any(s is None or s[0] != "size" for s in sources):
+        if any(s is None or s[0] != "size" for s in sources):
             return plain_div(code, divisors)
         dims = tuple((s[1], s[2]) for s in sources)
         key = "_".join(divisors)
@@ -347,7 +356,7 @@ class Lowering:
     def lower_reshape(self, e, v, idx):
         x = e.inputs[0]
         lin = self.linear_of(v, idx)
-        return self.value(x, self.with_coords(idx, unravel(lin, self.extents(x), self.divide), lin))
+        return self.value(x, self.with_coords(idx, unravel(lin, self.extents(x), self.divider), lin))
 
     def lower_permute(self, e, v, idx):
         x = e.inputs[0]

@@ -44,7 +44,12 @@ class FlatTile:
 
     def ref_index(self, low) -> Index:
         x = Coord("x", frozenset("x"))
-        return Index(tuple(unravel(x, low.extents(self.ref), low.divide)), x)
+        return Index(tuple(unravel(x, low.extents(self.ref), low.divider)), x)
+
+    def divides_fast(self, axes) -> bool:
+        """Whether index math along ``axes`` may use ``Lowering.divide``'s multiply and
+        shift: not along the axis whose loads are vectorized (here: the only one)."""
+        return not axes
 
     def mask(self, axes, preds=()):
         parts = (["mask"] if "x" in axes else []) + [f"({p})" for p in preds]
@@ -89,6 +94,11 @@ class ReductionTile:
         self.raxis = 1 if inner else 0
 
     # -- layout -------------------------------------------------------------------------
+    def divides_fast(self, axes) -> bool:
+        """See ``FlatTile.divides_fast``: the contiguous axis is the reduced one (j and
+        its chunk axes) in an inner tile, k in an outer one."""
+        return axes <= {"k"} if self.inner else "k" not in axes
+
     def kept_dims(self):
         return [d for d in range(len(self.ref.shape)) if d not in self.red_dims]
 
@@ -173,9 +183,9 @@ class ReductionTile:
     def _unravel_ref(self, low, c="j"):
         ext = low.extents(self.ref)
         kept = self.kept_dims()
-        kc = unravel(Coord("k", frozenset("k")), [ext[d] for d in kept], low.divide)
+        kc = unravel(Coord("k", frozenset("k")), [ext[d] for d in kept], low.divider)
         jname = "j" if c == "j" else f"j{c}"
-        jc = unravel(Coord(jname, frozenset(c)), [ext[d] for d in self.red_dims], low.divide)
+        jc = unravel(Coord(jname, frozenset(c)), [ext[d] for d in self.red_dims], low.divider)
         coords = [None] * len(ext)
         for d, c in zip(kept, kc):
             coords[d] = c
