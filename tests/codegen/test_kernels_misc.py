@@ -192,3 +192,24 @@ def test_every_cast(src, dst):
         torch.testing.assert_close(got, want, rtol=2 ** -7, atol=0)
     else:
         assert torch.equal(got, want), f"{src} -> {dst}"
+
+
+@pytest.mark.parametrize("block_k", [1, 2, 8, 64])
+def test_output_broadcast_over_kept_dims_is_stored_by_the_programs_that_hold_it(block_k):
+    """The BERT fusion's shape: a [B, 1, 1, S] output computed on the [B, H, S, S] row
+    tile.  Only programs holding rows with h == 0 and s == 0 store it (a guard over the
+    program's rows); with few rows per program most programs skip it."""
+    B, H, S = 3, 2, 5
+    g = gen_for("rows guard", block_k)
+    x, m = make_tensor((B, H, S, S), torch.float32, g), make_tensor((B, 1, 1, S), torch.float32, g)
+
+    def build(fd):
+        tx, tm = define_input(fd, x), define_input(fd, m)
+        scaled = fd.ops.mul(tm, fd.define_scalar(-2.0))
+        y = fd.ops.add(tx, fd.ops.broadcast_in_dim(scaled, shape=[B, H, S, S], broadcast_dims=[0, 1, 2, 3]))
+        mx = fd.ops.max(y, dims=[3], keepdim=True)
+        fd.add_output(fd.ops.sub(y, fd.ops.broadcast_in_dim(mx, shape=[B, H, S, S], broadcast_dims=[0, 1, 2, 3])))
+        fd.add_output(scaled)
+
+    with override(block_k=block_k):
+        check(fusion(build), [x, m], n_launches=1, scheduler="inner_normalization", block_k=block_k)
