@@ -33,3 +33,23 @@ def test_online_softmax_matches_reference(online, block_k):
         got = fd.execute([x])
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("align", [1, 8])
+@pytest.mark.parametrize("block_j", [16, 64])
+def test_online_statistics_of_fp16_rows(align, block_j):
+    """The report's log(sum(exp(x - max))) (statistics only, an inner reduction) on
+    fp16 rows of 1001, online, with and without the peeled misaligned head and tail."""
+    from pyfuser.bench.seeds import SEEDS
+
+    case = SEEDS["log_softmax_logsum"]
+    with FusionDefinition() as fd:
+        case.build(fd, 5, 1001)
+    (x,) = case.make_inputs((5, 1001), "cpu", torch.Generator().manual_seed(3))
+    x[1, 7] = float("nan")
+    x[2, :500] = float("-inf")
+    want = fd.reference([x])
+    with override(persistent=False, block_j=block_j, block_k=1, online=True, align=align):
+        got = fd.execute([x])
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert fd._runtime.kernels and all(key[3].online for key in fd._runtime.kernels)
