@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..codegen.emit import emit_kernel, split_eligible
+from ..codegen.emit import emit_kernel, online_softmax_pairs, reduction_levels, split_eligible
 from ..codegen.tiles import ReductionTile
 from ..ir.dtypes import DataType
 from .base import Reject, Segment, apply_overrides, next_pow2
@@ -36,9 +36,10 @@ class ReductionParams:
     int64: bool
     quad_rng: bool = False  # reduced extent % 4 == 0: one Philox call per 4 elements
     align: int = 1  # elements per 16 bytes when rows start misaligned (peel head/tail; block_k 1)
-    # Multi-pass only: max and sum(exp(a - max)) in one pass with a rescaled running sum.
-    # Off by default: on H200 the per-element rescale cost more than the pass it saves
-    # (log-softmax [8192, 50257] bf16: 0.94 ms online vs 0.72 ms in three passes).
+    # Multi-pass only: max and sum(exp(a - max)) in one pass with a rescaled running sum
+    # (one running max per 4 contiguous elements: ``ReductionTile.online_chunk``).  On
+    # for wide rows (``_wide_row_params``); a per-element rescale, the first version,
+    # lost to separate passes (log-softmax [8192, 50257] bf16: 0.94 vs 0.72 ms).
     online: bool = False
     # Outer multi-pass only: programs along the reduced extent (codegen.tiles: partials
     # folded by each column strip's last program); 1 = one program per strip.
@@ -142,6 +143,10 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
             bk = max(1, min(next_pow2(K), (1 << 14) // bj))
             return apply_overrides(ReductionParams(True, True, bk, bj, 4, int64))
         return apply_overrides(ReductionParams(True, False, 1, 4096, 4, int64))
+    if J > WIDE_ROW:
+        wide = _wide_row_params(seg, ref, int64, persistent_fits=bj <= 1 << 15)
+        if wide is not None:
+            return wide
     # Rows up to 32768 elements stay on chip (persistent).  Elements per thread grow
     # with the row: 8 for short rows (several rows per program keep enough bytes in
     # flight), 16 for medium, 32 for the widest (32 warps, one row per SM at a time).
@@ -153,6 +158,40 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
         warps = max(1, min(32, bk * bj // (32 * per_thread)))
         return ReductionParams(True, True, bk, bj, warps, int64)
     return ReductionParams(True, False, 1, 8192, 16, int64)
+
+
+# Rows wider than this are walked in chunks (``_wide_row_params``) rather than held.
+WIDE_ROW = 8192
+
+
+def _wide_row_params(seg: Segment, ref, int64: bool, persistent_fits: bool) -> ReductionParams | None:
+    """Multi-pass chunks for a row too wide to hold with more than one program per SM.
+
+    A persistent row of up to 32768 elements takes 32 warps, one program per SM: it
+    loads, reduces, then stores, with nothing to overlap the phases.  Chunked programs
+    are small enough for several per SM, and the online pass (max and rescaled sum of
+    exponentials together, ``ReductionTile.online_chunk``) reads the row once for both
+    statistics.  Measured on H200, [8192, 30522] rows:
+
+    * statistics only (log(sum(exp(x - max)))): persistent 293 us, online chunks of
+      2048 on 4 warps 147 us (1024 on 2 warps 152, 4096 on 8 warps 155): always chunks;
+    * normalizations, online chunks of 8192 on 16 warps against persistent: softmax bf16
+      -> bf16 341 vs 441 us, log-softmax fp16 -> fp32 498 vs 537 us, log-softmax
+      fp16 -> fp16 + fp32 652 vs 617 us.  The output pass re-reads the row, from L2
+      while the writes leave it there: chunks when the stored bytes per element are at
+      most twice the loaded ones.  [8192, 50257] bf16 log-softmax (too wide to hold):
+      online 587 us, two separate statistics passes 717 us.
+
+    None: keep the persistent row."""
+    online = bool(online_softmax_pairs(reduction_levels(seg.exprs())))
+    if not is_normalization(seg, ref):
+        return ReductionParams(True, False, 1, 2048, 4, int64, online=online)
+    n = seg.numel(ref)
+    loaded = sum(v.dtype.itemsize for v in seg.loads() if seg.numel(v) == n)
+    stored = sum(o.dtype.itemsize for o in seg.outputs if seg.numel(o) == n)
+    if not persistent_fits or (online and stored <= 2 * loaded):
+        return ReductionParams(True, False, 1, 8192, 16, int64, online=online)
+    return None
 
 
 # 32-bit values each thread of an outer tile may hold: its elements of every tensor
