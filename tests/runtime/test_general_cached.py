@@ -231,3 +231,24 @@ def test_general_plan_kernels_pass_the_spill_check(monkeypatch):
     inputs = [x.cuda() for x in layer_norm_backward_inputs(seed=0)]
     assert_outputs(fd.execute(inputs), fd.reference(inputs))
     assert len(calls) == kernels(fd) == 2
+
+
+def test_launch_hooks_are_seen_only_when_installed():
+    """The direct launcher yields to Triton's runner while a launch hook is installed
+    (a profiler's).  Triton keeps each hook as a chain that is never None."""
+    from triton import knobs
+
+    from pyfuser.runtime.prepared import _hook_set
+
+    chain = knobs.runtime.launch_enter_hook
+    assert not _hook_set(chain) and not _hook_set(None)
+
+    def hook(*args):
+        pass
+
+    chain.add(hook)
+    try:
+        assert _hook_set(chain)
+    finally:
+        chain.remove(hook)
+    assert not _hook_set(chain)
