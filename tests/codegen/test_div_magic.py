@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from pyfuser.codegen.index import div_magic
 
 # Divisors around every power of two, small ones, and random ones up to 2^31 - 1.
@@ -30,3 +32,26 @@ def test_multiply_shift_equals_floor_division():
         for n in numerators(d):
             assert (n * m) >> p == n // d, (n, d, m, p)
             assert n * m < 2**64
+
+
+@pytest.mark.parametrize("width,multiply", [(30522, True), (4096, False)])
+def test_flat_kernels_divide_by_multiply_unless_the_width_allows_vector_loads(width, multiply, monkeypatch):
+    """A bias broadcast over rows is indexed by ``x % width`` in a flat kernel: with
+    a width that is a multiple of 16 Triton reads that remainder and vectorizes the
+    bias load, so ``%`` stays; any other width gets the multiply and shift."""
+    import torch
+
+    from pyfuser import DataType, FusionDefinition
+    from pyfuser.runtime import plan as plan_mod
+
+    seen = []
+    original = plan_mod.load_kernel
+    monkeypatch.setattr(plan_mod, "load_kernel", lambda n, s, d: (seen.append(s), original(n, s, d))[1])
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
+        b = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Half)
+        fd.add_output(fd.ops.add(a, fd.ops.broadcast_in_dim(b, shape=[3, width], broadcast_dims=[1])))
+    g = torch.Generator().manual_seed(width)
+    x, y = torch.randn(3, width, generator=g).half(), torch.randn(width, generator=g).half()
+    assert torch.equal(fd.execute([x, y])[0], x + y)
+    assert any("_dm" in s for s in seen) == multiply

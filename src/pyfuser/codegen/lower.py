@@ -15,6 +15,7 @@ with that value's reciprocal (``reciprocal_product``).
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import torch
@@ -157,20 +158,27 @@ class Lowering:
         return [self.ext(v, d) for d in range(len(self.shapes[v]))]
 
     def divider(self, axes):
-        """``index.unravel``'s division for an index varying along ``axes``: ``divide``
-        for int32 indices off the tile's contiguous axis (``tile.divides_fast``), else
-        None (Triton's ``//`` and ``%``).  Along the contiguous axis Triton's alignment
-        analysis reads ``x // s`` and ``x % s`` for sizes it knows to be multiples of 16
-        and keeps loads vectorized (a bias + GELU's bias index ``x % 4096``: 87 us with
-        ``%``, 112 us with the multiply)."""
-        return None if self.tile.int64 or not self.tile.divides_fast(axes) else self.divide
+        """``index.unravel``'s division for an int32 index varying along ``axes``
+        (``divide``); None for int64 indices (Triton's ``//`` and ``%``)."""
+        if self.tile.int64:
+            return None
+        on_vector_axis = not self.tile.divides_fast(axes)
+        return lambda code, divisors: self.divide(code, divisors, on_vector_axis)
 
-    def divide(self, code: str, divisors: list[str]) -> str:
+    def divide(self, code: str, divisors: list[str], on_vector_axis: bool = False) -> str:
         """``code // prod(divisors)`` for a non-negative int32 index and extents that are
         size arguments: ``(code * M) >> P`` with ``index.div_magic``'s constants, which
-        the launcher computes once per shape."""
+        the launcher computes once per shape.  Along the tile's contiguous axis
+        (``tile.divides_fast``) only when the divisor is not a multiple of 16 at the
+        shapes planned for: there Triton's alignment analysis reads ``x // s`` and
+        ``x % s`` for sizes it knows to be multiples of 16 and keeps loads vectorized
+        (a bias + GELU's bias index ``x % 4096``: 87 us with ``%``, 112 us with the
+        multiply); other divisors allow no vector access anyway.  Any divisor gives
+        correct results either way: the choice is only speed."""
         sources = [self.w.args[d].source if d in self.w.args else None for d in divisors]
         if any(s is None or s[0] != "size" for s in sources):
+            return plain_div(code, divisors)
+        if on_vector_axis and math.prod(self.shapes[s[1]][s[2]] for s in sources) % 16 == 0:
             return plain_div(code, divisors)
         dims = tuple((s[1], s[2]) for s in sources)
         key = "_".join(divisors)
