@@ -359,36 +359,3 @@ def test_reduction_results_stored_between_kernels_stay_32_bits():
     fd.execute([x, dy, w])
     stored = {v for s in last_plan(fd).steps for v in s.outputs} - set(fd.ir.outputs)
     assert stored and all(v.dtype is FL for v in stored)
-
-
-def test_many_column_sums_side_by_side_are_split_into_narrow_groups():
-    """Eight bias-gradient-like column sums of eight inputs: one kernel would stream 16
-    values per element (an input and an accumulator each), past the outer tile's
-    budget for reductions side by side, so the planner splits them.  One column sum of
-    a long chain of inputs stays one kernel: nothing smaller can compute it."""
-    from pyfuser.schedulers import outer_reduction
-
-    n = 8
-    with FusionDefinition() as fd:
-        ts = [tensor(fd, 2) for _ in range(n)]
-        for t in ts:
-            fd.add_output(fd.ops.sum(t, dims=[0]))
-    inputs = data(*[(N, H)] * n)
-    out, n_launches = launches(fd, inputs)
-    for o, x in zip(out, inputs):
-        torch.testing.assert_close(o, x.sum(0))
-    steps = last_plan(fd).steps
-    assert 1 < n_launches == len(steps) < n
-    assert all(len(s.outputs) * 2 <= outer_reduction.MAX_SIDE_BY_SIDE_VALUES for s in steps)
-    check_plan(fd)
-
-    with FusionDefinition() as fd:
-        ts = [tensor(fd, 2) for _ in range(12)]
-        acc = ts[0]
-        for t in ts[1:]:
-            acc = fd.ops.add(acc, t)
-        fd.add_output(fd.ops.sum(acc, dims=[0]))
-    inputs = data(*[(N, H)] * 12, seed=1)
-    (o,), n_launches = launches(fd, inputs)
-    assert n_launches == 1
-    torch.testing.assert_close(o, torch.stack(inputs).sum(0).sum(0))
