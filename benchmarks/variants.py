@@ -1,0 +1,163 @@
+"""Kernel variants of one fusion on the GPU: scheduler overrides and edits of the
+generated source, each timed (launches replayed under ``do_bench``).
+
+    PYTHONPATH=src python benchmarks/variants.py [--only bert,cast,stats,norm,logsoftmax] [--dump DIR]
+
+An edit is a regular expression applied to every generated kernel's source before it
+is compiled (``(pattern, replacement)``), so a codegen idea can be measured before it
+is written into the code generator: what would change if divisions by a power of two
+were multiplications, if the dropout mask cost nothing, if the softmax divided by a
+per-row reciprocal.  Outputs are not checked here: an edit may change the results.
+Groups: ``bert`` (the report's attention softmax + dropout and its two halves),
+``cast`` (the byte mix of a fp16 -> fp32 log-softmax without its reductions),
+``stats`` (statistics-only rows of 30522), ``norm`` (wide normalizations, online
+chunks against persistent rows), ``logsoftmax`` (the report's three log-softmax
+fusions).  Runs of this session: ``benchmarks/results/*-variants_<commit>.txt``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+
+import torch
+
+from pyfuser.runtime import plan as plan_mod
+
+from sweep import dropout_only, measure, softmax_only, stats
+
+# Edits, by name (those measured into the code generator since are gone: divisions by a
+# uniform divisor as reciprocal products, Philox products as one 64-bit multiply).
+# Dropout's keep test on the integer word: (w >> 8) > floor(p * 2^24) instead of a float compare.
+INT_KEEP = [(r"\((\w+) >> 8\)\.to\(tl\.float32\) \* 5\.960464477539063e-08", r"(\1 >> 8)"),
+            (r"> 0\.1\)", r"> 1677721)")]
+# Every size argument a compile-time constant (divisions by extents become shifts/multiplies).
+CONST_SIZES = (r"(?m)^(\s+)(K|J|T\d+_s\d+),$", r"\1\2: tl.constexpr,")
+# Drop the store of the small [B,1,1,S] output made from the big tile.
+NO_SMALL_STORE = (r"\n\s+tl\.store\(T\d+_out \+ i\d+, .*== 0\)\)", "")
+NO_RNG = (r"(r\d+) = tl\.reshape\(tl\.join\(.*\), \[BLOCK_K, BLOCK_J\]\)",
+          r"\1 = tl.full([BLOCK_K, BLOCK_J], 0.5, tl.float32)")
+
+_SOURCES: list = []
+
+
+@contextlib.contextmanager
+def edited(edits):
+    """Apply ``edits`` to every kernel source compiled inside the block."""
+    original = plan_mod.load_kernel
+
+    def load(name, source, device_type):
+        for pat, rep in edits:
+            source = re.sub(pat, rep, source)
+        _SOURCES.append((name, source))
+        return original(name, source, device_type)
+
+    plan_mod.load_kernel = load
+    try:
+        yield
+    finally:
+        plan_mod.load_kernel = original
+
+
+def bench_build(name):
+    from pyfuser.bench import cases
+    c = cases.BY_NAME[name]
+    sizes = c.sizes(1.0)
+
+    def build(fd):
+        c.build(fd, sizes)
+        return list(c.make_inputs(sizes, "cuda", None))
+
+    return build
+
+
+def run(name, build, variants, dump=None):
+    rows = []
+    for label, ov, edits in variants:
+        n0 = len(_SOURCES)
+        with edited(edits):
+            ms, nbytes, rec = measure(build, ov)
+        row = f"| {name} | {label} | {ms * 1e3:.1f} | {nbytes / ms / 1e6:.0f} | {stats(rec)} |"
+        print(row, flush=True)
+        rows.append(row)
+        if dump:
+            for i, (kname, src) in enumerate(_SOURCES[n0:]):
+                with open(os.path.join(dump, f"{name}-{label}-{i}.py".replace(" ", "_")), "w") as f:
+                    f.write(src)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dump", help="write each variant's kernel sources here")
+    ap.add_argument("--only", default="", help="comma-separated groups: bert, logsoftmax")
+    args = ap.parse_args()
+    if args.dump:
+        os.makedirs(args.dump, exist_ok=True)
+    x = torch.empty(2**28, dtype=torch.float32, device="cuda")
+    y = torch.empty_like(x)
+    import triton
+    ms = triton.testing.do_bench(lambda: y.copy_(x), return_mode="median")
+    print(f"copy {2 * x.numel() * 4 / ms / 1e6:.0f} GB/s")
+    print("| case | variant | us | GB/s | regs/spills |\n|---|---|---|---|---|")
+    groups = set(filter(None, args.only.split(","))) or {"bert", "cast", "stats", "norm", "logsoftmax"}
+    rows = []
+    if "bert" in groups:
+        b = bench_build("bert_softmax_dropout_noview")
+        rows += run("bert_noview", b, [
+            ("base", {}, []),
+            ("intkeep", {}, INT_KEEP),
+            ("constsizes", {}, [CONST_SIZES]),
+            ("nosmallstore", {}, [NO_SMALL_STORE]),
+            ("norng", {}, [NO_RNG]),
+            ("k8w4", dict(block_k=8, num_warps=4), []),
+            ("k4w2", dict(block_k=4, num_warps=2), []),
+            ("k32w8", dict(block_k=32, num_warps=8), []),
+        ], args.dump)
+        rows += run("softmax_only", softmax_only, [("base", {}, []), ("k16w4", dict(block_k=16, num_warps=4), [])])
+        rows += run("dropout_only", dropout_only, [("base", {}, []), ("intkeep", {}, INT_KEEP)])
+    if "cast" in groups:  # the byte mix of log_softmax_sub without its reductions
+        def cast_only(fd):
+            from pyfuser import DataType
+            x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
+            fd.add_output(fd.ops.cast(x, DataType.Float))
+            return [torch.randn(8192, 30522, device="cuda", dtype=torch.float16)]
+        rows += run("cast fp16->fp32 [8192,30522]", cast_only, [("base", {}, [])])
+    if "stats" in groups:  # rows reduced to statistics only: log(sum(exp(x - max)))
+        M = dict(persistent=False, block_k=1, online=True)
+        rows += run("log_softmax_logsum", bench_build("log_softmax_logsum"), [
+            ("base", {}, []),
+            ("online 2048 w4", dict(M, block_j=2048, num_warps=4), []),
+            ("online 4096 w8", dict(M, block_j=4096, num_warps=8), []),
+            ("online 1024 w2", dict(M, block_j=1024, num_warps=2), []),
+            ("online 4096 w4", dict(M, block_j=4096, num_warps=4), []),
+            ("online 8192 w8", dict(M, block_j=8192, num_warps=8), []),
+            ("online 2048 w8", dict(M, block_j=2048, num_warps=8), []),
+        ], args.dump)
+    if "norm" in groups:  # wide normalizations: online statistics pass + output pass
+        M = dict(persistent=False, block_k=1, online=True)
+        for name in ("softmax_30522_bf16", "log_softmax_50257_bf16", "log_softmax_sub", "log_softmax_full"):
+            rows += run(name, bench_build(name), [
+                ("base", {}, []),
+                ("online 2048 w4", dict(M, block_j=2048, num_warps=4), []),
+                ("online 4096 w8", dict(M, block_j=4096, num_warps=8), []),
+                ("online 8192 w16", dict(M, block_j=8192, num_warps=16), []),
+            ], args.dump)
+    if "logsoftmax" in groups:
+        M = dict(persistent=False, block_k=1)
+        P = dict(persistent=True, block_k=1, block_j=32768)
+        for name in ("log_softmax_full", "log_softmax_logsum", "log_softmax_sub"):
+            rows += run(name, bench_build(name), [
+                ("base", {}, []),
+                ("P w16", dict(P, num_warps=16), []),
+                ("P w8", dict(P, num_warps=8), []),
+                ("M 8192 w16", dict(M, block_j=8192, num_warps=16), []),
+                ("M 4096 w8", dict(M, block_j=4096, num_warps=8), []),
+                ("P w32 noalign", dict(P, num_warps=32, align=1), []),
+            ], args.dump)
+    print("\n".join(["", "| case | variant | us | GB/s | regs/spills |", "|---|---|---|---|---|"] + rows))
+
+
+if __name__ == "__main__":
+    main()
