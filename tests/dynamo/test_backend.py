@@ -512,6 +512,44 @@ def test_views_between_regions_are_built_from_their_traced_strides():
     assert torch.equal(z, x)
 
 
+def test_chains_of_views_are_one_view_of_the_first_input():
+    """A view of a view used nowhere else is built from the first view's input in one
+    step (``views.reinterpret_chain``); an input with other strides than traced
+    replays the chain's ops."""
+    from pyfuser.dynamo import backend, views
+
+    graphs = []
+    real = backend.fast_views
+
+    def spy(gm):
+        graphs.append(gm)
+        return real(gm)
+
+    def fn(a, b):
+        h = (a @ b).view(2, 3, 4, 5).permute(0, 2, 1, 3)  # view, then permute: one chain
+        return (h.reshape(2, 4, 15).transpose(1, 2) * 2.0).sum(-1)
+
+    g = torch.Generator().manual_seed(23)
+    a, b = torch.randn(6, 7, generator=g), torch.randn(7, 20, generator=g)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(backend, "fast_views", spy)
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend="pyfuser")(a, b)
+    torch.testing.assert_close(got, fn(a, b))
+    targets = [n.target for gm in graphs for n in gm.graph.nodes if n.op == "call_function"]
+    assert views.reinterpret_chain in targets
+
+    x = torch.randn(6, 20, generator=g)
+    chain = ((torch.ops.aten.view.default, ([2, 3, 4, 5],), {}), (torch.ops.aten.permute.default, ([0, 2, 1, 3],), {}))
+    want = x.view(2, 3, 4, 5).permute(0, 2, 1, 3)
+    y = views.reinterpret_chain(x, (20, 1), (2, 4, 3, 5), (60, 5, 20, 1), 0, chain)
+    assert y.stride() == want.stride() and torch.equal(y, want)
+    xs = torch.randn(20, 6, generator=g).t()  # other strides: the chain's ops run (view needs a copy here)
+    chain = ((torch.ops.aten.reshape.default, ([2, 3, 4, 5],), {}), chain[1])
+    z = views.reinterpret_chain(xs, (20, 1), (2, 4, 3, 5), (60, 5, 20, 1), 0, chain)
+    assert torch.equal(z, xs.reshape(2, 3, 4, 5).permute(0, 2, 1, 3))
+
+
 def test_detach_in_the_model_still_stops_the_gradient():
     """``detach`` decomposes to ``alias`` (a view the min-cut partitioner may
     recompute) below autograd: a detached branch in the user's forward still gets no

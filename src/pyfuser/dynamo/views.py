@@ -12,6 +12,11 @@ view directly from those numbers (0.7 us, plus 0.3 us to check the input's strid
 Safe by construction: the view is taken only when the input arrives with the strides
 it was traced with (then ATen's view would produce exactly these sizes, strides and
 offset); any other input runs the original op.
+
+A view whose input is another view used nowhere else (``view`` then ``permute``
+around every attention head: about 30% of them in BERT) is built straight from the
+first view's input (``reinterpret_chain``): one header instead of two, the
+intermediate node gone.  With other strides than traced, the chain's ops run in turn.
 """
 from __future__ import annotations
 
@@ -40,8 +45,55 @@ def reinterpret(x, in_stride, size, stride, delta, op, args, kwargs):
     return op(*args, **kwargs)
 
 
+def reinterpret_chain(x, in_stride, size, stride, delta, chain):
+    """The last of a chain of views of ``x``, built from its traced ``size``, ``stride``
+    and offset ``delta`` (relative to ``x``) when ``x`` has the traced strides
+    ``in_stride``; otherwise each ``(op, args after the input, kwargs)`` of ``chain``
+    runs in turn."""
+    if x.stride() == in_stride:
+        return _reinterpret(x, size, stride, x.storage_offset() + delta)
+    for op, rest, kwargs in chain:
+        x = op(x, *rest, **kwargs)
+    return x
+
+
+def _chain_of(node):
+    """``reinterpret_chain``'s replay list for a rewritten view node, or None when its
+    op takes other nodes than its input (then it cannot move away from them)."""
+    if node.target is reinterpret_chain:
+        return node.args[5]
+    op, args, kwargs = node.args[5:8]
+    rest = tuple(args[1:])
+    found = []
+    torch.fx.node.map_arg((rest, kwargs), found.append)
+    return None if found else ((op, rest, dict(kwargs)),)
+
+
+def _compose_chains(gm: torch.fx.GraphModule) -> int:
+    """Fold each rewritten view whose input is a rewritten view with no other user into
+    one ``reinterpret_chain`` from the first view's input; returns how many folded."""
+    folded = 0
+    views = (reinterpret, reinterpret_chain)
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in views:
+            continue
+        src = node.args[0]
+        if not isinstance(src, torch.fx.Node) or src.target not in views or len(src.users) != 1:
+            continue
+        first, own = _chain_of(src), _chain_of(node)
+        if first is None or own is None:
+            continue
+        root, root_stride, _, _, root_delta = src.args[:5]
+        node.args = (root, root_stride, node.args[2], node.args[3], node.args[4] + root_delta, first + own)
+        node.target = reinterpret_chain
+        gm.graph.erase_node(src)
+        folded += 1
+    return folded
+
+
 def fast_views(gm: torch.fx.GraphModule) -> int:
-    """Rewrite ``gm``'s view nodes (top-level graph) to ``reinterpret``; returns how many."""
+    """Rewrite ``gm``'s view nodes (top-level graph) to ``reinterpret``, chains of
+    them to ``reinterpret_chain``; returns how many view nodes were rewritten."""
     count = 0
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target not in VIEW_OPS:
@@ -58,5 +110,6 @@ def fast_views(gm: torch.fx.GraphModule) -> int:
         node.target = reinterpret
         count += 1
     if count:
+        _compose_chains(gm)
         gm.recompile()
     return count
