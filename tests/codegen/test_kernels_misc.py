@@ -213,3 +213,27 @@ def test_output_broadcast_over_kept_dims_is_stored_by_the_programs_that_hold_it(
 
     with override(block_k=block_k):
         check(fusion(build), [x, m], n_launches=1, scheduler="inner_normalization", block_k=block_k)
+
+
+@pytest.mark.parametrize("params", [PEELED, dict(PEELED, align=8, block_j=64)], ids=["align4", "align8"])
+def test_peeled_chunks_of_rows_compared_as_integers(params):
+    """A cross-entropy gradient's shape: an iota along the row compared with each row's
+    target, on peeled chunks of a misaligned fp16 row (what wide rows of it run)."""
+    R, V = 5, 1001
+    g = gen_for("peeled int compare", str(params))
+    x = make_tensor((R, V), torch.float16, g)
+    t = torch.randint(0, V, (R, 1), generator=g)
+    t[2] = -100  # an ignored row
+
+    def build(fd):
+        tx = define_input(fd, x)
+        tt = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Int)
+        iota = fd.ops.broadcast_in_dim(fd.ops.iota(V, 0, 1, dtype=DataType.Int), shape=[1, V], broadcast_dims=[1])
+        hit = fd.ops.bitwise_and(fd.ops.eq(iota, tt), fd.ops.ne(tt, -100))
+        w = fd.ops.where(hit, -0.25, 0.0)
+        e = fd.ops.exp(fd.ops.cast(tx, DataType.Float))
+        fd.add_output(fd.ops.cast(fd.ops.sub(w, fd.ops.mul(e, fd.ops.sum(w, dims=[1], keepdim=True))),
+                                  DataType.Half))
+
+    with override(**params):
+        check(fusion(build), [x, t], n_launches=1, **{k: v for k, v in params.items() if k != "block_j"})

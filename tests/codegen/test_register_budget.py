@@ -212,14 +212,14 @@ def test_cos_has_local_memory_but_no_spills():
     assert usage.spills == 0 and usage.local > 0
 
 
-def _row_segment(compare: bool):
+def _row_segment(compare: bool, V: int = 1001, rows: int = 64):
     import torch
 
     from pyfuser import DataType, FusionDefinition
     from pyfuser.ir.concretize import bind
     from pyfuser.schedulers.base import Segment
 
-    V = 1001  # rows of fp16 that do not start on 16-byte boundaries
+    # V = 1001: rows of fp16 that do not start on 16-byte boundaries
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
         t = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Int)
@@ -228,7 +228,8 @@ def _row_segment(compare: bool):
             iota = fd.ops.broadcast_in_dim(fd.ops.iota(V, 0, 1, dtype=DataType.Int), shape=[1, V], broadcast_dims=[1])
             xf = fd.ops.where(fd.ops.eq(iota, t), fd.ops.neg(xf), xf)
         fd.add_output(fd.ops.cast(fd.ops.sub(xf, fd.ops.sum(xf, dims=[1], keepdim=True)), DataType.Half))
-    b = bind(fd.ir, [torch.randn(64, V).half(), torch.zeros(64, 1, dtype=torch.int64)])
+    b = bind(fd.ir, [torch.empty(rows, V, dtype=torch.half, device="meta"),
+                     torch.empty(rows, 1, dtype=torch.int64, device="meta")])
     return Segment(list(fd.ir.outputs), b.shapes, {v: {"contiguous": True} for v in fd.ir.inputs}, "cuda")
 
 
@@ -239,3 +240,44 @@ def test_rows_compared_as_integers_are_not_peeled():
 
     assert inner_normalization.heuristics(_row_segment(False)).align == 8
     assert inner_normalization.heuristics(_row_segment(True)).align == 1
+    # Past 8192 the row is walked in chunks, and those are peeled (they compile in 1 s).
+    wide = inner_normalization.heuristics(_row_segment(True, V=30522, rows=8192))
+    assert (wide.persistent, wide.block_j, wide.align) == (False, 8192, 8)
+
+
+def _log_softmax_segment(R, V, dt, outs):
+    """log-softmax of [R, V] ``dt`` rows; ``outs``: the stored dtypes of the result, or
+    "stats" for log(sum(exp(x - max))) only."""
+    def build(fd):
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dt)
+        xf = fd.ops.cast(x, DataType.Float)
+        sh = fd.ops.sub(xf, fd.ops.max(xf, dims=[1], keepdim=True))
+        lse = fd.ops.log(fd.ops.sum(fd.ops.exp(sh), dims=[1], keepdim=True))
+        if outs == "stats":  # what the planner computes for the report's logsum (its [R, 1] source)
+            return fd.add_output(lse)
+        y = fd.ops.sub(sh, lse)
+        for o in outs:
+            fd.add_output(y if o is DataType.Float else fd.ops.cast(y, o))
+    return build
+
+
+@pytest.mark.parametrize("what,want", [
+    # statistics only: online chunks of 2048 on 4 warps (147 us against 293 persistent)
+    (([8192, 30522], DataType.Half, "stats"), (False, 2048, 4, True)),
+    # bf16 -> bf16: stores no more than it loads twice over: online chunks
+    (([8192, 30522], BF, [BF]), (False, 8192, 16, True)),
+    # fp16 -> fp16 and fp32: stores 3x what it loads: the persistent row
+    (([8192, 30522], DataType.Half, [DataType.Half, DataType.Float]), (True, 32768, 32, False)),
+    # too wide to hold: online chunks
+    (([8192, 50257], BF, [BF]), (False, 8192, 16, True)),
+    # short rows: persistent, several per program
+    (([65536, 1024], BF, [BF]), (True, 1024, 2, False)),
+], ids=["stats", "bf16", "fp16+fp32", "50257", "1024"])
+def test_wide_rows_take_the_measured_tile(what, want):
+    """``reduction._wide_row_params``: which rows are chunked with the online pass."""
+    from pyfuser.schedulers import inner_normalization, inner_reduction
+
+    shape, dt, outs = what
+    seg = cuda_segment(_log_softmax_segment(*shape, dt, outs), [(shape, dt.torch)])
+    p = (inner_reduction if outs == "stats" else inner_normalization).heuristics(seg)
+    assert (p.persistent, p.block_j, p.num_warps, p.online) == want

@@ -105,23 +105,24 @@ def _sizes(seg, ref, dims):
 def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     J = _sizes(seg, ref, dims)[1]
     p = replace(_inner_heuristics(seg, ref, dims), quad_rng=J % 4 == 0)
-    return apply_overrides(replace(p, align=row_alignment(seg, ref, J)))
+    return apply_overrides(replace(p, align=row_alignment(seg, ref, J, p.persistent)))
 
 
 _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 
 
-def row_alignment(seg: Segment, ref, J: int) -> int:
+def row_alignment(seg: Segment, ref, J: int, persistent: bool = True) -> int:
     """Elements per 16 bytes of the narrowest tensor streamed along the rows, when rows
     of J elements do not start on 16-byte boundaries (so peeling pays); else 1.
 
-    Also 1 when the row's elements are compared as integers (a class iota against a
-    per-row target, as in a cross-entropy gradient): Triton 3.6 spends minutes in its
-    LLVM stage on such a peeled row of 30522 (found with ``benchmarks/regcheck.py``),
-    the unpeeled tile compiles in about a second."""
+    Also 1 for a persistent row whose elements are compared as integers (a class iota
+    against a per-row target, as in a cross-entropy gradient): Triton 3.6 spends
+    minutes in its LLVM stage on such a peeled row of 30522 (found with
+    ``benchmarks/regcheck.py``; not done after 6 minutes), the unpeeled tile compiles
+    in about a second, and so does a peeled tile of 8192-element chunks (0.8 s)."""
     vals = [v for v in seg.outputs + [i for i in seg.inputs_info] if seg.shapes.get(v) is not None
             and seg.numel(v) == seg.numel(ref)]
-    if not vals or _compares_integers_along_rows(seg, ref):
+    if not vals or (persistent and _compares_integers_along_rows(seg, ref)):
         return 1
     align = 16 // min(v.dtype.itemsize for v in vals)
     return align if J % align and J >= 4 * align else 1
@@ -196,6 +197,12 @@ def _wide_row_params(seg: Segment, ref, int64: bool, persistent_fits: bool) -> R
     loaded = sum(v.dtype.itemsize for v in seg.loads() if seg.numel(v) == n)
     stored = sum(o.dtype.itemsize for o in seg.outputs if seg.numel(o) == n)
     if not persistent_fits or (online and stored <= 2 * loaded):
+        return ReductionParams(True, False, 1, 8192, 16, int64, online=online)
+    if _compares_integers_along_rows(seg, ref):
+        # A cross-entropy gradient (an iota compared with each row's target): its
+        # persistent row of 30522 cannot be peeled for alignment (``row_alignment``)
+        # and spilled 58 registers (offline, sm_90); chunks can be peeled.  Not yet
+        # timed on the GPU: BERT's loss backward took 0.71 ms in unpeeled chunks.
         return ReductionParams(True, False, 1, 8192, 16, int64, online=online)
     return None
 
