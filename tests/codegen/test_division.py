@@ -1,5 +1,5 @@
 """fp32 division by a value uniform along a tile axis (a row's sum, a runtime scalar, a
-constant) is emitted as a product with its reciprocal (``lower.reciprocal_product``):
+constant) is emitted as a product with its reciprocal (``ops._div_uniform``):
 within one ulp of IEEE division for every divisor, zeros, infinities, NaN, subnormals
 and values near the fp32 limits included."""
 from __future__ import annotations

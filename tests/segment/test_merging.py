@@ -52,12 +52,6 @@ def launches(fd, inputs):
     return out, pyfuser.cache_info()["launches"] - before
 
 
-def _broadcast_source(v):
-    while v.definition is not None and v.definition.op == "broadcast_in_dim":
-        v = v.definition.inputs[0]
-    return v
-
-
 def check_plan(fd):
     """Steps in a topological order, and nothing stored that no one reads."""
     ir = fd.ir
@@ -68,8 +62,8 @@ def check_plan(fd):
                 assert v in made, f"{v.name} read before a step stores it"
                 read.add(v)
         made |= set(step.outputs)
-    returned = set(ir.outputs) | {_broadcast_source(ir.outputs[pos]) for pos, kind in last_plan(fd).aliases.items()
-                                  if kind == "expand"}
+    returned = set(ir.outputs) | {plan_mod.broadcast_chain(ir.outputs[pos])[0]
+                                  for pos, kind in last_plan(fd).aliases.items() if kind == "expand"}
     useless = [v.name for v in made - read - returned
                if not any(step.is_host and v in step.outputs for step in last_plan(fd).steps)]
     assert not useless, f"stored but never read: {useless}"

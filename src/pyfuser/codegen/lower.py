@@ -9,9 +9,9 @@ at other coordinates (after a permute, a slice, a shifted cat input) is recomput
 there, which is what makes every layout op free of copies.
 
 Schedulers decide the tile (which coordinates the kernel iterates over); this
-module decides no sizes.  It does pick the cheaper of two emissions with the same
-result within an ulp: a division by a value uniform along a tile axis is a product
-with that value's reciprocal (``reciprocal_product``).
+module decides no sizes.  It does tell the op table which operands are uniform along
+a tile axis the result varies on: a division by such a value is a product with its
+reciprocal (``ops._div_uniform``), within an ulp of IEEE division.
 """
 from __future__ import annotations
 
@@ -80,38 +80,8 @@ def bf16_constant(text: str) -> str:
     return f"tl.full([], {text}, tl.float32).to(tl.bfloat16)"
 
 
-# A divisor below 2^-100 or above 2^100 in magnitude is scaled by 2^100 or 2^-100
-# before it is inverted.
-_TINY, _HUGE = repr(2.0 ** -100), repr(2.0 ** 100)
-
-
 def _constant_of(v):
     return float(v.value) if isinstance(v, ScalarVal) and v.is_constant else None
-
-
-def reciprocal_product(w, x: str, y: str, constant: float | None = None) -> str:
-    """fp32 ``x / y`` for a divisor ``y`` that is uniform along a tile axis ``x`` varies
-    on (a softmax's row sum, a runtime scalar): ``((x * u) * r) * d`` with
-    ``r = 1 / (y * u * d)`` rounded once (``div_rn``) where ``y`` lives, so each element
-    pays multiplies instead of an IEEE division (a software sequence that took 21 of 63
-    us of the BERT attention softmax + dropout on H200).
-
-    ``u`` (2^100 for a tiny divisor) and ``d`` (2^-100 for a huge one) are powers of
-    two, 1 otherwise: they keep ``r`` a normal number, and scaling ``x`` up before the
-    product (``u``) or the product down after it (``d``) keeps the one rounded product
-    in the normal range whenever the quotient is.  So the result is within one ulp of
-    the correctly rounded quotient for every ``x`` and ``y``, subnormals included, and
-    zeros, infinities and NaN give IEEE's results.  A constant divisor's reciprocal is
-    rounded here (exact for powers of two)."""
-    if constant is not None:
-        c = torch.tensor(constant, dtype=torch.float32)
-        if 2.0 ** -100 <= abs(c.item()) <= 2.0 ** 100:
-            return f"({x} * {literal((1 / c).item(), DataType.Float)})"
-    ay = w.tmp(f"tl.abs({y})")
-    u = w.tmp(f"tl.where({ay} < {_TINY}, {_HUGE}, 1.0)")
-    d = w.tmp(f"tl.where({ay} > {_HUGE}, {_TINY}, 1.0)")
-    r = w.tmp(f"tl.div_rn(1.0, ({y} * {u}) * {d})")
-    return f"(({x} * {u}) * {r}) * {d}"
 
 
 class Lowering:
@@ -328,8 +298,8 @@ class Lowering:
                 lo = next(it) if e.attrs["has_min"] else None
                 hi = next(it) if e.attrs["has_max"] else None
                 code = row.emit(w, conv[0], lo, hi)
-            elif e.op in ("div", "truediv") and cdt is DataType.Float and arg_axes[1] < axes:
-                code = reciprocal_product(w, *conv, constant=_constant_of(e.inputs[1]))
+            elif row.emit_uniform_rhs is not None and arg_axes[1] < axes:
+                code = row.emit_uniform_rhs(w, *conv, constant=_constant_of(e.inputs[1]))
             else:
                 code = row.emit(w, *conv)
         except NotImplementedError as err:

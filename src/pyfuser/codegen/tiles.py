@@ -344,17 +344,15 @@ class ReductionTile:
     # costs 1 + 1/ONLINE_GROUP exponentials per element instead of 2.
     ONLINE_GROUP = 4
 
-    def _online_vec_shape(self):
-        if self.inner and self.block_j % self.ONLINE_GROUP == 0:
-            return f"[BLOCK_K, BLOCK_J // {self.ONLINE_GROUP}]"
-        return self.shape("kj")
+    def _online_grouped(self) -> bool:
+        return self.inner and self.block_j % self.ONLINE_GROUP == 0
 
     def init_online(self, low, m_expr):
         w = low.w
         tn = TRITON_NAME[self.acc_dtype(m_expr)]
         base = f"acc{len(w.lines)}"
         names = [f"{base}_m", f"{base}_s", f"{base}_mv", f"{base}_sv"]
-        vec = self._online_vec_shape()
+        vec = f"[BLOCK_K, BLOCK_J // {self.ONLINE_GROUP}]" if self._online_grouped() else self.shape("kj")
         for n, ident, shp in zip(names, ("float('-inf')", "0.0") * 2, [self.shape("k")] * 2 + [vec] * 2):
             w.line(f"{n} = tl.full({shp}, {ident}, {tn})")
         return names
@@ -367,7 +365,7 @@ class ReductionTile:
         mask = self.mask(frozenset(("k", c)))
         x, _ = low.value(a, self.ref_index(low, c))
         am = w.tmp(f"tl.where({mask}, {x}, float('-inf'))", "red")
-        if c in ("j", "b") and self._online_vec_shape() != self.shape("kj"):
+        if c in ("j", "b") and self._online_grouped():
             g = self.ONLINE_GROUP
             am3 = w.tmp(f"tl.reshape({am}, [BLOCK_K, BLOCK_J // {g}, {g}])", "red")
             gm = w.tmp(f"tl.reduce({am3}, 2, _pyfuser_max_nan)", "red")

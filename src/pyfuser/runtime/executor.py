@@ -25,7 +25,7 @@ from ..reference import run_expr, run_reference
 from ..schedulers.base import _OVERRIDES
 from . import dump, profiler
 from .cache import COUNTERS
-from .plan import ExecutorCache, expanded_source, is_contiguous  # noqa: F401  (is_contiguous: imported from here by tests)
+from .plan import ExecutorCache, broadcast_chain, is_contiguous  # noqa: F401  (is_contiguous: imported from here by tests)
 from .prepared import (Prepared, arg_value, cacheable, launch_error, poison_tensor, prepare,
                        random_exprs, expand_output, view_of_input)
 from .probe import LaunchMeta, Probe, input_positions, scheduler_decisions
@@ -183,8 +183,8 @@ def _execute_general(fd, rt, plan, b, inputs, probe=None):
         elif kind == "view":
             outs.append(view_of_input(o, b, inputs))
         elif kind == "expand":
-            x = expanded_source(o, b)
-            outs.append(expand_output(o, b.values[x] if x in ir.inputs else results[x], b))
+            x, chain = broadcast_chain(o)
+            outs.append(expand_output(chain, b.values[x] if x in ir.inputs else results[x], b))
         elif o in results:
             outs.append(results[o])
         else:

@@ -399,13 +399,21 @@ def _is_view_of_input(o, ir) -> bool:
     return v in ir.inputs and v is not o
 
 
+def broadcast_chain(o):
+    """(source, exprs): the value ``o`` is a chain of broadcast_in_dim of, and those
+    exprs in the order they run (none when ``o`` is not a broadcast)."""
+    exprs = []
+    while o.definition is not None and OPS[o.definition.op].kind == "broadcast_in_dim":
+        exprs.append(o.definition)
+        o = o.definition.inputs[0]
+    return o, exprs[::-1]
+
+
 def expanded_source(o, b):
     """The tensor an output is a chain of broadcast_in_dim of, when the chain repeats
     elements (more elements out than in); else None."""
-    v = o
-    while v.definition is not None and OPS[v.definition.op].kind == "broadcast_in_dim":
-        v = v.definition.inputs[0]
-    if v is o or not isinstance(v, TensorVal) or math.prod(b.shapes[o]) <= math.prod(b.shapes[v]):
+    v, exprs = broadcast_chain(o)
+    if not exprs or not isinstance(v, TensorVal) or math.prod(b.shapes[o]) <= math.prod(b.shapes[v]):
         return None
     return v
 

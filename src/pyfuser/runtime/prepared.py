@@ -48,7 +48,7 @@ from ..ir.shapes import contiguous_strides
 from ..ir.values import ScalarVal, TensorVal
 from ..reference import run_expr
 from .cache import COUNTERS
-from .plan import expanded_source, is_contiguous
+from .plan import broadcast_chain, is_contiguous
 from .probe import LaunchMeta, Probe
 from .rng_state import draw_seed_offset
 from .spills import choose_params, scratch_outputs
@@ -94,7 +94,9 @@ class Prepared:
         self.launches = launches
         self.program = program
         self._results = results  # pool index of each output (0 where a view is rebuilt)
-        self._views = views  # (output position, Val, expand?) of outputs that are views of inputs or expands
+        # (output position, Val, broadcast chain) of outputs rebuilt per execute: views
+        # of inputs (chain empty) and expands of a pool entry (``plan.broadcast_chain``)
+        self._views = views
         self.binding = binding  # shapes, device and input positions (no values)
         # Launch straight through the compiled kernel once it exists (see direct_launcher)
         # when every runtime scalar argument is a float or a bool: Triton passes those as
@@ -153,8 +155,8 @@ class Prepared:
             if record is not None:
                 record.append((fn, grid, args, kw))
         results = [pool[j] for j in self._results]
-        for k, o, expand in self._views:
-            results[k] = (expand_output(o, results[k], self.binding) if expand
+        for k, o, chain in self._views:
+            results[k] = (expand_output(chain, results[k], self.binding) if chain
                           else view_of_input(o, self.binding, inputs))
         return results
 
@@ -183,8 +185,8 @@ class Prepared:
                                   for e, idx in step.calls)
                 lines.append(f"  host {step.calls[-1][0].op}: {calls}")
         outs = [names[j] for j in self._results]
-        for k, o, expand in self._views:
-            outs[k] = f"{'expand' if expand else 'view'}({o.name})"
+        for k, o, chain in self._views:
+            outs[k] = f"{'expand' if chain else 'view'}({o.name})"
         lines.append(f"  outputs {' '.join(outs)}")
         return "\n".join(lines)
 
@@ -315,10 +317,11 @@ class _Builder:
         results, views = [], []
         for k, o in enumerate(ir.outputs):
             kind = plan.aliases.get(k)
-            if kind in ("view", "expand"):
-                views.append((k, o, kind == "expand"))
+            if kind == "view":
+                views.append((k, o, ()))
             if kind == "expand":
-                x = expanded_source(o, b)
+                x, chain = broadcast_chain(o)
+                views.append((k, o, tuple(chain)))
                 results.append(("input", self.pos[x]) if x in ir.inputs else self.ref(x))
             else:
                 results.append(("input", 0) if kind == "view" else
@@ -557,14 +560,11 @@ def poison_tensor(t: torch.Tensor):
         t.fill_(torch.iinfo(t.dtype).max)
 
 
-def expand_output(o, x, b: Binding):
-    """Output ``o``, a chain of broadcast_in_dim over ``x`` (its source's tensor), as
-    the reference builds it: a view of ``x`` with stride 0 along the repeated dims."""
-    chain = []
-    while o.definition is not None and OPS[o.definition.op].kind == "broadcast_in_dim":
-        chain.append(o.definition)
-        o = o.definition.inputs[0]
-    for e in reversed(chain):
+def expand_output(chain, x, b: Binding):
+    """The output the broadcast_in_dim exprs ``chain`` (``plan.broadcast_chain``) make
+    of ``x``, their source's tensor, as the reference builds it: a view of ``x`` with
+    stride 0 along the repeated dims."""
+    for e in chain:
         x = run_expr(e, [x], b)[0]
     return x
 

@@ -196,13 +196,11 @@ def _wide_row_params(seg: Segment, ref, int64: bool, persistent_fits: bool) -> R
     n = seg.numel(ref)
     loaded = sum(v.dtype.itemsize for v in seg.loads() if seg.numel(v) == n)
     stored = sum(o.dtype.itemsize for o in seg.outputs if seg.numel(o) == n)
-    if not persistent_fits or (online and stored <= 2 * loaded):
-        return ReductionParams(True, False, 1, 8192, 16, int64, online=online)
-    if _compares_integers_along_rows(seg, ref):
-        # A cross-entropy gradient (an iota compared with each row's target): its
-        # persistent row of 30522 cannot be peeled for alignment (``row_alignment``)
-        # and spilled 58 registers (offline, sm_90); chunks can be peeled.  Not yet
-        # timed on the GPU: BERT's loss backward took 0.71 ms in unpeeled chunks.
+    # A cross-entropy gradient (an iota compared with each row's target): its
+    # persistent row of 30522 cannot be peeled for alignment (``row_alignment``) and
+    # spilled 58 registers (offline, sm_90); chunks can be peeled.  Not yet timed on
+    # the GPU: BERT's loss backward took 0.71 ms in unpeeled chunks.
+    if not persistent_fits or (online and stored <= 2 * loaded) or _compares_integers_along_rows(seg, ref):
         return ReductionParams(True, False, 1, 8192, 16, int64, online=online)
     return None
 
