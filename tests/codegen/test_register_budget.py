@@ -47,11 +47,11 @@ def column_sums(n_products):
     return cuda_segment(build, [((16384, 1024), torch.bfloat16)] * 2 + [((16384,), torch.float32)] * 2)
 
 
-def bias_grad():
+def bias_grad(shape=(16384, 4096)):
     def build(fd):
         x = T.tensor(fd, 2, DataType.Half)
         fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.cast(x, DataType.Float), dims=[0]), DataType.Half))
-    return cuda_segment(build, [((16384, 4096), torch.float16)])
+    return cuda_segment(build, [(shape, torch.float16)])
 
 
 def per_thread(p):
@@ -62,7 +62,9 @@ def test_outer_tile_fits_the_register_budget():
     """Layer-norm backward's dw and db stream dy and x and keep two accumulators: 4
     values per element, so the 64-byte strip of 32 bf16 columns walks 64 rows at a
     time with 4 warps (16 elements per thread).  RMS norm's dw (3 values) fits 64 rows
-    too; the bias gradient (one tensor, one accumulator) takes 128."""
+    too; the bias gradient (one tensor, one accumulator) takes 128 rows of 32 columns,
+    and widens to 128 columns (32 rows) while 32 strips x split 32 still make 1024
+    programs.  A hidden size of 768 keeps 32-column strips (24 x 32 = 768 programs)."""
     seg = column_sums(2)
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 4
     p = outer_reduction.heuristics(seg)
@@ -76,7 +78,11 @@ def test_outer_tile_fits_the_register_budget():
     seg = bias_grad()
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 2
     p = outer_reduction.heuristics(seg)
-    assert (p.block_k, p.block_j, p.num_warps) == (32, 128, 4)
+    assert (p.block_k, p.block_j, p.num_warps, p.split) == (128, 32, 4, 32)
+    assert per_thread(p) * 2 <= OUTER_VALUES_PER_THREAD
+
+    p = outer_reduction.heuristics(bias_grad((8192, 768)))
+    assert (p.block_k, p.block_j, p.split) == (32, 128, 32)
 
 
 def _many_column_sums(n_tensors, n_sums, n_max):

@@ -227,10 +227,28 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     # split 32: 49.8 us, against 61.5 us for 16 x 512 with 8 warps and split 4 and
     # 52-60 us for 128-byte strips; layer-norm backward's dw, db at [16384, 1024]
     # bf16: 32 x 64, 4 warps, split 32: 39 us against 78 us for 16 x 512 with 16 warps.
-    # The chunk of rows shrinks to the register budget (``OUTER_VALUES_PER_THREAD``);
-    # only a tile still over it at 32 rows gets more warps.
     itemsize = min(v.dtype.itemsize for v in [ref] + list(seg.outputs))
     bk = max(1, min(next_pow2(K), 64 // itemsize))
+    bj, warps, split = _outer_tile(seg, ref, dims, bk)
+    # Wider strips (up to 256 bytes of a row) while the grid keeps OUTER_MIN_PROGRAMS
+    # and the tile its warps (a wider strip walks fewer rows at a time instead):
+    # sum over dim 0 of [16384, 4096] fp16, 128 x 32 with split 32 (1024 programs)
+    # 49.2 us against 56.8 us for 32 x 128 (4096 programs); [8192, 3072] 27.8 against
+    # 32.1 us; [8192, 768] keeps 32-column strips (768 programs, 12.5 us; 64 columns:
+    # 384 programs, 14.9 us).  Measured 2026-11-30 (benchmarks/variants.py, group outer).
+    while (bk * 2) * itemsize <= 256 and bk * 2 <= next_pow2(K):
+        wider = _outer_tile(seg, ref, dims, bk * 2)
+        if -(-K // (bk * 2)) * wider[2] < OUTER_MIN_PROGRAMS or wider[1] > warps:
+            break
+        bk, (bj, warps, split) = bk * 2, wider
+    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, warps, int64, split=split))
+
+
+def _outer_tile(seg: Segment, ref, dims, bk: int):
+    """(rows per chunk, warps, split) of an outer tile ``bk`` columns wide: the chunk
+    shrinks to the register budget (``OUTER_VALUES_PER_THREAD``); only a tile still
+    over it at 32 rows gets more warps."""
+    J = _sizes(seg, ref, dims)[1]
     bj = min(next_pow2(J), 512)
     warps = 4
     per_thread = max(1, OUTER_VALUES_PER_THREAD // outer_values(seg, ref))
@@ -238,14 +256,14 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
         bj //= 2
     while bk * bj > 32 * warps * per_thread and warps < 16:
         warps *= 2
-    split = outer_split(seg, ref, dims, bk, bj) if J > bj else 1
-    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, warps, int64, split=split))
+    return bj, warps, (outer_split(seg, ref, dims, bk, bj) if J > bj else 1)
 
 
 # Programs a split outer reduction aims for: 132 SMs x about 32 short-lived programs
 # (the measured best for the two cases above).
 SPLIT_TARGET_PROGRAMS = 4096
 MAX_SPLIT = 32
+OUTER_MIN_PROGRAMS = 768  # about 6 per SM: what a widened strip must still leave
 
 
 def outer_split(seg: Segment, ref, dims, bk: int, bj: int) -> int:
