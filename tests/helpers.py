@@ -6,8 +6,10 @@ check dtype and shape exactly and values at the output dtype's precision.
 """
 from __future__ import annotations
 
+import contextlib
 import zlib
 
+import pytest
 import torch
 
 from pyfuser import FusionDefinition
@@ -80,3 +82,16 @@ def gen_for(*parts) -> torch.Generator:
     """A generator seeded from the test's parameters: stable across processes (unlike
     ``hash``), so a failure reproduces."""
     return torch.Generator().manual_seed(zlib.crc32(repr(parts).encode()))
+
+
+@contextlib.contextmanager
+def without_scheduler(name: str):
+    """Plan as if scheduler ``name`` did not exist.  Tests of multi-kernel plans keep
+    their fusions this way: a layer-norm backward (row and column sums) is one
+    ``inner_outer`` kernel, and was the natural two-kernel example before it."""
+    from pyfuser.runtime import plan, probe
+
+    with pytest.MonkeyPatch.context() as mp:
+        for mod in (plan, probe):
+            mp.setattr(mod, "SCHEDULERS", tuple(s for s in mod.SCHEDULERS if s.NAME != name))
+        yield

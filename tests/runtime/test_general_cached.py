@@ -10,10 +10,20 @@ from pyfuser.reference import run_reference
 from pyfuser.runtime import executor, prepared as prepared_mod
 from pyfuser.runtime.plan import ExecutorCache, Plan, Step
 
+from ..helpers import without_scheduler
 from .general_fusions import (GENERAL, define, embedding, embedding_inputs, layer_norm_backward,
                               layer_norm_backward_inputs, linear_between_pointwise, linear_inputs)
 
 RANDOM = ("dropout_linear", "random_rows")
+
+
+@pytest.fixture(autouse=True)
+def _two_kernel_plans():
+    """The row-and-column fusions here (layer-norm backward, random rows) stand for plans
+    whose second kernel reads the first one's stored results: planned without the
+    inner-outer tile, which runs them as one kernel."""
+    with without_scheduler("inner_outer"):
+        yield
 
 
 @pytest.fixture

@@ -12,8 +12,20 @@ from pyfuser.ir.concretize import bind
 from pyfuser.ir.values import TensorVal
 from pyfuser.runtime import dump, plan as plan_mod
 from pyfuser.runtime.plan import ExecutorCache, Plan, step_reads
+from pyfuser.schedulers import SCHEDULERS
 
+from ..helpers import without_scheduler
 from .fuzz_fusions import build, check, fusions
+
+
+@pytest.fixture(autouse=True)
+def _two_kernel_plans():
+    """Merging is about plans of several kernels: the row-and-column fusions below run as
+    an inner normalization and an outer reduction, as they do where the inner-outer
+    tile declines (a column max, a row too wide).  ``test_row_and_column_sums_are_one_
+    kernel_with_the_inner_outer_tile`` plans them with it."""
+    with without_scheduler("inner_outer"):
+        yield
 
 FL = DataType.Float
 N, H, K = 6, 16, 5
@@ -343,6 +355,20 @@ def test_upcast_that_is_a_fusion_output_stays_32_bits():
     ref = fd.reference(UPCAST_INPUTS)
     assert got[2].dtype == torch.float32 and torch.equal(got[2], ref[2]) and torch.equal(got[0], ref[0])
     torch.testing.assert_close(got[1], ref[1])
+
+
+@pytest.mark.parametrize("which", ["side_outputs", "layer_norm_backward"])
+def test_row_and_column_sums_are_one_kernel_with_the_inner_outer_tile(which):
+    x, dy = data((N, H), (N, H), dt=torch.half, seed=14)
+    (w,) = data((H,), seed=15)
+    make, inputs = (side_outputs, [x.float()]) if which == "side_outputs" else (layer_norm_backward, [x, dy, w])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plan_mod, "SCHEDULERS", SCHEDULERS)  # the autouse fixture's patch undone
+        fd = make()
+        got, n = launches(fd, inputs)
+        assert n == 1 and kinds(fd) == ["inner_outer"]
+        assert not last_plan(fd).general
+    assert_matches_reference(fd, inputs, got, rtol=2e-3, atol=2e-3)
 
 
 def test_reduction_results_stored_between_kernels_stay_32_bits():

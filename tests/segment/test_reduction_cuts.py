@@ -5,6 +5,8 @@ import torch
 
 from pyfuser import DataType, FusionDefinition
 
+from ..helpers import without_scheduler
+
 FL = DataType.Float
 
 
@@ -62,6 +64,7 @@ def test_layer_norm_backward_against_autograd(stats_inside, dt):
     assert all(s.scheduler is not None for s in steps(fd)), "layer-norm backward must not need a host step"
 
 
+@without_scheduler("inner_outer")  # several segments to show (one inner-outer kernel otherwise)
 def test_layer_norm_backward_dump_shows_segments(capsys, monkeypatch):
     monkeypatch.setenv("PYFUSER_DUMP", "segmented_fusion")
     with FusionDefinition() as fd:

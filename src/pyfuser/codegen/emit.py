@@ -19,6 +19,7 @@ from ..ir.ops import OPS
 from ..ir.shapes import reduce_shape
 from ..ir.values import TensorVal
 from .lower import Lowering, Unsupported, compute_dtype
+from .inner_outer import InnerOuterTile, emit_inner_outer_body
 from .tiles import FlatTile, ReductionTile
 from .writer import KernelArg, KernelWriter
 
@@ -126,6 +127,8 @@ def emit_kernel(name: str, outputs, shapes, inputs_info, tile, header: list[str]
     full = [o for o in outputs if shapes[o] == ref_shape and not _is_reduction(o)]
     if isinstance(tile, FlatTile):
         _store_walked(low, outputs, tile.ref_index(low), full, [o for o in outputs if o not in full])
+    elif isinstance(tile, InnerOuterTile):
+        emit_inner_outer_body(low, outputs, shapes, tile, full, _store_walked, _store)
     else:
         _emit_reduction_body(low, outputs, shapes, tile, full)
     read = sorted({a.source[1].name for a in w.args.values() if a.kind == "ptr" and a.source[0] == "tensor"})

@@ -1,0 +1,195 @@
+"""Inner-outer scheduler: row reductions and column sums of the same tensor in one
+kernel (normalization backwards: dx needs per-row sums, dw and db per-column sums).
+
+Accepted: every reduction reads a tensor shaped like the first one's input (the
+reference, [K rows, J]); the row group reduces the trailing dims, the same for all,
+and the column group reduces exactly the other dims, each a float32-accumulated sum;
+nothing full-size or row-shaped is computed from a column sum; the row fits the
+persistent tile.  The kernel (``codegen.inner_outer``) walks row blocks with the
+inner tile and folds per-program column partials in two levels.
+
+Before this scheduler such a fusion ran as an inner normalization and an outer
+reduction, the second reading the full-size inputs again.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+
+import torch
+
+from ..codegen.emit import emit_kernel
+from ..codegen.inner_outer import InnerOuterTile
+from ..codegen.lower import Unsupported, compute_dtype
+from ..ir.dtypes import DataType
+from .base import Reject, Segment, apply_overrides, next_pow2
+from .reduction import _sizes
+
+NAME = "inner_outer"
+
+# Widest row held on the GPU: the row block and one float32 accumulator per column sum
+# stay in registers across the row loop.
+MAX_ROW = 8192
+
+
+@dataclass(frozen=True)
+class InnerOuterParams:
+    block_k: int  # rows per block
+    block_j: int  # the whole row, padded to a power of two
+    num_warps: int
+    nprog: int  # programs; each walks row blocks pid, pid + nprog, ...
+    group: int  # programs per level-1 fold
+    fold_rows: int  # partial rows loaded at once by a fold
+    int64: bool
+    quad_rng: bool = False
+    stages: int = 1  # the row loop's num_stages (tl.range): 2 loads the next block early
+
+
+def analyse(seg: Segment):
+    """(reference, row dims, column-sum exprs) or a Reject."""
+    reds = seg.reductions()
+    if not reds:
+        return Reject("no_reduction", "the segment has no reduction")
+    ref = reds[0].inputs[0]
+    shape = seg.shapes[ref]
+    n = len(shape)
+    live = [d for d, s in enumerate(shape) if s != 1]
+    if not live:
+        return Reject("no_rows", f"{ref.name} has no dim of extent > 1")
+    inner = [e for e in reds if live[-1] in e.attrs["dims"]]
+    outer = [e for e in reds if e not in inner]
+    if not inner or not outer:
+        return Reject("one_direction", "the segment reduces only rows or only columns")
+    row_dims = tuple(sorted(inner[0].attrs["dims"]))
+    if row_dims != tuple(range(n - len(row_dims), n)) or len(row_dims) == n:
+        return Reject("row_dims", f"rows of {ref.name} reduce dims {list(row_dims)}, not trailing ones")
+    col_dims = tuple(d for d in range(n) if d not in row_dims)
+    for e in reds:
+        if seg.shapes[e.inputs[0]] != shape:
+            return Reject("mixed_shapes", f"{e.op} reduces {e.inputs[0].name}, not shaped like {ref.name}")
+        dims = tuple(sorted(e.attrs["dims"]))
+        if dims != (row_dims if e in inner else col_dims):
+            return Reject("mixed_reductions", f"{e.op} of {e.inputs[0].name} over {list(dims)}: neither the rows "
+                                              f"{list(row_dims)} nor the columns {list(col_dims)}")
+    for e in outer:
+        if e.op != "sum" or compute_dtype(e.outputs[0].dtype) is not DataType.Float:
+            return Reject("column_op", f"column {e.op} to {e.outputs[0].dtype}: only float32-accumulated sums")
+    return ref, row_dims, outer
+
+
+def can_schedule(seg: Segment) -> Reject | None:
+    a = analyse(seg)
+    if isinstance(a, Reject):
+        return a
+    ref, dims, outer = a
+    K, J = _sizes(seg, ref, dims)
+    if K == 0 or J == 0:
+        return Reject("empty", f"{ref.name} has no rows or no columns")
+    if seg.device_type == "cuda" and next_pow2(J) > MAX_ROW:
+        return Reject("wide_rows", f"rows of {J} elements do not fit the persistent tile (at most {MAX_ROW})")
+    col_vals = {o for e in outer for o in e.outputs}
+    for e in seg.exprs():
+        if e in outer:
+            continue
+        if any(v in col_vals for v in e.inputs):
+            if e.op in ("sum", "prod", "max", "min", "var", "var_mean") or \
+                    any(seg.shapes.get(o) == seg.shapes[ref] for o in e.outputs):
+                return Reject("column_feeds_rows", f"{e.op} reads a column sum inside the rows")
+            col_vals.update(e.outputs)
+    return None
+
+
+H200_SMS = 132
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    if not torch.cuda.is_available():  # planned offline for the H200 (benchmarks/regcheck.py)
+        return H200_SMS
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def heuristics(seg: Segment) -> InnerOuterParams:
+    """One row per block, 8 elements per thread (16 from 2048 up), 8 programs per SM
+    of 4 warps, the row loop pipelined 2 deep.  Measured on H200 (2026-11-30,
+    ``benchmarks/variants.py`` group normbwd, kernel us; two kernels = the inner
+    normalization and outer reduction they ran as before):
+
+    | [16384, 1024] bf16 | this | 2 rows, 528 programs | 2 rows, pipelined | two kernels |
+    |---|---|---|---|---|
+    | layer-norm backward | 50.2 | 53.8 | 49.0 | 61.2 |
+    | RMS-norm backward | 41.4 | 47.9 (spill fallback: 1 row) | 42.0 | 56.3 |
+    | dropout + residual + layer norm backward | 58.8 | 323.8 | 400.0 | 71.8 |
+    | layer-norm backward [8192, 768] fp16 | 32.6 | 32.2 | 29.6 | 31.0 |
+
+    Two rows per block sum their column partials across warps when the layout spreads
+    the rows over them (the dropout case's 1-byte mask does): 5x slower.  8 warps per
+    row block were slower everywhere (99-224 us).  Without pipelining, one row per
+    block: 54.0, 40.4, 64.7, 34.6 us."""
+    ref, dims, outer = analyse(seg)
+    K, J = _sizes(seg, ref, dims)
+    bj = next_pow2(J)
+    int64 = seg.needs_int64()
+    if seg.device_type == "cpu":
+        bk = max(1, min(next_pow2(K), (1 << 12) // bj))
+        blocks = -(-K // bk)
+        nprog = max(1, min(blocks, 4))
+        return _sized(apply_overrides(InnerOuterParams(bk, bj, 4, nprog, 2, 2, int64, J % 4 == 0)))
+    per_thread = 8 if bj <= 1024 else 16
+    warps = max(1, min(16, bj // (32 * per_thread)))
+    nprog = max(1, min(K, _sm_count(torch.cuda.current_device() if torch.cuda.is_available() else 0)
+                       * programs_per_sm(warps)))
+    return _sized(apply_overrides(InnerOuterParams(1, bj, warps, nprog, 0, 0, int64, J % 4 == 0, stages=2)))
+
+
+def programs_per_sm(warps: int) -> int:
+    """Programs each SM should hold at once: 32 warps' worth, at most 8."""
+    return max(1, min(8, 32 // warps))
+
+
+def max_registers(seg: Segment, params: InnerOuterParams) -> int | None:
+    """Registers per thread that let every program be resident at once (the grid is
+    one wave: a second would run ``nprog`` rows' worth of work again on part of the
+    GPU).  None on the CPU."""
+    if seg.device_type != "cuda":
+        return None
+    sms = _sm_count(torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    per_sm = -(-params.nprog // sms)
+    return 65536 // (per_sm * 32 * params.num_warps)
+
+
+def _sized(p: InnerOuterParams) -> InnerOuterParams:
+    """Fill in the fold: groups of about sqrt(nprog) programs (each level folds about
+    as many rows), loaded 4096 elements at a time."""
+    group = p.group or max(1, math.isqrt(p.nprog - 1) + 1)
+    rows = p.fold_rows or max(1, min(next_pow2(max(group, -(-p.nprog // group))), 4096 // p.block_j))
+    return replace(p, group=group, fold_rows=rows)
+
+
+def emit(seg: Segment, params: InnerOuterParams, name: str):
+    ref, dims, outer = analyse(seg)
+    J = _sizes(seg, ref, dims)[1]
+    if params.block_j < J:  # e.g. an override meant for the multi-pass tiles
+        raise Unsupported(f"{NAME} holds whole rows: block_j {params.block_j} < row of {J}")
+    tile = InnerOuterTile(ref, dims, params.block_k, params.block_j, params.int64, params.quad_rng, outer,
+                          params.nprog, params.group, params.fold_rows, params.stages)
+    return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"])
+
+
+def grid(seg: Segment, params: InnerOuterParams):
+    return (params.nprog,)
+
+
+def fallbacks(seg: Segment, params: InnerOuterParams) -> list:
+    """When the kernel spills or needs more registers than one wave allows: half the
+    programs (twice the registers each), down to one per SM."""
+    out, p = [], params
+    sms = _sm_count(torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    while p.nprog // 2 >= sms:
+        p = replace(p, nprog=p.nprog // 2, group=0, fold_rows=0)
+        out.append(_sized(p))
+    return out
+
+
+__all__ = ["NAME", "InnerOuterParams", "can_schedule", "heuristics", "emit", "grid", "fallbacks", "max_registers"]
