@@ -9,6 +9,8 @@ is written into the code generator: what would change if divisions by a power of
 were multiplications, if the dropout mask cost nothing, if the softmax divided by a
 per-row reciprocal.  Outputs are not checked here: an edit may change the results.
 Groups: ``bert`` (the report's attention softmax + dropout and its two halves),
+``normbwd`` (normalization backwards: one inner-outer kernel, its fold sizes, and the
+two kernels they ran as before), ``outer`` (column sums: strip and chunk sizes),
 ``cast`` (the byte mix of a fp16 -> fp32 log-softmax without its reductions),
 ``stats`` (statistics-only rows of 30522), ``norm`` (wide normalizations, online
 chunks against persistent rows), ``logsoftmax`` (the report's three log-softmax
@@ -72,11 +74,23 @@ def bench_build(name):
     return build
 
 
+@contextlib.contextmanager
+def without(name):
+    """Plan without the scheduler ``name`` (what the fusion ran as before it existed)."""
+    original = plan_mod.SCHEDULERS
+    plan_mod.SCHEDULERS = tuple(s for s in original if s.NAME != name)
+    try:
+        yield
+    finally:
+        plan_mod.SCHEDULERS = original
+
+
 def run(name, build, variants, dump=None):
+    """Time each variant: (label, overrides, edits[, context manager to plan under])."""
     rows = []
-    for label, ov, edits in variants:
+    for label, ov, edits, *ctx in variants:
         n0 = len(_SOURCES)
-        with edited(edits):
+        with edited(edits), (ctx[0] if ctx else contextlib.nullcontext()):
             ms, nbytes, rec = measure(build, ov)
         row = f"| {name} | {label} | {ms * 1e3:.1f} | {nbytes / ms / 1e6:.0f} | {stats(rec)} |"
         print(row, flush=True)
@@ -101,7 +115,7 @@ def main():
     ms = triton.testing.do_bench(lambda: y.copy_(x), return_mode="median")
     print(f"copy {2 * x.numel() * 4 / ms / 1e6:.0f} GB/s")
     print("| case | variant | us | GB/s | regs/spills |\n|---|---|---|---|---|")
-    groups = set(filter(None, args.only.split(","))) or {"bert", "cast", "stats", "norm", "logsoftmax"}
+    groups = set(filter(None, args.only.split(","))) or {"bert", "cast", "stats", "norm", "logsoftmax", "normbwd", "outer"}
     rows = []
     if "bert" in groups:
         b = bench_build("bert_softmax_dropout_noview")
@@ -155,6 +169,54 @@ def main():
                 ("M 8192 w16", dict(M, block_j=8192, num_warps=16), []),
                 ("M 4096 w8", dict(M, block_j=4096, num_warps=8), []),
                 ("P w32 noalign", dict(P, num_warps=32, align=1), []),
+            ], args.dump)
+    if "outer" in groups:  # column sums: strip width, rows per chunk, warps, split
+        def col_sum(rows, cols):
+            def build(fd):
+                from pyfuser import DataType
+                x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
+                fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.cast(x, DataType.Float), dims=[0]), DataType.Half))
+                return [torch.randn(rows, cols, device="cuda", dtype=torch.float16)]
+            return build
+        for name, build in (("bias_grad_sum_dim0_fp16", bench_build("bias_grad_sum_dim0_fp16")),
+                            ("col sum [8192,768] fp16", col_sum(8192, 768)),
+                            ("col sum [8192,3072] fp16", col_sum(8192, 3072))):
+            rows += run(name, build, [
+                ("base", {}, []),
+                ("k64 j64", dict(block_k=64, block_j=64), []),
+                ("k128 j32", dict(block_k=128, block_j=32), []),
+                ("k256 j16", dict(block_k=256, block_j=16), []),
+                ("k32 j128 s16", dict(block_k=32, block_j=128, split=16), []),
+                ("k32 j128 s64", dict(block_k=32, block_j=128, split=64), []),
+                ("k64 j128 w8", dict(block_k=64, block_j=128, num_warps=8), []),
+                ("k128 j64 w8", dict(block_k=128, block_j=64, num_warps=8), []),
+                ("k256 j32 w8", dict(block_k=256, block_j=32, num_warps=8), []),
+                ("k64 j64 s64", dict(block_k=64, block_j=64, split=64), []),
+            ], args.dump)
+    if "normbwd" in groups:  # normalization backwards: one inner-outer kernel against two kernels
+        from pyfuser import DataType
+        from pyfuser.bench import training
+        bert_ln = (training.build_layer_norm_backward, training.layer_norm_backward_inputs, (8192, 768, DataType.Half))
+        builds = [(n, bench_build(n)) for n in ("layer_norm_backward_bf16", "rms_norm_backward_bf16",
+                                                 "dropout_residual_layer_norm_backward_bf16")]
+        for label, (b, mk, sizes) in (("ln_bwd [8192,768] fp16", bert_ln),):
+            def build(fd, b=b, mk=mk, sizes=sizes):
+                b(fd, sizes)
+                return list(mk(sizes, "cuda", None))
+            builds.append((label, build))
+        stages = [(r"for kb in range\((.*)\):", r"for kb in tl.range(\1, num_stages=2):")]
+        for name, build in builds:
+            rows += run(name, build, [
+                ("base", {}, []),
+                ("two kernels", {}, [], without("inner_outer")),
+                ("k1 w4 n1056", dict(block_k=1, num_warps=4, nprog=1056), []),
+                ("k2 w4 n792", dict(block_k=2, num_warps=4, nprog=792), []),
+                ("k2 w8 n264", dict(block_k=2, num_warps=8, nprog=264), []),
+                ("k2 w8 n528", dict(block_k=2, num_warps=8, nprog=528), []),
+                ("k4 w8 n528", dict(block_k=4, num_warps=8, nprog=528), []),
+                ("k1 w2 n2112", dict(block_k=1, num_warps=2, nprog=2112), []),
+                ("k2 w4 n528 stages2", dict(block_k=2, num_warps=4, nprog=528), stages),
+                ("k1 w4 n1056 stages2", dict(block_k=1, num_warps=4, nprog=1056), stages),
             ], args.dump)
     print("\n".join(["", "| case | variant | us | GB/s | regs/spills |", "|---|---|---|---|---|"] + rows))
 

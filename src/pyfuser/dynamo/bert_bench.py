@@ -19,6 +19,8 @@ AdamW, no loss scaling.  Per implementation ``run_bert_benchmark`` returns:
   implementations, for comparison); ``kernel_ms_per_step``: that step's kernel time
   split into matmul (cuBLAS/CUTLASS), copy (memcpy/memset) and other, the non-matmul
   work fusion targets; ``top_other_kernels``: the heaviest of those;
+  ``top_matmul_kernels``: the heaviest GEMMs (the same cuBLAS calls should cost the
+  same under every implementation: a difference points at operand layouts);
   ``fallbacks``: regions that ran in ATen;
   ``first_step_s``: the first step, compilation included.
 
@@ -133,12 +135,16 @@ def profile_step(step, top=12) -> dict:
         us = e.time_range.elapsed_us()
         c = kernel_class(e.name)
         per_class[c] += us
-        if c == "other":
-            n, t = per_name.get(e.name, (0, 0.0))
-            per_name[e.name] = (n + 1, t + us)
-    heavy = sorted(per_name.items(), key=lambda kv: -kv[1][1])[:top]
+        if c != "copy":
+            n, t = per_name.get((c, e.name), (0, 0.0))
+            per_name[(c, e.name)] = (n + 1, t + us)
+
+    def heaviest(cls, k):
+        rows = sorted(((n, ct) for (c, n), ct in per_name.items() if c == cls), key=lambda kv: -kv[1][1])[:k]
+        return [{"name": n[:120], "calls": c, "ms": t / 1e3} for n, (c, t) in rows]
+
     return {"gpu_kernels": count, "kernel_ms": {c: us / 1e3 for c, us in per_class.items()},
-            "top_other": [{"name": n[:120], "calls": c, "ms": t / 1e3} for n, (c, t) in heavy]}
+            "top_other": heaviest("other", top), "top_matmul": heaviest("matmul", 8)}
 
 
 def cprofiled(fn, sort="tottime", top=30) -> str:
@@ -225,6 +231,7 @@ def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr, profile_h
         "gpu_kernels_per_step": prof["gpu_kernels"] if prof else None,
         "kernel_ms_per_step": prof["kernel_ms"] if prof else None,
         "top_other_kernels": prof["top_other"] if prof else None,
+        "top_matmul_kernels": prof["top_matmul"] if prof else None,
         "fallbacks": stats2.get("fallbacks", 0) - stats0.get("fallbacks", 0),
         "first_step_s": first_step_s,
     }
