@@ -216,17 +216,28 @@ def kernel_stats(records) -> list[dict]:
         inner = getattr(fn, "fn", None)
         info = {"name": getattr(inner, "__name__", None) or getattr(fn, "__name__", "?"),
                 "grid": [int(g) for g in grid] if isinstance(grid, (tuple, list)) else str(grid),
-                "num_warps": kw.get("num_warps"), "regs": None, "spills": None, "shared": None}
+                "num_warps": kw.get("num_warps"), "regs": None, "spills": None, "local": None, "shared": None}
         if hasattr(fn, "device_caches"):  # a compiled (CUDA) JITFunction, not the interpreter
             k = _compiled_kernel(fn, grid, args, kw)
             if k is not None:
                 info["regs"] = getattr(k, "n_regs", None)
-                info["spills"] = getattr(k, "n_spills", None)
+                info["spills"] = info["local"] = getattr(k, "n_spills", None)
+                if info["local"]:  # local memory is not only spills (spills.ptxas_usage): ask ptxas
+                    try:
+                        info["spills"] = ptxas_usage(k).spills
+                    except Exception:
+                        pass
                 md = getattr(k, "metadata", None)
                 info["shared"] = getattr(md, "shared", None)
                 info["num_warps"] = getattr(md, "num_warps", info["num_warps"])
         out.append(info)
     return out
+
+
+def ptxas_usage(k):
+    from ..runtime.spills import ptxas_usage as usage
+
+    return usage(k)
 
 
 def _fallback_kernel_stats(fd) -> list[dict]:

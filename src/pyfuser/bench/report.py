@@ -36,8 +36,10 @@ Method:
   moves 0 bytes); the same count for every implementation.  % of copy = effective
   GB/s / the GB/s of a 1 GiB device-to-device copy (read + write) measured in the
   same run.
-- `kernels` = kernel launches per execute; `regs`/`spills` = per kernel, as the
-  compiled Triton kernel reports them (`CompiledKernel.n_regs` / `n_spills`).
+- `kernels` = kernel launches per execute; `regs` = per kernel, as the compiled
+  Triton kernel reports them (`CompiledKernel.n_regs`); `spills` = ptxas's spill
+  stores / 4 where the kernel has local memory (the driver's `n_spills` counts all
+  local memory, such as accurate sin/cos's argument-reduction table).
 - The host-overhead case times a cached execute of a one-kernel pointwise fusion on
   1024 elements: wall time per call (`time.perf_counter`, many calls), target <= 30 us.
 
