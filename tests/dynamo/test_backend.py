@@ -239,14 +239,27 @@ def test_outputs_never_alias_where_aten_copies():
     torch.testing.assert_close(b2, b)
 
 
-def test_regions_are_cut_where_reductions_of_two_kinds_chain():
+def test_a_column_sum_of_row_results_stays_in_its_region():
     def fn(x, w):  # a row reduction (layer norm) feeding a column reduction (sum over rows)
         return (F.layer_norm(x, (16,)) * w).sum(0) + 1
 
     g = torch.Generator().manual_seed(11)
     x, w = torch.randn(6, 16, generator=g), torch.randn(16, generator=g)
+    before = pyfuser.cache_info()["launches"]
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x, w), fn(x, w), rtol=1e-5, atol=1e-5)
+    assert pd.stats()["regions"] == 1
+    assert pyfuser.cache_info()["launches"] - before == 1  # the inner-outer tile
+
+
+def test_regions_are_cut_where_a_row_reduction_reads_a_column_sum():
+    def fn(x):  # a column sum feeding a row reduction: no tile holds both
+        return (x * x.sum(0)).sum(1) + 1
+
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(6, 16, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x), fn(x), rtol=1e-5, atol=1e-5)
     assert pd.stats()["regions"] == 2
 
 

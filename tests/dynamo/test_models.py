@@ -125,3 +125,32 @@ def test_dropout_mask_is_generated_in_the_fused_kernel():
     assert random_fds, "the forward's dropout mask should come from a pyfuser random op"
     assert any(o.dtype.torch == torch.bool for fd in random_fds for o in fd.ir.outputs), \
         "the forward saves the mask as bool for the backward"
+
+
+def test_tiny_bert_when_the_partitioner_merges_horizontally(monkeypatch):
+    """torch before 2.13 has no ``skip_horizontal_fusion``: its partitioner merges
+    independent ops, and ``regroup_along_data_flow`` takes them apart again (each
+    column sum back with the gradient it sums).  Same gradients either way."""
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+
+    from pyfuser.dynamo import partition
+
+    def merging(gm):
+        return CapabilityBasedPartitioner(gm, partition.PyfuserSupport(), allows_single_node_partition=True,
+                                          non_compute_ops=partition._view_names())
+
+    monkeypatch.setattr(partition, "_partitioner", merging)
+    reference = tiny_bert()
+    model = copy.deepcopy(reference)
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, 500, (2, 8), generator=g)
+    labels = torch.randint(0, 500, (2, 8), generator=g)
+    compiled = torch.compile(model, backend="pyfuser")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = compiled(input_ids=ids, labels=labels)
+        want = reference(input_ids=ids, labels=labels)
+    out.loss.backward()
+    want.loss.backward()
+    torch.testing.assert_close(out.loss, want.loss, rtol=1e-2, atol=1e-2)
+    assert_grads_close(model, reference, rtol=3e-2)
+    assert pd.stats().get("fallbacks", 0) == 0

@@ -6,12 +6,15 @@ accepts into acyclic regions.  Then:
 * views at a region's edges are handed back to ATen, where they cost nothing
   (inside a fusion, a reshape at the top is only re-indexing, but there is no
   reason to make the scheduler look at it);
+* partitions are regrouped along data flow (``regroup_along_data_flow``): torch
+  before 2.13 merges independent ops into one region;
 * a region is cut in two where a reduction consumes the result of a reduction of
-  another kind (row vs column vs whole-tensor: layer norm's backward feeding a bias
-  gradient's column sum), and where a reshape changes the shape of a row
-  reduction's result (log-softmax's backward reshaped and added to another
-  gradient): pyfuser's schedulers give such a chain no single kernel, and the
-  runtime would run it as host torch ops.  Remove these cuts once they do;
+  another kind (row after column, or a whole-tensor one), and where a reshape
+  changes the shape of a row reduction's result (log-softmax's backward reshaped
+  and added to another gradient): pyfuser's schedulers give such a chain no single
+  kernel, and the runtime would run it as host torch ops.  A column sum of rows'
+  results (layer norm's backward feeding a bias gradient) stays: the inner-outer
+  tile runs it in one kernel, or the planner in two;
 * a region with fewer than ``MIN_COMPUTE_OPS`` ops that compute stays in ATen: one
   op gains nothing from fusion and pays the fusion's host overhead.  Except a clone
   of a non-contiguous tensor (``rules.is_layout_copy``): ATen copies a transposed
@@ -80,8 +83,9 @@ def fuse_regions(gm):
         return gm
     partitioner = _partitioner(gm)
     partitions = partitioner.propose_partitions()
-    partitioner.remove_bookend_non_compute_ops(partitions)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    partitions = regroup_along_data_flow(partitions, order)
+    partitioner.remove_bookend_non_compute_ops(partitions)
     partitions = [q for p in partitions for q in split_mixed_reductions(p, order)]
     partitioner.remove_bookend_non_compute_ops(partitions)
     partitions = [p for p in partitions if sum(is_compute(n) for n in p.nodes) >= MIN_COMPUTE_OPS
@@ -102,6 +106,73 @@ def fuse_regions(gm):
             if isinstance(mod, FusedRegion):
                 log.debug("%s:\n%s", name, mod.fallback.code)
     return gm
+
+
+def regroup_along_data_flow(partitions, order) -> list:
+    """Each partition's data-flow components that read one other partition alone
+    (besides graph inputs) move to that partition; the rest of each partition stays
+    together.
+
+    Before torch 2.13 ``CapabilityBasedPartitioner`` has no ``skip_horizontal_fusion``
+    and merges every partition it can: on BERT's backward (torch 2.11) one region
+    collected every layer's bias and layer-norm weight sums with the weight-gradient
+    casts, 9 kernels at the end of the step re-reading 2 GB of gradients, and the
+    layer-norm regions stored fp32 copies of dy for it.  A column sum belongs with the
+    gradient it sums: the ``inner_outer`` tile runs both in one kernel, or a kernel
+    reads the gradient back from L2.  What moves nowhere stays merged as the
+    partitioner left it (49 weight-gradient casts in one pointwise kernel, not 49
+    ATen launches).
+
+    Safe: no path leaves a partition P and comes back to it.  A component of P whose
+    inputs all lie in partition Q or are graph inputs is entered only from Q, and a
+    path from it back to P, or from Q's side back to it, would leave P and return.
+    So Q with the component, and P without it, are partitions again."""
+    comps, origin = [], []
+    for k, p in enumerate(partitions):
+        for c in _components(p):
+            comps.append(c)
+            origin.append(k)
+    owner = {n: i for i, c in enumerate(comps) for n in c}
+    changed = True
+    while changed:
+        changed = False
+        for i, c in enumerate(comps):
+            if not c:
+                continue
+            sources = {owner.get(x, -1) for n in c for x in n.all_input_nodes
+                       if x not in c and x.op not in ("placeholder", "get_attr")}
+            if len(sources) != 1 or -1 in sources or i in sources:
+                continue
+            j = sources.pop()
+            comps[j] |= c
+            for n in c:
+                owner[n] = j
+            comps[i] = set()
+            changed = True
+    groups: dict = {}
+    for i, c in enumerate(comps):
+        if c:
+            groups.setdefault(origin[i], set()).update(c)
+    return [Partition(nodes=sorted(g, key=order.__getitem__)) for g in groups.values()]
+
+
+def _components(partition) -> list:
+    """The weakly connected components of a partition's data flow."""
+    nodes = set(partition.nodes)
+    seen, out = set(), []
+    for start in partition.nodes:
+        if start in seen:
+            continue
+        comp, todo = set(), [start]
+        while todo:
+            n = todo.pop()
+            if n in comp:
+                continue
+            comp.add(n)
+            todo += [m for m in list(n.all_input_nodes) + list(n.users) if m in nodes and m not in comp]
+        seen |= comp
+        out.append(comp)
+    return out
 
 
 def hoist_output_views(graph, partition, order):
@@ -161,6 +232,8 @@ def _cuts_here(node, kinds: set) -> bool:
     reductions it depends on inside the region."""
     k = reduction_kind(node)
     if k is not None:
+        if k == "column" and kinds <= {"row", "column"}:
+            return False  # a column sum of rows' results: the inner_outer tile (else two kernels)
         return bool(kinds - {k})
     if str(node.target) in _RESHAPES and kinds & {"row", "all"}:
         before, after = meta(node.args[0]).shape, meta(node).shape
