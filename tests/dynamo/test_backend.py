@@ -443,10 +443,10 @@ def test_set_is_a_copy():
 
 def test_misaligned_matmuls_are_padded_and_match_eager(monkeypatch):
     """A 16-bit linear layer with 64 inputs and 1001 outputs over 250 tokens (sizes
-    cuBLAS runs slowly: not multiples of 8): both backward matmuls (M = 250, K = 1001;
-    M = 1001, K = 250) run on zero-padded operands; the forward, whose misaligned
-    size is N (its 1001 output columns), is left alone.  The logits, loss and every
-    gradient match eager."""
+    cuBLAS runs slowly: not multiples of 8): every matmul runs on zero-padded operands
+    (forward: N = 1001 padded, the result sliced back and copied contiguous where it
+    leaves the graph; backward: M = 250, K = 1001 and M = 1001, K = 250).  The logits
+    (contiguous, as eager's), loss and every gradient match eager."""
     import copy
 
     from pyfuser.dynamo import pad_matmuls
@@ -482,8 +482,7 @@ def test_misaligned_matmuls_are_padded_and_match_eager(monkeypatch):
     assert len(mms) == 3
     for n in mms:
         a, b = (x.meta["val"].shape for x in n.args[-2:])
-        padded = a[0] % 8 == 0 and a[1] % 8 == 0 and b[0] % 8 == 0
-        assert padded == (b[1] % 8 == 0), n.format_node()
+        assert a[0] % 8 == 0 and a[1] % 8 == 0 and b[0] % 8 == 0 and b[1] % 8 == 0, n.format_node()
     assert sum(str(n.target) == "aten.mm.default" for n in mms) == 2
 
 

@@ -74,7 +74,8 @@ _IDENT = {"sum": 0, "prod": 1}
 
 class ReductionTile:
     def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
-                 quad_rng: bool = False, align: int = 1, online: bool = False, split: int = 1):
+                 quad_rng: bool = False, align: int = 1, online: bool = False, split: int = 1,
+                 aligned_rows: bool = False):
         if split > 1 and (inner or persistent):
             raise Unsupported("a split reduction needs an outer, multi-pass tile")
         self.split = split  # programs along the reduced extent (see the module docstring)
@@ -88,6 +89,10 @@ class ReductionTile:
         # loads and stores are provably aligned and vectorize.  One row per program.
         self.align = align
         self.peeled = align > 1 and inner and block_k == 1 and trailing
+        # Rows of the streamed input start 16-byte aligned in memory (a strided input
+        # whose row stride was padded): the body is [0, J rounded down), addressed
+        # through each tensor's strides, and only the tail is peeled.
+        self.aligned_rows = aligned_rows and self.peeled
         self.inner, self.persistent = inner, persistent
         self.block_k, self.block_j, self.int64 = block_k, block_j, int64
         self.results: dict = {}  # reduction expr -> list of (code) per output slot
@@ -135,7 +140,7 @@ class ReductionTile:
         if self.peeled:
             w.constexprs["ALIGN"] = self.align
             w.comment("the row's aligned body [bstart, bend), head before it, tail after it")
-            w.line("row0 = pid * J")
+            w.line("row0 = 0" if self.aligned_rows else "row0 = pid * J")
             w.line("bstart = tl.multiple_of((row0 + ALIGN - 1) // ALIGN * ALIGN, ALIGN)")
             w.line("bend = tl.multiple_of((row0 + J) // ALIGN * ALIGN, ALIGN)")
 
@@ -197,8 +202,8 @@ class ReductionTile:
         coords = self._unravel_ref(low, c)
         n = len(coords)
         linear = None
-        if c != "j":
-            return Index(tuple(coords), Coord(f"l{c}", frozenset(("k", c))))
+        if c != "j":  # a peeled chunk: l{c} is the flat index of the row's elements, unless rows are strided
+            return Index(tuple(coords), None if self.aligned_rows else Coord(f"l{c}", frozenset(("k", c))))
         if self.red_dims == tuple(range(n - len(self.red_dims), n)):
             linear = Coord("(k * J + j)", frozenset("kj"))
         elif self.red_dims == tuple(range(len(self.red_dims))):

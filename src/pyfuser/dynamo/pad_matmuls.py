@@ -19,10 +19,13 @@ nothing to the products.
   output is padded once for both backward GEMMs.  Pads are ``constant_pad_nd``
   nodes: the partitioner fuses them into the region that produces the operand when
   there is one, else ATen copies.
-* A misaligned ``N`` (the result's columns) is left alone.  Padding it makes the
-  result a strided view that its consumers read re-laid-out: measured on BERT at
-  64 x 128 (2026-11-30), the forward GEMM gained 0.95 ms and the log-softmax fusion
-  reading its output lost 1.1 ms.
+* A misaligned ``N`` (the result's columns) is padded too: the weight's rows and the
+  bias get zeros, and the result is sliced back, a view whose rows start every
+  ``N + pad`` elements.  The first try (2026-11-30, BERT at 64 x 128) gained 0.95 ms
+  on the forward GEMM and lost 1.1 ms in the log-softmax fusion reading the view:
+  its rows were peeled as if contiguous, which misaligned every strided row.  Rows
+  of such a view now peel from their own start (``ReductionTile.aligned_rows``, chosen
+  by ``reduction.strided_rows_dominate``).
 * Padding pays when the GEMM's time saved exceeds the copies added: about 2.5e-15 s
   per FLOP saved (239 vs 581 TFLOP/s) against 3.3e-13 s per byte a pad moves (read
   plus written, at 3 TB/s): break-even near 130 FLOPs per byte, so matmuls with at
@@ -43,6 +46,7 @@ aten = torch.ops.aten
 ALIGN = 8  # elements per 16 bytes of a 16-bit dtype
 MIN_FLOPS_PER_BYTE = 300
 ALWAYS = False  # pad regardless of device and cost (tests)
+PAD_N = True  # pad the result's columns too (see the module docstring)
 
 _TRANSPOSES = (aten.t.default, aten.transpose.int, aten.permute.default)
 
@@ -82,27 +86,53 @@ def _rewrite(graph, node, cache) -> int:
     if va is None or vb is None or out is None or out.dtype not in (torch.float16, torch.bfloat16):
         return 0
     (M, K), N = va.shape, vb.shape[1]
-    pm, pk = _pad_amount(M), _pad_amount(K)
-    if not (pm or pk) or _pad_amount(N):
+    pm, pk, pn = _pad_amount(M), _pad_amount(K), _pad_amount(N) if PAD_N else 0
+    if not (pm or pk or pn):
         return 0
     if bias is not None and pm and _val(bias).dim() > 1 and _val(bias).shape[0] != 1:
         return 0  # a per-row bias would need its rows padded too
     if not ALWAYS:
         if out.device.type != "cuda":
             return 0
-        copied = (va.numel() * 4) + (vb.numel() * 4 if pk else 0)
+        copied = (va.numel() * 4 if pm or pk else 0) + (vb.numel() * 4 if pk or pn else 0)
         if 2 * M * N * K < MIN_FLOPS_PER_BYTE * copied:
             return 0
     with graph.inserting_before(node):
         pa = _padded(graph, a, {0: pm, 1: pk}, cache)
-        pb = _padded(graph, b, {0: pk}, cache)
+        pb = _padded(graph, b, {0: pk, 1: pn}, cache)
+        if bias is not None and pn and _val(bias).dim() >= 1 and _val(bias).shape[-1] != 1:
+            bias = _padded(graph, bias, {_val(bias).dim() - 1: pn}, cache)
         args = (pa, pb) if bias is None else (bias, pa, pb)
         res = graph.call_function(node.target, args)
         if pm:
             res = graph.call_function(aten.slice.Tensor, (res, 0, 0, M))
+        if pn:  # a view with the padded row stride: its readers peel from each row's start
+            res = graph.call_function(aten.slice.Tensor, (res, 1, 0, N))
     node.replace_all_uses_with(res)
     graph.erase_node(node)
+    if pn:
+        _contiguous_at_outputs(graph, res)
     return 1
+
+
+_SHAPE_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def _contiguous_at_outputs(graph, sliced):
+    """Where the sliced result, or a reshape of it, leaves the graph, it leaves as a
+    contiguous copy: eager returns contiguous logits, and code that ``view``s them
+    must keep working.  The copy is one more output of the fusion that reads the
+    logits anyway (BERT's log-softmax statistics)."""
+    todo = [sliced]
+    while todo:
+        n = todo.pop()
+        for user in list(n.users):
+            if user.op == "output":
+                with graph.inserting_after(n):
+                    copy = graph.call_function(aten.clone.default, (n,), {"memory_format": torch.contiguous_format})
+                user.replace_input_with(n, copy)
+            elif user.op == "call_function" and user.target in _SHAPE_VIEWS:
+                todo.append(user)
 
 
 def _padded(graph, node, pads: dict, cache):

@@ -122,7 +122,7 @@ class ExecutorCache:
         return f"new input signature ({len(self.plans)} cached); differs from the last one in: {'; '.join(shown)}"
 
     def segment(self, b: Binding, outputs) -> Segment:
-        info = {v: {"contiguous": is_contiguous(b.values[v])} for v in self.fd.ir.inputs if isinstance(v, TensorVal)}
+        info = {v: layout_info(b.values[v]) for v in self.fd.ir.inputs if isinstance(v, TensorVal)}
         return Segment(list(outputs), b.shapes, info, b.device.type)
 
     def sub_segment(self, b: Binding, sf: SubFusion) -> Segment:
@@ -132,7 +132,7 @@ class ExecutorCache:
         for c in sf.ir.inputs:
             if isinstance(c, TensorVal):
                 o = sf.orig[c]
-                info[c] = {"contiguous": is_contiguous(b.values[o]) if o in b.values else True}
+                info[c] = layout_info(b.values[o]) if o in b.values else {"contiguous": True, "rows_aligned": False}
         shapes = {c: b.shapes[o] for c, o in sf.orig.items() if isinstance(c, TensorVal) and o in b.shapes}
         return Segment(list(sf.ir.outputs), shapes, info, b.device.type)
 
@@ -377,6 +377,18 @@ class ExecutorCache:
 
 def _step(outputs, sched, reasons) -> Step:
     return Step(list(outputs), sched, "; ".join(f"{n}: {r}" for n, r in reasons), declined=list(reasons))
+
+
+def layout_info(x: torch.Tensor) -> dict:
+    """What the schedulers know of an input's layout: contiguous, and for a strided one
+    whether every row starts on a 16-byte boundary (innermost stride 1, the others
+    multiples of 16 bytes, an aligned start: logits whose rows were padded for the
+    GEMM that wrote them)."""
+    contiguous = is_contiguous(x)
+    rows_aligned = False
+    if not contiguous and x.dim() >= 2 and x.stride(-1) == 1 and x.data_ptr() % 16 == 0:
+        rows_aligned = all(x.stride(d) * x.element_size() % 16 == 0 for d in range(x.dim() - 1) if x.shape[d] != 1)
+    return {"contiguous": contiguous, "rows_aligned": rows_aligned}
 
 
 def is_contiguous(x: torch.Tensor) -> bool:

@@ -45,6 +45,9 @@ class ReductionParams:
     # Outer multi-pass only: programs along the reduced extent (codegen.tiles: partials
     # folded by each column strip's last program); 1 = one program per strip.
     split: int = 1
+    # Peeled rows only: the streamed input's rows start 16-byte aligned (a padded row
+    # stride), so the body starts at each row's first element (``aligned_rows``).
+    aligned_rows: bool = False
 
 
 def analyse(seg: Segment):
@@ -105,7 +108,8 @@ def _sizes(seg, ref, dims):
 def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     J = _sizes(seg, ref, dims)[1]
     p = replace(_inner_heuristics(seg, ref, dims), quad_rng=J % 4 == 0)
-    return apply_overrides(replace(p, align=row_alignment(seg, ref, J, p.persistent)))
+    align = row_alignment(seg, ref, J, p.persistent)
+    return apply_overrides(replace(p, align=align, aligned_rows=align > 1 and strided_rows_dominate(seg, ref)))
 
 
 _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
@@ -126,6 +130,25 @@ def row_alignment(seg: Segment, ref, J: int, persistent: bool = True) -> int:
         return 1
     align = 16 // min(v.dtype.itemsize for v in vals)
     return align if J % align and J >= 4 * align else 1
+
+
+def strided_rows_dominate(seg: Segment, ref) -> bool:
+    """Whether the tensors streamed along the rows are mostly inputs whose rows start
+    16-byte aligned with a padded stride (BERT's logits, written [tokens, 30528] by
+    the padded decoder GEMM and read as [tokens, 30522]) rather than contiguous
+    tensors (whose rows start where the previous one ends): peeling then keeps each
+    row's start.  Ties go to the strided inputs: their loads wait, stores do not."""
+    n = seg.numel(ref)
+    strided = contiguous = 0
+    for v in seg.loads():
+        if seg.numel(v) == n:
+            info = seg.inputs_info[v]
+            if info.get("rows_aligned"):
+                strided += v.dtype.itemsize
+            elif info["contiguous"]:
+                contiguous += v.dtype.itemsize
+    contiguous += sum(o.dtype.itemsize for o in seg.outputs if seg.numel(o) == n)
+    return strided > 0 and strided >= contiguous
 
 
 def _compares_integers_along_rows(seg: Segment, ref) -> bool:
@@ -331,7 +354,8 @@ def reduction_fallbacks(seg: Segment, params: ReductionParams) -> list:
 def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: str):
     ref, dims = analyse(seg)
     tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64,
-                         params.quad_rng, params.align, params.online, effective_split(seg, params))
+                         params.quad_rng, params.align, params.online, effective_split(seg, params),
+                         params.aligned_rows)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
 
 
