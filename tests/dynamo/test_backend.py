@@ -1,5 +1,6 @@
 """The backend on small functions: registration, forward and backward against
 eager, what stays in ATen, fallbacks and their warnings, dumps, autocast."""
+import copy
 import warnings
 
 import pytest
@@ -250,6 +251,36 @@ def test_a_column_sum_of_row_results_stays_in_its_region():
         torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x, w), fn(x, w), rtol=1e-5, atol=1e-5)
     assert pd.stats()["regions"] == 1
     assert pyfuser.cache_info()["launches"] - before == 1  # the inner-outer tile
+
+
+def test_a_bias_gradient_over_a_reshape_joins_the_layer_norm_kernel(monkeypatch):
+    """A linear layer feeding a layer norm: its bias gradient is the sum of the layer
+    norm's dx viewed as [tokens, hidden], taken as ``dx.sum((0, 1))`` (``sum_views``),
+    so the backward region computes it beside dw (the inner-outer tile) instead of
+    leaving a sum over a reshape to ATen."""
+    graphs = graphs_partitioned(monkeypatch)
+    torch.manual_seed(14)
+    lin = torch.nn.Linear(8, 16)
+    w = torch.randn(16, requires_grad=True)
+    ref_lin, ref_w = copy.deepcopy(lin), w.detach().clone().requires_grad_()
+
+    def fn(layer, w, x):
+        y = F.layer_norm(layer(x), (16,)) * w
+        return (y * y).sum()
+
+    x = torch.randn(2, 3, 8)
+    torch.compile(lambda x: fn(lin, w, x), backend="pyfuser")(x).backward()
+    fn(ref_lin, ref_w, x).backward()
+    for got, want in ((lin.bias.grad, ref_lin.bias.grad), (lin.weight.grad, ref_lin.weight.grad), (w.grad, ref_w.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    backward = graphs[-1]  # after fuse_regions: regions are submodules
+    outside = [n for n in backward.graph.nodes if n.op == "call_function" and "sum" in str(n.target)]
+    assert not outside, [n.format_node() for n in outside]
+    inside = [n for _, m in backward.named_children() if isinstance(m, region.FusedRegion)
+              for n in m.fallback.graph.nodes if n.op == "call_function" and "sum" in str(n.target)]
+    assert {tuple(n.meta["val"].shape) for n in inside} >= {(16,)}
+    assert all(tuple(n.args[0].meta["val"].shape) == (2, 3, 16) for n in inside)
+    assert pd.stats().get("fallbacks", 0) == 0
 
 
 def test_regions_are_cut_where_a_row_reduction_reads_a_column_sum():

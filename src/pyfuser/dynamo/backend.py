@@ -22,10 +22,11 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from .decompositions import decomposition_table
-from .pad_matmuls import pad_matmuls
+from .pad_matmuls import pad_matmuls, propagate_meta
 from .partition import fuse_regions
-from .views import fast_views
 from .region import warn_once
+from .sum_views import sums_through_views
+from .views import fast_views
 
 
 def _unfaked():
@@ -63,13 +64,27 @@ def _padded(gm):
         return _copy(gm)
 
 
+def _summed(gm):
+    """A copy of ``gm`` whose sums over leading-dim reshapes sum the source instead
+    (``sum_views``), or ``gm`` itself when the rewrite fails (an optimization)."""
+    work = _copy(gm)
+    try:
+        if sums_through_views(work):
+            propagate_meta(work)
+        return work
+    except Exception as err:
+        warn_once(f"sum_views: {type(err).__name__}", f"rewriting sums over views failed ({type(err).__name__}); "
+                                                      "they stay as traced")
+        return gm
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs):
     """AOTAutograd's forward / backward / inference compiler."""
     from functorch.compile import make_boxed_func
 
     try:
         with _unfaked():
-            gm = fuse_regions(_padded(gm))
+            gm = fuse_regions(_summed(_padded(gm)))
     except Exception as err:  # never fail the user's compile: run the graph as it is
         msg = str(err).splitlines()[0] if str(err) else ""
         warn_once(f"partition: {type(err).__name__}", f"partitioning the graph failed ({type(err).__name__}: {msg}); "

@@ -70,7 +70,7 @@ def pad_matmuls(gm: torch.fx.GraphModule) -> int:
         gm.graph.eliminate_dead_code()  # the transposes the padded operands replaced
         gm.graph.lint()
         gm.recompile()
-        _propagate_meta(gm)
+        propagate_meta(gm)
     return count
 
 
@@ -169,7 +169,7 @@ def _permutation(node, rank):
     return [d % rank for d in node.args[1]]
 
 
-def _propagate_meta(gm):
+def propagate_meta(gm):
     from torch._guards import detect_fake_mode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 

@@ -1,0 +1,74 @@
+"""Sums over a reshape that merged the leading dims, taken over those dims instead.
+
+A linear layer's bias gradient is ``grad.view(tokens, hidden).sum(0)``, where
+``grad`` is [batch, seq, hidden] and comes out of the region before it (BERT's
+layer-norm backward).  The reshape of a row normalization's result cuts that region
+(``partition._cuts_here``), so the sum ran as a region and a kernel of its own, one
+per layer and per bias, re-reading the gradient.  ``grad.sum((0, 1))`` is the same
+sum: the region keeps it, and the inner-outer tile computes it beside the layer
+norm's dw and db from the rows it holds.
+
+Rewritten: ``aten.sum.dim_IntList(view(x, [a * b * ..., *rest]), [0], keepdim,
+dtype=)`` where ``x`` is ``[a, b, ..., *rest]``; with ``keepdim`` the result is viewed
+back to ``[1, *rest]``.  The view stays for its other users (the weight gradient's
+matmul).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+aten = torch.ops.aten
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def _shape(node):
+    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return tuple(v.shape) if isinstance(v, torch.Tensor) else None
+
+
+def sums_through_views(gm: torch.fx.GraphModule) -> int:
+    """Rewrite ``gm`` in place (see the module docstring); returns how many sums."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.sum.dim_IntList:
+            continue
+        merged = _merged_leading(node)
+        if merged is None:
+            continue
+        src, m, keepdim = merged
+        graph = gm.graph
+        with graph.inserting_before(node):
+            kwargs = dict(node.kwargs)
+            total = graph.call_function(aten.sum.dim_IntList, (src, list(range(m)), False), kwargs)
+            out = total
+            if keepdim:
+                out = graph.call_function(aten.view.default, (total, [1, *_shape(src)[m:]]))
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return count
+
+
+def _merged_leading(node):
+    """(source, how many leading dims the view merged, keepdim) when ``node`` sums
+    dim 0 of a view whose dim 0 is its source's first dims merged, the rest equal."""
+    args = list(node.args) + [None] * 3
+    view, dims, keepdim = args[0], args[1], bool(args[2] if args[2] is not None else node.kwargs.get("keepdim", False))
+    if not isinstance(view, torch.fx.Node) or view.op != "call_function" or view.target not in _VIEWS:
+        return None
+    src = view.args[0]
+    before, after = _shape(src), _shape(view)
+    if before is None or after is None or len(after) < 1 or not isinstance(dims, (list, tuple)):
+        return None
+    if [d % len(after) for d in dims] != [0]:
+        return None
+    for m in range(2, len(before) + 1):
+        if math.prod(before[:m]) == after[0] and tuple(before[m:]) == tuple(after[1:]):
+            return src, m, keepdim
+    return None
