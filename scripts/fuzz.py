@@ -11,6 +11,7 @@ from tests.segment.fuzz_fusions import check, fusions  # noqa: E402
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
 SEED = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 count = 0
+failing = None
 
 
 @seed(SEED)
@@ -18,9 +19,13 @@ count = 0
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(fusions())
 def fuzz(recipe):
-    global count
+    global count, failing
     count += 1
-    check(recipe)
+    try:
+        check(recipe)
+    except Exception:
+        failing = recipe  # hypothesis shrinks: the last failing recipe is the smallest
+        raise
 
 
 if __name__ == "__main__":
@@ -29,4 +34,5 @@ if __name__ == "__main__":
         print(f"fuzz: {count} fusions run, no failure")
     except Exception as err:  # hypothesis has shrunk it: report the minimal recipe
         print(f"fuzz: {count} fusions run, failure: {type(err).__name__}: {err}")
+        print(f"smallest failing recipe: {failing!r}")
         sys.exit(1)

@@ -1,5 +1,8 @@
 """CI slice of the random fusion generator (scripts/fuzz.py runs thousands)."""
+import pytest
 from hypothesis import HealthCheck, given, settings
+
+from pyfuser import DataType
 
 from .fuzz_fusions import check, fusions
 
@@ -8,4 +11,18 @@ from .fuzz_fusions import check, fusions
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(fusions())
 def test_random_fusions_match_reference(recipe):
+    check(recipe)
+
+
+# Recipes scripts/fuzz.py found failing (hypothesis's smallest), kept as regressions.
+FOUND = [
+    # A kernel cached for one copy of a subfusion, reused for another copy of it:
+    # its arguments named the first copy's values (KeyError: T3).  plan.rebound.
+    (2, 1, [DataType.Float], [("unary", "exp", 0), ("reduce", "sum", 0, 1), ("unary", "exp", 0),
+                               ("reduce", "sum", 2, 0), ("cat", 0, 0, 4, 0, True)], [4]),
+]
+
+
+@pytest.mark.parametrize("recipe", FOUND)
+def test_recipes_the_fuzzer_found(recipe):
     check(recipe)

@@ -6,10 +6,11 @@ column (dw = sum(dy * xhat), db = sum(dy), over k).  As two kernels the second r
 dy and x again.  Here each of ``NPROG`` programs walks row blocks ``pid, pid +
 NPROG, ...`` with the persistent inner tile (the row reductions, dx and the other
 full-size outputs, exactly as ``inner_normalization`` computes them) and adds each
-block's column sums (its BLOCK_K rows lie in the same threads, so no exchange
-between warps) into a [1, BLOCK_J] float32 accumulator.  After its rows
-a program stores the accumulator's column sums to a scratch row, and the partial rows
-are folded in two levels so no single program reads them all:
+block's column sums into a [1, BLOCK_J] float32 accumulator (the GPU heuristics use
+one row per block: summing several rows of a block crosses warps wherever the layout
+spreads them over warps, which made one kernel 5x slower).  After its rows a program
+stores the accumulator to a scratch row, and the partial rows are folded in two
+levels so no single program reads them all:
 
 1. programs are counted into groups of ``GROUP``; the group's last program to
    arrive folds the group's ``GROUP`` rows into one row;

@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -22,7 +22,8 @@ from ..codegen.lower import Unsupported
 from ..errors import CompileError
 from ..ir.concretize import Binding
 from ..ir.shapes import slice_shape
-from ..ir.values import TensorVal
+from ..codegen.writer import KernelArg
+from ..ir.values import Expr, TensorVal, Val
 from ..schedulers import SCHEDULERS, Segment
 from . import dump
 from ..ir.ops import OPS, runs_on_host
@@ -337,7 +338,7 @@ class ExecutorCache:
                 info = self.kernel_info[hit[0].name]
                 self.events.append(f"kernel{info.number} {info.name} ({sched.NAME}): hit (same scheduler, "
                                    f"signature and params)")
-            return hit
+            return rebound(hit, seg)
         COUNTERS["misses"] += 1
         reason = self._miss_reason(key)
         self.fresh.add(key)
@@ -373,6 +374,36 @@ class ExecutorCache:
         if any(k[:2] == key[:2] for k in self.kernels):
             return "new input signature for this segment"
         return "first kernel for this segment"
+
+
+def rebound(hit, seg):
+    """A cached kernel for ``seg``: the same compiled function, its arguments naming
+    ``seg``'s own values.  The cache key (outputs and loaded values, by number) is the
+    same for every copy of one subfusion, and planning makes several copies (each
+    ``try_schedule`` of a group on cuts clones it); a kernel built for one copy names
+    that copy's values, which the binding of another lacks.  Values keep their
+    numbers in every copy, so they are matched by number."""
+    src, fn = hit
+    if not src.outputs or src.outputs[0] is seg.outputs[0]:
+        return hit
+    vals, exprs = {}, {}
+    for e in seg.exprs():
+        exprs[e.outputs[0].index] = e
+        for v in list(e.inputs) + list(e.outputs):
+            vals[v.index] = v
+    vals.update((v.index, v) for v in list(seg.inputs_info) + list(seg.outputs))
+
+    def remap(x):
+        if isinstance(x, Val):
+            return vals.get(x.index, x)
+        if isinstance(x, Expr):
+            return exprs.get(x.outputs[0].index, x)
+        if isinstance(x, tuple):
+            return tuple(remap(y) for y in x)
+        return x
+
+    args = [KernelArg(a.name, a.kind, remap(a.source)) for a in src.args]
+    return replace(src, args=args, outputs=[remap(o) for o in src.outputs]), fn
 
 
 def _step(outputs, sched, reasons) -> Step:
