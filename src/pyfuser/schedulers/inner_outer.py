@@ -24,7 +24,7 @@ from ..codegen.inner_outer import InnerOuterTile
 from ..codegen.lower import Unsupported, compute_dtype
 from ..ir.dtypes import DataType
 from .base import Reject, Segment, apply_overrides, next_pow2
-from .reduction import _sizes
+from .reduction import kept_and_reduced
 
 NAME = "inner_outer"
 
@@ -83,7 +83,7 @@ def can_schedule(seg: Segment) -> Reject | None:
     if isinstance(a, Reject):
         return a
     ref, dims, outer = a
-    K, J = _sizes(seg, ref, dims)
+    K, J = kept_and_reduced(seg, ref, dims)
     if K == 0 or J == 0:
         return Reject("empty", f"{ref.name} has no rows or no columns")
     if seg.device_type == "cuda" and next_pow2(J) > MAX_ROW:
@@ -128,7 +128,7 @@ def heuristics(seg: Segment) -> InnerOuterParams:
     row block were slower everywhere (99-224 us).  Without pipelining, one row per
     block: 54.0, 40.4, 64.7, 34.6 us."""
     ref, dims, outer = analyse(seg)
-    K, J = _sizes(seg, ref, dims)
+    K, J = kept_and_reduced(seg, ref, dims)
     bj = next_pow2(J)
     int64 = seg.needs_int64()
     if seg.device_type == "cpu":
@@ -169,7 +169,7 @@ def _sized(p: InnerOuterParams) -> InnerOuterParams:
 
 def emit(seg: Segment, params: InnerOuterParams, name: str):
     ref, dims, outer = analyse(seg)
-    J = _sizes(seg, ref, dims)[1]
+    J = kept_and_reduced(seg, ref, dims)[1]
     if params.block_j < J:  # e.g. an override meant for the multi-pass tiles
         raise Unsupported(f"{NAME} holds whole rows: block_j {params.block_j} < row of {J}")
     tile = InnerOuterTile(ref, dims, params.block_k, params.block_j, params.int64, params.quad_rng, outer,

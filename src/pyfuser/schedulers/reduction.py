@@ -94,7 +94,8 @@ def is_normalization(seg, ref) -> bool:
     return any(seg.shapes[o] == seg.shapes[ref] and not _is_reduction(o) for o in seg.outputs)
 
 
-def _sizes(seg, ref, dims):
+def kept_and_reduced(seg, ref, dims):
+    """(K, J): the numbers of kept and of reduced elements of ``ref``."""
     shape = seg.shapes[ref]
     K = J = 1
     for d, s in enumerate(shape):
@@ -106,7 +107,7 @@ def _sizes(seg, ref, dims):
 
 
 def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
-    J = _sizes(seg, ref, dims)[1]
+    J = kept_and_reduced(seg, ref, dims)[1]
     p = replace(_inner_heuristics(seg, ref, dims), quad_rng=J % 4 == 0)
     align = row_alignment(seg, ref, J, p.persistent)
     return apply_overrides(replace(p, align=align, aligned_rows=align > 1 and strided_rows_dominate(seg, ref)))
@@ -160,7 +161,7 @@ def _compares_integers_along_rows(seg: Segment, ref) -> bool:
 
 
 def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
-    K, J = _sizes(seg, ref, dims)
+    K, J = kept_and_reduced(seg, ref, dims)
     bj = next_pow2(J)
     int64 = seg.needs_int64()
     if seg.device_type == "cpu":
@@ -237,7 +238,7 @@ OUTER_VALUES_PER_THREAD = 64
 
 
 def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
-    K, J = _sizes(seg, ref, dims)
+    K, J = kept_and_reduced(seg, ref, dims)
     int64 = seg.needs_int64()
     if seg.device_type == "cpu":
         bk = min(next_pow2(K), 256)
@@ -271,7 +272,7 @@ def _outer_tile(seg: Segment, ref, dims, bk: int):
     """(rows per chunk, warps, split) of an outer tile ``bk`` columns wide: the chunk
     shrinks to the register budget (``OUTER_VALUES_PER_THREAD``); only a tile still
     over it at 32 rows gets more warps."""
-    J = _sizes(seg, ref, dims)[1]
+    J = kept_and_reduced(seg, ref, dims)[1]
     bj = min(next_pow2(J), 512)
     warps = 4
     per_thread = max(1, OUTER_VALUES_PER_THREAD // outer_values(seg, ref))
@@ -295,7 +296,7 @@ def outer_split(seg: Segment, ref, dims, bk: int, bj: int) -> int:
     layer-norm backward's dw, db at hidden 1024: 64): a power of two that brings the
     grid to ``SPLIT_TARGET_PROGRAMS``, at most ``MAX_SPLIT``, each program walking at
     least two chunks of rows.  1 when the segment cannot be split (``split_eligible``)."""
-    K, J = _sizes(seg, ref, dims)
+    K, J = kept_and_reduced(seg, ref, dims)
     strips = -(-K // bk)
     if strips >= SPLIT_TARGET_PROGRAMS or not split_eligible(seg.outputs, seg.shapes, ref, dims):
         return 1
@@ -335,7 +336,7 @@ def reduction_fallbacks(seg: Segment, params: ReductionParams) -> list:
     outer tile keeps its columns and warps and halves its chunk of rows, down to 4
     elements per thread."""
     if not params.inner:
-        J = _sizes(seg, *analyse(seg))[1]
+        J = kept_and_reduced(seg, *analyse(seg))[1]
         out, bj = [], params.block_j // 2
         while params.block_k * bj >= 4 * 32 * params.num_warps:
             out.append(replace(params, persistent=J <= bj, block_j=bj))
@@ -361,7 +362,7 @@ def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: 
 
 def reduction_grid(seg: Segment, params: ReductionParams):
     ref, dims = analyse(seg)
-    K, _ = _sizes(seg, ref, dims)
+    K, _ = kept_and_reduced(seg, ref, dims)
     strips = max(1, (K + params.block_k - 1) // params.block_k)
     split = effective_split(seg, params)
     return (strips,) if split == 1 else (strips, split)
