@@ -20,6 +20,11 @@ FOUND = [
     # its arguments named the first copy's values (KeyError: T3).  plan.rebound.
     (2, 1, [DataType.Float], [("unary", "exp", 0), ("reduce", "sum", 0, 1), ("unary", "exp", 0),
                                ("reduce", "sum", 2, 0), ("cat", 0, 0, 4, 0, True)], [4]),
+    # exp(x) met first through a sliced cat (whose half it is never in at the slice's
+    # rows), then as a cat input of an output: stored under the first reach's false
+    # predicate, so never written (a silent wrong result).  Lowering.note_reached.
+    (1, 1, [DataType.Float], [("unary", "exp", 0), ("cat", 0, 0, 1, 0, False), ("unary", "exp", 0),
+                               ("unary", "exp", 0), ("cat", 0, 2, 1, 0, True)], [1]),
 ]
 
 

@@ -156,7 +156,7 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
             _store(low, o, idx, val, axes)
 
     def store_chunk(c):
-        low.reached.clear()
+        low.clear_reached()
         _store_walked(low, outputs, tile.ref_index(low, c), full, reached)
 
     if tile.persistent and not tile.peeled:  # one block: reductions computed where first used
@@ -197,7 +197,7 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
         first = lvl == min(levels.values())
         for c in tile.chunk_names():
             with _chunk_scope(low, tile, c):
-                low.reached.clear()
+                low.clear_reached()
                 for e in plain:
                     tile.chunk(low, e, accs[e], c=c)
                 for m, _, a in pairs:
@@ -240,7 +240,7 @@ def _emit_split_body(low, tile, levels, store_kept, full, reached, early):
     accs = {e: tile.init(low, e) for e in exprs}
     outputs = full + reached
     with _chunk_scope(low, tile, "j"):
-        low.reached.clear()
+        low.clear_reached()
         for e in exprs:
             tile.chunk(low, e, accs[e], c="j")
         if early:

@@ -128,7 +128,7 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     w.line("k = kb + tl.arange(0, BLOCK_K)[:, None]")
     w.line("kmask = k < K")
     tile.open_j(low, "0")
-    low.reached.clear()
+    low.clear_reached()
     idx = tile.ref_index(low)
     store_walked(low, outputs, idx, full, [])
     for o in rows:

@@ -92,7 +92,10 @@ class Lowering:
         self.tile = tile
         self.facts = facts  # per-expr static facts baked into the kernel (normalised slices)
         self.scopes: list[dict] = [{}]
-        self.reached: dict = {}  # Val -> first Index it was evaluated at
+        # Val -> the Index an output met on the walk is stored at: the first reach outside
+        # any window (``note_reached``), else the first reach
+        self.reached: dict = {}
+        self._reached_outside: set = set()
         # Values met below a slice that drops elements (or a cropping pad) cover only a
         # window of themselves: ``windowed`` unless also met outside any (``covered``).
         self.window_depth = 0
@@ -177,16 +180,35 @@ class Lowering:
             return self.scalar(v)
         idx = self.normalize(v, idx)
         (self.windowed if self.window_depth else self.covered).add(v)
+        self.note_reached(v, idx)
         hit = self.lookup(v, idx)
         if hit is not None:
             return hit
-        self.reached.setdefault(v, idx)
         if v.definition is None:
             res = self.load(v, idx)
         else:
             res = self.expr_value(v, idx)
         self.remember(v, idx, res)
         return res
+
+    def note_reached(self, v, idx: Index):
+        """Remember where ``v`` was met, for storing it if it is an output.  A reach
+        below a window (a slice or cropping pad of a cat, say) covers only part of ``v``
+        and its predicates may hold nowhere: a value met both inside and outside one is
+        stored at its first reach outside (a fuzzed fusion stored exp(x) under the
+        never-true predicate of the cat half its first reach came through)."""
+        if v in self._reached_outside:
+            return
+        if not self.window_depth:
+            self.reached[v] = idx
+            self._reached_outside.add(v)
+        else:
+            self.reached.setdefault(v, idx)
+
+    def clear_reached(self):
+        """Forget the reaches (a new chunk's walk starts)."""
+        self.reached.clear()
+        self._reached_outside.clear()
 
     def scalar(self, v: ScalarVal):
         if v.is_constant:
