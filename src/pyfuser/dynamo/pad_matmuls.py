@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import torch
 
+from .rules import RESHAPES, meta
+
 aten = torch.ops.aten
 
 ALIGN = 8  # elements per 16 bytes of a 16-bit dtype
@@ -49,10 +51,6 @@ ALWAYS = False  # pad regardless of device and cost (tests)
 PAD_N = True  # pad the result's columns too (see the module docstring)
 
 _TRANSPOSES = (aten.t.default, aten.transpose.int, aten.permute.default)
-
-
-def _val(node):
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
 def _pad_amount(n: int) -> int:
@@ -82,14 +80,14 @@ def _rewrite(graph, node, cache) -> int:
         bias, a, b = node.args
     else:
         a, b = node.args
-    va, vb, out = _val(a), _val(b), _val(node)
+    va, vb, out = meta(a), meta(b), meta(node)
     if va is None or vb is None or out is None or out.dtype not in (torch.float16, torch.bfloat16):
         return 0
     (M, K), N = va.shape, vb.shape[1]
     pm, pk, pn = _pad_amount(M), _pad_amount(K), _pad_amount(N) if PAD_N else 0
     if not (pm or pk or pn):
         return 0
-    if bias is not None and pm and _val(bias).dim() > 1 and _val(bias).shape[0] != 1:
+    if bias is not None and pm and meta(bias).dim() > 1 and meta(bias).shape[0] != 1:
         return 0  # a per-row bias would need its rows padded too
     if not ALWAYS:
         if out.device.type != "cuda":
@@ -100,8 +98,8 @@ def _rewrite(graph, node, cache) -> int:
     with graph.inserting_before(node):
         pa = _padded(graph, a, {0: pm, 1: pk}, cache)
         pb = _padded(graph, b, {0: pk, 1: pn}, cache)
-        if bias is not None and pn and _val(bias).dim() >= 1 and _val(bias).shape[-1] != 1:
-            bias = _padded(graph, bias, {_val(bias).dim() - 1: pn}, cache)
+        if bias is not None and pn and meta(bias).dim() >= 1 and meta(bias).shape[-1] != 1:
+            bias = _padded(graph, bias, {meta(bias).dim() - 1: pn}, cache)
         args = (pa, pb) if bias is None else (bias, pa, pb)
         res = graph.call_function(node.target, args)
         if pm:
@@ -113,9 +111,6 @@ def _rewrite(graph, node, cache) -> int:
     if pn:
         _contiguous_at_outputs(graph, res)
     return 1
-
-
-_SHAPE_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 def _contiguous_at_outputs(graph, sliced):
@@ -131,7 +126,7 @@ def _contiguous_at_outputs(graph, sliced):
                 with graph.inserting_after(n):
                     copy = graph.call_function(aten.clone.default, (n,), {"memory_format": torch.contiguous_format})
                 user.replace_input_with(n, copy)
-            elif user.op == "call_function" and user.target in _SHAPE_VIEWS:
+            elif user.op == "call_function" and user.target in RESHAPES:
                 todo.append(user)
 
 
@@ -142,12 +137,12 @@ def _padded(graph, node, pads: dict, cache):
         return node
     if isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in _TRANSPOSES:
         src = node.args[0]
-        rank = _val(src).dim()
+        rank = meta(src).dim()
         perm = _permutation(node, rank)
         if perm is not None:
             inner = _padded(graph, src, {perm[d]: p for d, p in pads.items()}, cache)
             return graph.call_function(node.target, (inner,) + tuple(node.args[1:]), dict(node.kwargs))
-    rank = _val(node).dim()
+    rank = meta(node).dim()
     key = (node, tuple(pads.get(d, 0) for d in range(rank)))
     if key not in cache:
         flat = []

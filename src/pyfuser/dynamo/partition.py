@@ -37,7 +37,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .region import FusedRegion, warn_once
-from .rules import ATEN_VIEWS, bind_args, is_compute, is_layout_copy, meta, unsupported_reason
+from .rules import ATEN_VIEWS, RESHAPES, bind_args, is_compute, is_layout_copy, meta, unsupported_reason
 
 MIN_COMPUTE_OPS = 2
 log = logging.getLogger(__name__)
@@ -224,9 +224,6 @@ def reduction_kind(node) -> str | None:
     return "row" if real[-1] in dims else "column"
 
 
-_RESHAPES = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"}
-
-
 def _cuts_here(node, kinds: set) -> bool:
     """Whether a region must be cut before ``node``, given the kinds of the
     reductions it depends on inside the region."""
@@ -235,7 +232,7 @@ def _cuts_here(node, kinds: set) -> bool:
         if k == "column" and kinds <= {"row", "column"}:
             return False  # a column sum of rows' results: the inner_outer tile (else two kernels)
         return bool(kinds - {k})
-    if str(node.target) in _RESHAPES and kinds & {"row", "all"}:
+    if node.target in RESHAPES and kinds & {"row", "all"}:
         before, after = meta(node.args[0]).shape, meta(node).shape
         return [e for e in before if e != 1] != [e for e in after if e != 1]
     return False

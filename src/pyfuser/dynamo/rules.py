@@ -90,6 +90,9 @@ def meta(node):
 
 
 ATEN_VIEWS = set()  # filled below with the targets of the view rules
+# The views that change a tensor's shape, not its elements' order: what the partitioner
+# checks for cuts, pad_matmuls follows to the graph's outputs, sum_views sums through.
+RESHAPES = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default)
 
 
 def _identity_rule(*names, aten_view):

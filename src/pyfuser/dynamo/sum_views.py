@@ -19,12 +19,11 @@ import math
 
 import torch
 
+from .rules import RESHAPES, meta
+
 aten = torch.ops.aten
-_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-
-
 def _shape(node):
-    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    v = meta(node)
     return tuple(v.shape) if isinstance(v, torch.Tensor) else None
 
 
@@ -60,7 +59,7 @@ def _merged_leading(node):
     dim 0 of a view whose dim 0 is its source's first dims merged, the rest equal."""
     args = list(node.args) + [None] * 3
     view, dims, keepdim = args[0], args[1], bool(args[2] if args[2] is not None else node.kwargs.get("keepdim", False))
-    if not isinstance(view, torch.fx.Node) or view.op != "call_function" or view.target not in _VIEWS:
+    if not isinstance(view, torch.fx.Node) or view.op != "call_function" or view.target not in RESHAPES:
         return None
     src = view.args[0]
     before, after = _shape(src), _shape(view)

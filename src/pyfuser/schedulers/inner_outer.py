@@ -103,10 +103,16 @@ def can_schedule(seg: Segment) -> Reject | None:
 H200_SMS = 132
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    if not torch.cuda.is_available():  # planned offline for the H200 (benchmarks/regcheck.py)
+def _sm_count() -> int:
+    """SMs of the current GPU; the H200's when there is none (planned offline by
+    benchmarks/regcheck.py)."""
+    if not torch.cuda.is_available():
         return H200_SMS
+    return _sms_of(torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _sms_of(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
@@ -138,8 +144,7 @@ def heuristics(seg: Segment) -> InnerOuterParams:
         return _sized(apply_overrides(InnerOuterParams(bk, bj, 4, nprog, 2, 2, int64, J % 4 == 0)))
     per_thread = 8 if bj <= 1024 else 16
     warps = max(1, min(16, bj // (32 * per_thread)))
-    nprog = max(1, min(K, _sm_count(torch.cuda.current_device() if torch.cuda.is_available() else 0)
-                       * programs_per_sm(warps)))
+    nprog = max(1, min(K, _sm_count() * programs_per_sm(warps)))
     return _sized(apply_overrides(InnerOuterParams(1, bj, warps, nprog, 0, 0, int64, J % 4 == 0, stages=2)))
 
 
@@ -154,7 +159,7 @@ def max_registers(seg: Segment, params: InnerOuterParams) -> int | None:
     GPU).  None on the CPU."""
     if seg.device_type != "cuda":
         return None
-    sms = _sm_count(torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    sms = _sm_count()
     per_sm = -(-params.nprog // sms)
     return 65536 // (per_sm * 32 * params.num_warps)
 
@@ -185,7 +190,7 @@ def fallbacks(seg: Segment, params: InnerOuterParams) -> list:
     """When the kernel spills or needs more registers than one wave allows: half the
     programs (twice the registers each), down to one per SM."""
     out, p = [], params
-    sms = _sm_count(torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    sms = _sm_count()
     while p.nprog // 2 >= sms:
         p = replace(p, nprog=p.nprog // 2, group=0, fold_rows=0)
         out.append(_sized(p))
