@@ -10,7 +10,9 @@ were multiplications, if the dropout mask cost nothing, if the softmax divided b
 per-row reciprocal.  Outputs are not checked here: an edit may change the results.
 Groups: ``bert`` (the report's attention softmax + dropout and its two halves),
 ``normbwd`` (normalization backwards: one inner-outer kernel, its fold sizes, and the
-two kernels they ran as before), ``outer`` (column sums: strip and chunk sizes),
+two kernels they ran as before), ``outer`` (column sums: strip and chunk sizes, the
+chunk loop pipelined), ``rope`` (the broadcast tile's sizes against the flat tile),
+``pointwise`` (elements per thread of math-heavy flat tiles),
 ``cast`` (the byte mix of a fp16 -> fp32 log-softmax without its reductions),
 ``stats`` (statistics-only rows of 30522), ``norm`` (wide normalizations, online
 chunks against persistent rows), ``logsoftmax`` (the report's three log-softmax
@@ -40,6 +42,14 @@ CONST_SIZES = (r"(?m)^(\s+)(K|J|T\d+_s\d+),$", r"\1\2: tl.constexpr,")
 NO_SMALL_STORE = (r"\n\s+tl\.store\(T\d+_out \+ i\d+, .*== 0\)\)", "")
 NO_RNG = (r"(r\d+) = tl\.reshape\(tl\.join\(.*\), \[BLOCK_K, BLOCK_J\]\)",
           r"\1 = tl.full([BLOCK_K, BLOCK_J], 0.5, tl.float32)")
+
+
+
+def pipelined(stages):
+    """The reduction's chunk loop software-pipelined ``stages`` deep (loads of the next
+    chunks issued before this one is summed)."""
+    return [(r"for j0 in range\((.*), BLOCK_J\):", rf"for j0 in tl.range(\1, BLOCK_J, num_stages={stages}):")]
+
 
 _SOURCES: list = []
 
@@ -115,7 +125,8 @@ def main():
     ms = triton.testing.do_bench(lambda: y.copy_(x), return_mode="median")
     print(f"copy {2 * x.numel() * 4 / ms / 1e6:.0f} GB/s")
     print("| case | variant | us | GB/s | regs/spills |\n|---|---|---|---|---|")
-    groups = set(filter(None, args.only.split(","))) or {"bert", "cast", "stats", "norm", "logsoftmax", "normbwd", "outer"}
+    groups = set(filter(None, args.only.split(","))) or {"bert", "cast", "stats", "norm", "logsoftmax", "normbwd", "outer",
+                                                               "rope", "pointwise"}
     rows = []
     if "bert" in groups:
         b = bench_build("bert_softmax_dropout_noview")
@@ -192,6 +203,10 @@ def main():
                 ("k128 j64 w8", dict(block_k=128, block_j=64, num_warps=8), []),
                 ("k256 j32 w8", dict(block_k=256, block_j=32, num_warps=8), []),
                 ("k64 j64 s64", dict(block_k=64, block_j=64, split=64), []),
+                ("base stages2", {}, pipelined(2)),
+                ("base stages3", {}, pipelined(3)),
+                ("k128 j32 stages3", dict(block_k=128, block_j=32), pipelined(3)),
+                ("k64 j64 stages3", dict(block_k=64, block_j=64), pipelined(3)),
             ], args.dump)
     if "normbwd" in groups:  # normalization backwards: one inner-outer kernel against two kernels
         from pyfuser import DataType
@@ -217,6 +232,37 @@ def main():
                 ("k1 w2 n2112", dict(block_k=1, num_warps=2, nprog=2112), []),
                 ("k2 w4 n528 stages2", dict(block_k=2, num_warps=4, nprog=528), stages),
                 ("k1 w4 n1056 stages2", dict(block_k=1, num_warps=4, nprog=1056), stages),
+            ], args.dump)
+    if "rope" in groups:  # the broadcast tile: heads on k, cos/sin once per tile column
+        from pyfuser import DataType
+        from pyfuser.bench import training
+
+        def rope(backward):
+            def build(fd):
+                sizes = (16384, 8, 128, DataType.BFloat16)
+                training.build_rope(fd, sizes, backward=backward)
+                x, theta = training.rope_inputs(sizes, "cuda", None)
+                return [x] + ([torch.randn_like(x)] if backward else []) + [theta]
+            return build
+        for name, build in (("rope_forward_bf16", rope(False)), ("rope_backward_bf16", rope(True))):
+            rows += run(name, build, [
+                ("base", {}, []),
+                ("flat", dict(outer=()), []),
+                ("k8 4096 w8", dict(num_warps=8), []),
+                ("k8 2048 w4", dict(block=2048), []),
+                ("k8 8192 w8", dict(block=8192, num_warps=8), []),
+                ("k4 4096 w4", dict(block_outer=4), []),
+                ("k4 2048 w4", dict(block_outer=4, block=2048), []),
+            ], args.dump)
+    if "pointwise" in groups:  # flat tiles of a math-heavy pointwise fusion: elements per thread
+        for name in ("gelu_tanh_backward_bf16", "gelu_erf_backward_bf16", "bias_gelu_tanh_fp16"):
+            rows += run(name, bench_build(name), [
+                ("base", {}, []),
+                ("1024 w4", dict(block=1024, num_warps=4), []),
+                ("2048 w4", dict(block=2048, num_warps=4), []),
+                ("2048 w8", dict(block=2048, num_warps=8), []),
+                ("4096 w8", dict(block=4096, num_warps=8), []),
+                ("512 w4", dict(block=512, num_warps=4), []),
             ], args.dump)
     print("\n".join(["", "| case | variant | us | GB/s | regs/spills |", "|---|---|---|---|---|"] + rows))
 

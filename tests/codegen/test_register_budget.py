@@ -12,7 +12,7 @@ import torch
 from pyfuser.bench import training as T
 from pyfuser.ir.concretize import bind
 from pyfuser.runtime import spills
-from pyfuser.schedulers import Segment, outer_reduction, pointwise
+from pyfuser.schedulers import Segment, outer_reduction, override, pointwise
 from pyfuser.schedulers.reduction import OUTER_VALUES_PER_THREAD, outer_values, reduction_fallbacks
 
 from .common import DataType, fusion
@@ -117,12 +117,14 @@ def test_outer_fallbacks_halve_the_rows():
 
 
 def test_pointwise_fallbacks_halve_the_elements_per_thread_on_4_warps():
-    """RoPE: bf16 x, fp32 angles: 8 then 4 elements per thread (a 16-byte fp32 access)
-    on 4 warps; its 16 per thread have a register budget, 8 have none."""
+    """RoPE on a flat tile: bf16 x, fp32 angles: 8 then 4 elements per thread (a
+    16-byte fp32 access) on 4 warps; its 16 per thread have a register budget, 8 have
+    none."""
     def build(fd):
         T.build_rope(fd, (16384, 8, 128, BF))
     seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
-    p = pointwise.heuristics(seg)
+    with override(outer=()):
+        p = pointwise.heuristics(seg)
     assert (p.block, p.num_warps) == (4096, 8)
     fb = pointwise.fallbacks(seg, p)
     assert [(q.block, q.num_warps) for q in fb] == [(1024, 4), (512, 4)]
@@ -135,14 +137,28 @@ def test_pointwise_fallbacks_halve_the_elements_per_thread_on_4_warps():
     assert [q.block for q in pointwise.fallbacks(seg, pointwise.heuristics(seg))] == [1024]  # 8 bf16 = 16 bytes
 
 
+def test_rope_walks_a_broadcast_tile_without_a_register_budget():
+    """RoPE's cos and sin are shared by the 8 heads: the heads go on the tile's k axis
+    (8 rows of 512), and the tile keeps only the spill check."""
+    def build(fd):
+        T.build_rope(fd, (16384, 8, 128, BF))
+    seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
+    p = pointwise.heuristics(seg)
+    assert (p.outer, p.block_outer, p.block, p.num_warps) == ((1,), 8, 4096, 4)
+    assert pointwise.grid(seg, p) == (16384 * 128 // 512, 1)
+    assert pointwise.max_registers(seg, p) is None
+    assert [(q.block, q.block_outer) for q in pointwise.fallbacks(seg, p)] == [(2048, 8), (1024, 8), (512, 8)]
+
+
 def test_a_candidate_over_its_register_budget_is_rejected():
-    """RoPE at 16 elements per thread compiled to 128 registers on sm_90 (no spills):
+    """RoPE (flat tile) at 16 elements per thread compiled to 128 registers on sm_90 (no spills):
     over the pointwise budget, so the walk moves to 8 per thread; bias + GELU's 40
     stays.  Spills reject whatever the budget."""
     def build(fd):
         T.build_rope(fd, (16384, 8, 128, BF))
     seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
-    p = pointwise.heuristics(seg)
+    with override(outer=()):
+        p = pointwise.heuristics(seg)
     assert "128 registers" in spills.rejection(pointwise, seg, p, 128, 0)
     assert spills.rejection(pointwise, seg, p, 40, 0) is None
     assert spills.rejection(pointwise, seg, p, None, 0) is None  # unknown: accepted

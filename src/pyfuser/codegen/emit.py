@@ -20,7 +20,7 @@ from ..ir.shapes import reduce_shape
 from ..ir.values import TensorVal
 from .lower import Lowering, Unsupported, compute_dtype
 from .inner_outer import InnerOuterTile, emit_inner_outer_body
-from .tiles import FlatTile, ReductionTile
+from .tiles import BroadcastTile, FlatTile, ReductionTile
 from .writer import KernelArg, KernelWriter
 
 
@@ -125,7 +125,7 @@ def emit_kernel(name: str, outputs, shapes, inputs_info, tile, header: list[str]
     ref_shape = shapes[tile.ref]
     tile.prologue(low)
     full = [o for o in outputs if shapes[o] == ref_shape and not _is_reduction(o)]
-    if isinstance(tile, FlatTile):
+    if isinstance(tile, (FlatTile, BroadcastTile)):
         _store_walked(low, outputs, tile.ref_index(low), full, [o for o in outputs if o not in full])
     elif isinstance(tile, InnerOuterTile):
         emit_inner_outer_body(low, outputs, shapes, tile, full, _store_walked, _store)

@@ -101,6 +101,9 @@ class Lowering:
         self.window_depth = 0
         self.windowed: set = set()
         self.covered: set = set()
+        # elementwise expr -> the tile axes its results vary along, over all its uses
+        # (read through a ``tiles.ProbeTile`` by the pointwise scheduler)
+        self.expr_axes: dict = {}
 
     # -- scopes (loop bodies) -------------------------------------------------------
     def push(self):
@@ -285,6 +288,7 @@ class Lowering:
             args.append((code, inp))
             arg_axes.append(ax)
         axes = frozenset().union(*arg_axes)
+        self.expr_axes[e] = self.expr_axes.get(e, frozenset()) | axes
         if e.op == "cast":
             code, inp = args[0]
             target = e.attrs["dtype"]

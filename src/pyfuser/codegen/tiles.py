@@ -3,6 +3,8 @@
 * ``FlatTile`` (pointwise): a 1-D block of the reference tensor's linear index,
   ``x = pid * BLOCK + arange(BLOCK)``.  Contiguous tensors are addressed by ``x``
   itself, which is what lets Triton vectorize.
+* ``BroadcastTile`` (pointwise): a 2-D block, ``k`` over some dims and ``j`` over
+  the rest, so values broadcast along one of them are computed once per tile.
 * ``ReductionTile``: a 2-D block, ``k`` over the kept elements and ``j`` over the
   reduced ones (any set of reduced dims: each is unravelled from ``j``).  ``inner``
   puts ``j`` on the contiguous tile axis (softmax rows), ``outer`` puts ``k`` there
@@ -67,6 +69,99 @@ class FlatTile:
         if lin.code != "x" or self.block < 4:
             return None
         return "(pid * (BLOCK // 4) + tl.arange(0, BLOCK // 4))", "[BLOCK]"
+
+
+class BroadcastTile:
+    """A 2-D pointwise tile: ``k`` over the reference's ``outer`` dims, ``j`` over the
+    others (the contiguous last dim among them, so loads still vectorize along ``j``).
+    A value that varies along one axis only is a ``[BLOCK_K, 1]`` or ``[1, BLOCK_J]``
+    block, computed once for the whole tile: RoPE's cos and sin of angles shared by
+    the heads, with the heads on ``k``, cost BLOCK_K times fewer evaluations than in a
+    flat tile, which computes every value at every element.  Programs: axis 0 over
+    ``j`` blocks, axis 1 over ``k`` blocks."""
+
+    def __init__(self, ref, outer, block_k: int, block_j: int, int64: bool):
+        self.ref, self.outer = ref, tuple(outer)
+        self.block_k, self.block_j, self.int64 = block_k, block_j, int64
+
+    def inner(self):
+        return [d for d in range(len(self.ref.shape)) if d not in self.outer]
+
+    def prologue(self, low):
+        w = low.w
+        w.constexprs["BLOCK_K"] = self.block_k
+        w.constexprs["BLOCK_J"] = self.block_j
+        K = w.arg("K", "numel", ("numel", self.ref, self.outer))
+        J = w.arg("J", "numel", ("numel", self.ref, tuple(self.inner())))
+        cast = ".to(tl.int64)" if self.int64 else ""
+        w.line(f"k = tl.program_id(1){cast} * BLOCK_K + tl.arange(0, BLOCK_K)[:, None]")
+        w.line(f"j = tl.program_id(0){cast} * BLOCK_J + tl.arange(0, BLOCK_J)[None, :]")
+        w.line(f"kmask = k < {K}")
+        w.line(f"jmask = j < {J}")
+        w.line("mask = kmask & jmask")
+
+    def ref_index(self, low) -> Index:
+        ext = low.extents(self.ref)
+        coords = [None] * len(ext)
+        for axis, dims in (("k", self.outer), ("j", self.inner())):
+            for d, c in zip(dims, unravel(Coord(axis, frozenset(axis)), [ext[d] for d in dims], low.divider)):
+                coords[d] = c
+        n = len(ext)
+        linear = None
+        if self.outer == tuple(range(len(self.outer))):
+            linear = Coord("(k * J + j)", frozenset("kj"))
+        elif self.outer == tuple(range(n - len(self.outer), n)):
+            linear = Coord("(j * K + k)", frozenset("kj"))
+        return Index(tuple(coords), linear)
+
+    def divides_fast(self, axes) -> bool:
+        """See ``FlatTile.divides_fast``: ``j`` is the vectorized axis."""
+        return "j" not in axes
+
+    def mask(self, axes, preds=()):
+        parts = ["mask" if {"k", "j"} <= axes else "kmask" if "k" in axes else "jmask" if "j" in axes else None]
+        parts = [p for p in parts if p] + [f"({p})" for p in preds]
+        return " & ".join(parts) if parts else None
+
+    def shape(self, axes):
+        return f"[{'BLOCK_K' if 'k' in axes else '1'}, {'BLOCK_J' if 'j' in axes else '1'}]"
+
+    def reduction(self, low, e, v, idx):
+        raise Unsupported("a pointwise tile cannot reduce")
+
+    def quads(self, lin: Coord):
+        return None  # one Philox call per element (the scheduler keeps random fusions flat)
+
+
+class ProbeTile:
+    """Not a kernel: each dim ``d`` of the reference is its own tile axis ``d``, so a
+    walk (``Lowering``) tells along which reference dims every value varies
+    (``Lowering.expr_axes``).  The pointwise scheduler reads it to choose a
+    ``BroadcastTile``; the code the walk writes is thrown away."""
+
+    int64 = True  # plain ``//`` and ``%``: no size arguments for division constants
+
+    def __init__(self, ref):
+        self.ref = ref
+
+    def ref_index(self, low) -> Index:
+        shape = low.shapes[self.ref]
+        return Index(tuple(ZERO if s == 1 else Coord(f"d{d}", frozenset([d])) for d, s in enumerate(shape)))
+
+    def divides_fast(self, axes) -> bool:
+        return False
+
+    def mask(self, axes, preds=()):
+        return None
+
+    def shape(self, axes):
+        return "[1]"
+
+    def reduction(self, low, e, v, idx):
+        raise Unsupported("a pointwise tile cannot reduce")
+
+    def quads(self, lin: Coord):
+        return None
 
 
 _IDENT = {"sum": 0, "prod": 1}

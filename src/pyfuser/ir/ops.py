@@ -260,14 +260,18 @@ class OpDef:
     # Binary ops: the builder used when the second operand is uniform along a tile axis
     # the result varies on; called with ``constant=`` the operand's value when it is one.
     emit_uniform_rhs: Callable | None = None
+    # Elementwise ops that cost tens of instructions per element (range reduction,
+    # libdevice polynomials): worth computing once per distinct input where a tile
+    # allows (``schedulers.pointwise``'s broadcast tile), not once per output element.
+    heavy: bool = False
 
 
-def _u(name, ref, emit, compute="out"):
-    return OpDef(name, "unary", ref, emit, compute)
+def _u(name, ref, emit, compute="out", heavy=False):
+    return OpDef(name, "unary", ref, emit, compute, heavy=heavy)
 
 
-def _b(name, ref, emit, compute="out"):
-    return OpDef(name, "binary", ref, emit, compute)
+def _b(name, ref, emit, compute="out", heavy=False):
+    return OpDef(name, "binary", ref, emit, compute, heavy=heavy)
 
 
 def _cmp(name, ref, sym):
@@ -280,23 +284,23 @@ _ROWS = [
     _u("neg", lambda a: -a, lambda b, a: f"-{a}"),
     _u("exp", torch.exp, lambda b, a: f"tl.exp({a})"),
     _u("exp2", torch.exp2, lambda b, a: f"tl.exp2({a})"),
-    _u("expm1", torch.expm1, lambda b, a: f"libdevice.expm1({a})"),
+    _u("expm1", torch.expm1, lambda b, a: f"libdevice.expm1({a})", heavy=True),
     _u("log", torch.log, lambda b, a: f"tl.log({a})"),
-    _u("log1p", torch.log1p, lambda b, a: f"libdevice.log1p({a})"),
+    _u("log1p", torch.log1p, lambda b, a: f"libdevice.log1p({a})", heavy=True),
     _u("log2", torch.log2, lambda b, a: f"tl.log2({a})"),
     _u("log10", torch.log10, lambda b, a: f"(tl.log2({a}) * 0.30102999566398120)"),
     _u("sqrt", torch.sqrt, _sqrt),
     _u("rsqrt", torch.rsqrt, lambda b, a: f"tl.rsqrt({a})"),
     _u("reciprocal", torch.reciprocal, lambda b, a: _div(b, "1.0", a)),
-    _u("sin", torch.sin, lambda b, a: f"tl.sin({a})"),
-    _u("cos", torch.cos, lambda b, a: f"tl.cos({a})"),
-    _u("tan", torch.tan, lambda b, a: f"libdevice.tan({a})"),
-    _u("tanh", torch.tanh, lambda b, a: f"libdevice.tanh({a})"),
+    _u("sin", torch.sin, lambda b, a: f"tl.sin({a})", heavy=True),
+    _u("cos", torch.cos, lambda b, a: f"tl.cos({a})", heavy=True),
+    _u("tan", torch.tan, lambda b, a: f"libdevice.tan({a})", heavy=True),
+    _u("tanh", torch.tanh, lambda b, a: f"libdevice.tanh({a})", heavy=True),
     _u("sigmoid", torch.sigmoid, lambda b, a: _div(b, "1.0", f"(1.0 + tl.exp(-{a}))")),
     _u("relu", torch.relu, lambda b, a: f"tl.where({b.tmp(a)} < 0, 0, {b.last})"),
     _u("silu", torch.nn.functional.silu, lambda b, a: _div(b, b.tmp(a), f"(1.0 + tl.exp(-{b.last}))")),
-    _u("erf", torch.erf, lambda b, a: f"tl.erf({a})"),
-    _u("erfc", torch.erfc, lambda b, a: f"libdevice.erfc({a})"),
+    _u("erf", torch.erf, lambda b, a: f"tl.erf({a})", heavy=True),
+    _u("erfc", torch.erfc, lambda b, a: f"libdevice.erfc({a})", heavy=True),
     _u("floor", torch.floor, _floor),
     _u("ceil", torch.ceil, _ceil),
     _u("round", torch.round, _round),
@@ -314,10 +318,10 @@ _ROWS = [
     _b("mul", lambda a, b: a * b, lambda b, x, y: f"({x} * {y})"),
     OpDef("div", "binary", lambda a, b: a / b, _div, emit_uniform_rhs=_div_uniform),
     OpDef("truediv", "binary", lambda a, b: a / b, _div, emit_uniform_rhs=_div_uniform),
-    _b("pow", lambda a, b: a ** b, _pow),
+    _b("pow", lambda a, b: a ** b, _pow, heavy=True),
     _b("fmod", _tensor_first(torch.fmod), _fmod),
     _b("remainder", _tensor_first(torch.remainder), _remainder),
-    _b("atan2", _tensor_first(torch.atan2), lambda b, y, x: _ld(b, "atan2", y, x)),
+    _b("atan2", _tensor_first(torch.atan2), lambda b, y, x: _ld(b, "atan2", y, x), heavy=True),
     _b("maximum", _tensor_first(torch.maximum), _max_min("maximum")),
     _b("minimum", _tensor_first(torch.minimum), _max_min("minimum")),
     _cmp("eq", lambda a, b: a == b, "=="),

@@ -10,13 +10,28 @@ Worked example: bias + GELU on [16384, 4096] fp16 with a [4096] bias: the refere
 is the [16384, 4096] output; ``x`` addresses input and output directly, the bias at
 ``x % 4096``.  BLOCK 1024 with 4 warps keeps 8 fp16 elements per thread: one 16-byte
 load each.
+
+Broadcast tile: where a heavy op (sin, cos, tanh, erf, ...: ``OpDef.heavy``) reads
+values broadcast along some dims, a flat walk evaluates it at every output element.
+RoPE on [tokens, heads, 128] takes cos and sin of angles [tokens, 128] shared by the
+heads: 2 transcendental evaluations per element made it compute-bound at 30% of copy
+bandwidth on H200.  A probe walk (``tiles.ProbeTile``) tells along which dims each
+heavy op's result varies; when the dims it does not vary along (not the last, which
+stays contiguous) hold at least ``MIN_SHARED`` elements, the kernel walks a 2-D
+``tiles.BroadcastTile`` with those dims on ``k`` (``outer``), and the heavy op is
+computed on a [1, BLOCK_J] block shared by the tile's ``block_outer`` rows.  A heavy op
+that varies along the outer dims only ([BLOCK_K, 1], once per row) counts as well.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from ..codegen.emit import emit_kernel
-from ..codegen.tiles import FlatTile
+from ..codegen.lower import Lowering, Unsupported
+from ..codegen.tiles import BroadcastTile, FlatTile, ProbeTile
+from ..codegen.writer import KernelWriter
+from ..ir.ops import OPS
 from .base import Reject, Segment, apply_overrides, next_pow2
 
 NAME = "pointwise"
@@ -27,6 +42,8 @@ class PointwiseParams:
     block: int  # elements per program (a power of 2)
     num_warps: int  # warps per program (GPU)
     int64: bool  # index arithmetic in int64 (tensors past 2**30 elements)
+    outer: tuple = ()  # reference dims on the broadcast tile's k axis; () = a flat tile
+    block_outer: int = 1  # of ``block``, elements along k (a power of 2)
 
 
 def can_schedule(seg: Segment) -> Reject | None:
@@ -39,20 +56,97 @@ def reference(seg: Segment):
     return max(seg.outputs, key=seg.numel)
 
 
+# A broadcast tile pays when its heavy ops are shared by at least this many elements.
+MIN_SHARED = 4
+# Rows on the broadcast tile's k axis: each thread then computes a shared value once
+# for up to this many of its elements (Triton puts the warps along the contiguous j
+# axis first, so rows mostly stay within a thread).
+BLOCK_OUTER = 8
+# Elements per program of a broadcast tile on the GPU (BLOCK_OUTER rows of 512).
+BROADCAST_BLOCK = 4096
+MAX_GRID_K = 65535  # CUDA's limit on the grid's second axis
+# The contiguous last dim must be at least this long, or rows of j are short runs.
+MIN_ROW = 16
+
+
 def heuristics(seg: Segment) -> PointwiseParams:
     n = seg.numel(reference(seg))
+    int64 = seg.needs_int64()
+    # an override of ``outer`` (tests, variants) picks the tile; the sizes follow from it
+    outer = apply_overrides(PointwiseParams(0, 0, int64, broadcast_dims(seg))).outer
+    if outer:
+        K = math.prod(seg.shapes[reference(seg)][d] for d in outer)
+        bk = min(BLOCK_OUTER, next_pow2(K))
+        block = (1 << 14 if seg.device_type == "cpu" else BROADCAST_BLOCK)
+        block = max(bk * 16, min(block, bk * next_pow2(n // K)))
+        if -(-K // bk) <= MAX_GRID_K:
+            return apply_overrides(PointwiseParams(block, 4, int64, outer, bk))
     if seg.device_type == "cpu":  # the interpreter runs programs one by one: few, large ones
         # Two block sizes only (masked lanes cost little there), so a new size does not
         # compile a new kernel for every power of 2.
         block = 1024 if n <= 1024 else 1 << 14
-        return apply_overrides(PointwiseParams(block, 4, seg.needs_int64()))
+        return apply_overrides(PointwiseParams(block, 4, int64))
     # Large tensors: 4096 elements and 8 warps per program (16 per thread) hides the
     # latency of math-heavy bodies (bias + tanh-GELU on H200: 0.089 ms vs 0.094 ms
     # at 1024 x 4 warps); small ones: enough programs to cover the SMs.
     if n >= 1 << 22:
-        return apply_overrides(PointwiseParams(4096, 8, seg.needs_int64()))
+        return apply_overrides(PointwiseParams(4096, 8, int64))
     block = 1024 if n >= 1 << 20 else max(128, min(1024, next_pow2(n)))
-    return apply_overrides(PointwiseParams(block, 4, seg.needs_int64()))
+    return apply_overrides(PointwiseParams(block, 4, int64))
+
+
+def broadcast_dims(seg: Segment) -> tuple:
+    """The reference dims to put on a broadcast tile's k axis, or () for a flat tile:
+    of the splits that leave a heavy op varying along one axis only, the one that
+    does so for the most heavy ops.  The last dim always stays on j (contiguous);
+    random ops keep the flat tile (one Philox call per 4 consecutive elements)."""
+    exprs = seg.exprs()
+    if not any(OPS[e.op].heavy for e in exprs) or any(OPS[e.op].kind == "random" for e in exprs):
+        return ()
+    ref = reference(seg)
+    shape = seg.shapes[ref]
+    varies = probe_axes(seg)
+    if varies is None:
+        return ()
+    live = {d for d, s in enumerate(shape) if s > 1}
+    last = len(shape) - 1
+    if not shape or shape[last] < MIN_ROW:
+        return ()
+    heavy = [varies.get(e, frozenset()) & live for e in exprs if OPS[e.op].heavy]
+    candidates = set()
+    for v in heavy:
+        cand = (live - v) if last in v else v  # shared along k, or computed once per row
+        cand = tuple(sorted(cand - {last}))
+        if cand and math.prod(shape[d] for d in (live - set(cand) if last not in v else cand)) >= MIN_SHARED:
+            candidates.add(cand)
+
+    def shared(cand):
+        c = set(cand)
+        return sum(1 for v in heavy if v and (v <= c or not (v & c)))
+
+    best = max(sorted(candidates), key=shared, default=())
+    return best if best and shared(best) else ()
+
+
+def probe_axes(seg: Segment) -> dict | None:
+    """Elementwise expr -> the reference dims its results vary along (a throwaway walk
+    over a ``ProbeTile``); None when the walk fails (the flat tile decides then)."""
+    low = Lowering(KernelWriter("probe"), seg.shapes, seg.inputs_info, ProbeTile(reference(seg)), {})
+    idx = low.tile.ref_index(low)
+    ref_shape = seg.shapes[reference(seg)]
+    try:
+        for o in seg.outputs:
+            if seg.shapes[o] == ref_shape:
+                low.value(o, low.normalize(o, idx))
+        for o in seg.outputs:
+            if seg.shapes[o] != ref_shape:
+                at = low.reached.get(o)
+                if at is None:
+                    return None
+                low.value(o, at)
+    except Unsupported:
+        return None
+    return low.expr_axes
 
 
 # Registers a pointwise kernel may use at 16 or more elements per thread.  Past it the
@@ -65,7 +159,10 @@ MAX_REGISTERS_WIDE = 56
 
 
 def max_registers(seg: Segment, params: PointwiseParams) -> int | None:
-    """The spill check's register budget (``runtime.spills.rejection``)."""
+    """The spill check's register budget (``runtime.spills.rejection``).  A broadcast
+    tile's threads hold several rows that share values: the spill check alone."""
+    if params.outer:
+        return None
     return MAX_REGISTERS_WIDE if params.block // (32 * params.num_warps) >= 16 else None
 
 
@@ -79,16 +176,29 @@ def fallbacks(seg: Segment, params: PointwiseParams) -> list:
     out = []
     per_thread = params.block // (32 * params.num_warps) // 2
     while per_thread >= least:
-        out.append(replace(params, block=per_thread * 32 * 4, num_warps=4))
+        block = per_thread * 32 * 4
+        if block >= params.block_outer * 16:
+            out.append(replace(params, block=block, num_warps=4))
         per_thread //= 2
     return out
 
 
 def emit(seg: Segment, params: PointwiseParams, name: str):
-    tile = FlatTile(reference(seg), params.block, params.int64)
+    ref = reference(seg)
+    if params.outer:
+        bk = min(params.block_outer, params.block)
+        tile = BroadcastTile(ref, params.outer, bk, params.block // bk, params.int64)
+    else:
+        tile = FlatTile(ref, params.block, params.int64)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"])
 
 
 def grid(seg: Segment, params: PointwiseParams):
-    n = seg.numel(reference(seg))
+    ref = reference(seg)
+    if params.outer:
+        shape = seg.shapes[ref]
+        K = math.prod(shape[d] for d in params.outer)
+        bk = min(params.block_outer, params.block)
+        return (-(-(seg.numel(ref) // max(K, 1)) // (params.block // bk)), -(-K // bk))
+    n = seg.numel(ref)
     return ((n + params.block - 1) // params.block,)

@@ -1,0 +1,113 @@
+"""The pointwise broadcast tile (``schedulers.pointwise``, ``tiles.BroadcastTile``):
+heavy ops on values broadcast along some dims are computed once per tile row or
+column.  Each case checks that the tile was chosen (its ``outer`` dims) and every
+output against the reference executor, on random inputs with poisoned outputs, with
+the default block and with blocks small enough for several programs on both grid
+axes and partial tiles along each."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pyfuser.bench import training as T
+from pyfuser.schedulers import override
+
+from .common import DataType, check, define_input, fusion, gen_for, kernels_of, make_tensor
+
+BLOCKS = pytest.mark.parametrize("block", [None, 64, 256], ids=["default", "block64", "block256"])
+
+
+def _blocked(block):
+    return override(block=block) if block else override()
+
+
+def _x(shape, dtype=torch.float32, name="x", **kw):
+    return make_tensor(shape, dtype, gen_for("broadcast_tile", name, shape, str(dtype)), **kw)
+
+
+@BLOCKS
+@pytest.mark.parametrize("sizes", [(9, 5, 48, DataType.BFloat16), (33, 8, 32, DataType.Half), (4, 4, 16, DataType.Float)],
+                         ids=lambda s: "x".join(map(str, s[:3])) + f"-{s[3].name}")
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+def test_rope_shares_cos_and_sin_across_heads(sizes, backward, block):
+    """cos/sin of the [T, D] angles vary along dims 0 and 2: the heads (dim 1) go on k."""
+    *shape, dt = sizes
+    tdt = {DataType.BFloat16: torch.bfloat16, DataType.Half: torch.float16, DataType.Float: torch.float32}[dt]
+    fd = fusion(lambda fd: T.build_rope(fd, sizes, backward=backward))
+    inputs = [_x(shape, tdt)] + ([_x(shape, tdt, "dy")] if backward else []) + [T.rope_angles(shape[0], shape[-1])]
+    with _blocked(block):
+        check(fd, inputs, n_launches=1, scheduler="pointwise", outer=(1,))
+
+
+@BLOCKS
+@pytest.mark.parametrize("shape", [(37, 20), (5, 64), (130, 16)], ids=str)
+def test_a_heavy_op_on_rows_is_computed_once_per_row(shape, block):
+    """tanh and erf of a per-row scale broadcast along the row: rows on k, both on
+    [BLOCK_K, 1] blocks."""
+    R, D = shape
+
+    def build(fd):
+        x, s = fd.define_tensor(shape=[-1, -1]), fd.define_tensor(shape=[-1, 1])
+        t = fd.ops.tanh(s)
+        g = fd.ops.erf(fd.ops.broadcast_in_dim(t, shape=[R, D], broadcast_dims=[0, 1]))
+        fd.add_output(fd.ops.mul(x, g))
+        fd.add_output(t)  # reached on the walk, stored once per row
+
+    with _blocked(block):
+        check(fusion(build), [_x(shape), _x((R, 1), name="s")], n_launches=1, scheduler="pointwise", outer=(0,))
+
+
+@BLOCKS
+def test_strided_inputs_and_a_reached_output(block):
+    """x read through a permute of a non-contiguous input; the broadcast angle's cos
+    is also an output of its own [T, 1, D] shape, written once per element."""
+    T_, H, D = 11, 6, 32
+    xp = _x((H, T_, D), torch.float16).transpose(0, 1)  # [T, H, D] view, not contiguous
+
+    def build(fd):
+        x = define_input(fd, xp, contiguous=False)
+        th = fd.define_tensor(shape=[-1, 1, -1])
+        c = fd.ops.cos(th)
+        cb = fd.ops.broadcast_in_dim(c, shape=[T_, H, D], broadcast_dims=[0, 1, 2])
+        y = fd.ops.mul(fd.ops.cast(x, DataType.Float), cb)
+        fd.add_output(fd.ops.cast(y, DataType.Half))
+        fd.add_output(c)
+
+    with _blocked(block):
+        check(fusion(build), [xp, _x((T_, 1, D), name="th")], n_launches=1, scheduler="pointwise", outer=(1,))
+
+
+def test_the_split_that_shares_most_heavy_ops_wins():
+    """sin(theta) is shared by the heads, tanh(x) is not; the heads still go on k."""
+    T_, H, D = 7, 4, 16
+
+    def build(fd):
+        x, th = fd.define_tensor(shape=[-1, -1, -1]), fd.define_tensor(shape=[-1, -1])
+        s = fd.ops.broadcast_in_dim(fd.ops.sin(th), shape=[T_, H, D], broadcast_dims=[0, 2])
+        fd.add_output(fd.ops.add(fd.ops.tanh(x), s))
+
+    check(fusion(build), [_x((T_, H, D)), _x((T_, D), name="th")], n_launches=1, outer=(1,))
+
+
+@pytest.mark.parametrize("case", ["no_heavy_op", "random", "short_rows", "few_shared"])
+def test_flat_tile_where_sharing_does_not_pay(case):
+    """No heavy op; a random op (one Philox call per 4 consecutive elements needs the
+    flat walk); a contiguous last dim under 16; fewer than 4 elements sharing a value."""
+    shape = {"short_rows": (40, 4, 8), "few_shared": (40, 3, 32)}.get(case, (40, 8, 32))
+    T_, H, D = shape
+
+    def build(fd):
+        x, th = fd.define_tensor(shape=[-1, -1, -1]), fd.define_tensor(shape=[-1, -1])
+        b = fd.ops.broadcast_in_dim(th, shape=[T_, H, D], broadcast_dims=[0, 2])
+        y = fd.ops.mul(x, b if case == "no_heavy_op" else fd.ops.cos(b))
+        if case == "random":
+            y = fd.ops.mul(y, fd.ops.rand_like(x))
+        fd.add_output(y)
+
+    fd = fusion(build)
+    inputs = [_x(shape), _x((T_, D), name="th")]
+    if case == "random":  # random values: the reference draws its own; check the tile and the shape
+        assert fd.execute(inputs)[0].shape == shape
+        assert [p.outer for _, p in kernels_of(fd)] == [()]
+    else:
+        check(fd, inputs, n_launches=1, outer=())
