@@ -63,8 +63,9 @@ def test_outer_tile_fits_the_register_budget():
     values per element, so the 64-byte strip of 32 bf16 columns walks 64 rows at a
     time with 4 warps (16 elements per thread).  RMS norm's dw (3 values) fits 64 rows
     too; the bias gradient (one tensor, one accumulator) takes 128 rows of 32 columns,
-    and widens to 128 columns (32 rows) while 32 strips x split 32 still make 1024
-    programs.  A hidden size of 768 keeps 32-column strips (24 x 32 = 768 programs)."""
+    and widens to 64 columns (64 rows, 128 bytes of a row) while 64 strips x split 32
+    still make 2048 programs, its chunk loop pipelined 3 deep.  A hidden size of 768
+    keeps 32-column strips (24 x 32 = 768 programs)."""
     seg = column_sums(2)
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 4
     p = outer_reduction.heuristics(seg)
@@ -78,7 +79,7 @@ def test_outer_tile_fits_the_register_budget():
     seg = bias_grad()
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 2
     p = outer_reduction.heuristics(seg)
-    assert (p.block_k, p.block_j, p.num_warps, p.split) == (128, 32, 4, 32)
+    assert (p.block_k, p.block_j, p.num_warps, p.split, p.stages) == (64, 64, 4, 32, 3)
     assert per_thread(p) * 2 <= OUTER_VALUES_PER_THREAD
 
     p = outer_reduction.heuristics(bias_grad((8192, 768)))
@@ -139,15 +140,15 @@ def test_pointwise_fallbacks_halve_the_elements_per_thread_on_4_warps():
 
 def test_rope_walks_a_broadcast_tile_without_a_register_budget():
     """RoPE's cos and sin are shared by the 8 heads: the heads go on the tile's k axis
-    (8 rows of 512), and the tile keeps only the spill check."""
+    (8 rows of 256), and the tile keeps only the spill check."""
     def build(fd):
         T.build_rope(fd, (16384, 8, 128, BF))
     seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
     p = pointwise.heuristics(seg)
-    assert (p.outer, p.block_outer, p.block, p.num_warps) == ((1,), 8, 4096, 4)
-    assert pointwise.grid(seg, p) == (16384 * 128 // 512, 1)
+    assert (p.outer, p.block_outer, p.block, p.num_warps) == ((1,), 8, 2048, 4)
+    assert pointwise.grid(seg, p) == (16384 * 128 // 256, 1)
     assert pointwise.max_registers(seg, p) is None
-    assert [(q.block, q.block_outer) for q in pointwise.fallbacks(seg, p)] == [(2048, 8), (1024, 8), (512, 8)]
+    assert [(q.block, q.block_outer) for q in pointwise.fallbacks(seg, p)] == [(1024, 8), (512, 8)]
 
 
 def test_a_candidate_over_its_register_budget_is_rejected():

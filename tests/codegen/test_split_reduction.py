@@ -19,10 +19,12 @@ def _x(shape, dtype=torch.float16, name="x"):
     return make_tensor(shape, dtype, gen_for("split", name, shape, str(dtype)))
 
 
-@pytest.mark.parametrize("split", [2, 4, 16])
+@pytest.mark.parametrize("stages", [1, 3], ids=["stages1", "stages3"])
+@pytest.mark.parametrize("split", [1, 2, 4, 16])
 @pytest.mark.parametrize("shape", [(37, 20), (5, 3), (129, 33), (0, 6)], ids=str)
-def test_column_sums_with_a_pointwise_side_output(split, shape):
-    """The bias-gradient shape: dw = sum(dy * x, 0), db = sum(dy, 0), plus dx."""
+def test_column_sums_with_a_pointwise_side_output(split, shape, stages):
+    """The bias-gradient shape: dw = sum(dy * x, 0), db = sum(dy, 0), plus dx; the
+    chunk loop plain or software-pipelined (``stages``)."""
     x, dy = _x(shape), _x(shape, name="dy")
 
     def build(fd):
@@ -33,9 +35,9 @@ def test_column_sums_with_a_pointwise_side_output(split, shape):
         fd.add_output(fd.ops.cast(fd.ops.mul(gf, 2.0), DataType.Half))
 
     fd = fusion(build)
-    with override(**SPLIT, split=split):
+    with override(**SPLIT, split=split, stages=stages):
         for _ in range(2):
-            check(fd, [x, dy], n_launches=1, scheduler="outer_reduction", split=split)
+            check(fd, [x, dy], n_launches=1, scheduler="outer_reduction", split=split, stages=stages)
 
 
 @pytest.mark.parametrize("op", ["max", "min", "var_mean", "prod"])

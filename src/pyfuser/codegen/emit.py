@@ -304,7 +304,10 @@ class _chunk_scope:
         w = self.low.w
         if self.c in ("j", "b"):
             lo, hi = (("jlo", "jhi") if self.tile.split > 1 else ("0", "J")) if self.c == "j" else ("bstart", "bend")
-            w.line(f"for j0 in range({lo}, {hi}, BLOCK_J):")
+            if self.tile.stages > 1:
+                w.line(f"for j0 in tl.range({lo}, {hi}, BLOCK_J, num_stages={self.tile.stages}):")
+            else:
+                w.line(f"for j0 in range({lo}, {hi}, BLOCK_J):")
             w.indent += 1
         self.low.push()
         self.tile.open_chunk(self.low, self.c, "j0")

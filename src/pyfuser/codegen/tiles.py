@@ -170,7 +170,7 @@ _IDENT = {"sum": 0, "prod": 1}
 class ReductionTile:
     def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
                  quad_rng: bool = False, align: int = 1, online: bool = False, split: int = 1,
-                 aligned_rows: bool = False):
+                 aligned_rows: bool = False, stages: int = 1):
         if split > 1 and (inner or persistent):
             raise Unsupported("a split reduction needs an outer, multi-pass tile")
         self.split = split  # programs along the reduced extent (see the module docstring)
@@ -189,6 +189,7 @@ class ReductionTile:
         # through each tensor's strides, and only the tail is peeled.
         self.aligned_rows = aligned_rows and self.peeled
         self.inner, self.persistent = inner, persistent
+        self.stages = stages  # num_stages of the chunk loop (tl.range): loads issued ahead
         self.block_k, self.block_j, self.int64 = block_k, block_j, int64
         self.results: dict = {}  # reduction expr -> list of (code) per output slot
         self.raxis = 1 if inner else 0

@@ -117,7 +117,7 @@ def kernel_class(name: str) -> str:
     return "other"
 
 
-def profile_step(step, top=12) -> dict:
+def profile_step(step, top=40) -> dict:
     """GPU kernels of one training step, from the profiler: the count, the kernel time
     per class (``kernel_class``) and the ``top`` non-matmul kernels by time."""
     from torch.profiler import ProfilerActivity, profile

@@ -48,6 +48,9 @@ class ReductionParams:
     # Peeled rows only: the streamed input's rows start 16-byte aligned (a padded row
     # stride), so the body starts at each row's first element (``aligned_rows``).
     aligned_rows: bool = False
+    # Outer multi-pass only: the chunk loop's num_stages (``tl.range``): loads of the next
+    # chunks are issued before this one is summed.
+    stages: int = 1
 
 
 def analyse(seg: Segment):
@@ -254,18 +257,21 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     itemsize = min(v.dtype.itemsize for v in [ref] + list(seg.outputs))
     bk = max(1, min(next_pow2(K), 64 // itemsize))
     bj, warps, split = _outer_tile(seg, ref, dims, bk)
-    # Wider strips (up to 256 bytes of a row) while the grid keeps OUTER_MIN_PROGRAMS
-    # and the tile its warps (a wider strip walks fewer rows at a time instead):
-    # sum over dim 0 of [16384, 4096] fp16, 128 x 32 with split 32 (1024 programs)
-    # 49.2 us against 56.8 us for 32 x 128 (4096 programs); [8192, 3072] 27.8 against
-    # 32.1 us; [8192, 768] keeps 32-column strips (768 programs, 12.5 us; 64 columns:
-    # 384 programs, 14.9 us).  Measured 2026-11-30 (benchmarks/variants.py, group outer).
-    while (bk * 2) * itemsize <= 256 and bk * 2 <= next_pow2(K):
+    # Wider strips (up to OUTER_STRIP_BYTES of a row) while the grid keeps
+    # OUTER_MIN_PROGRAMS and the tile its warps (a wider strip walks fewer rows at a
+    # time instead), and the chunk loop pipelined OUTER_STAGES deep.  Sum over dim 0 of
+    # [16384, 4096] fp16 on H200 (benchmarks/variants.py, group outer, 2026-11-30):
+    # 64 x 64 chunks, 3 stages: 47.4 us; 128 x 32, 3 stages: 51.3 us; 128 x 32 without
+    # pipelining: 49.6 us (the rule before); 32 x 128: 56.8 us.  [8192, 3072]: 25.4 us
+    # against 28.4; [8192, 768] keeps 32-column strips (768 programs): 11.9 us, 3
+    # stages, against 12.4.
+    while (bk * 2) * itemsize <= OUTER_STRIP_BYTES and bk * 2 <= next_pow2(K):
         wider = _outer_tile(seg, ref, dims, bk * 2)
         if -(-K // (bk * 2)) * wider[2] < OUTER_MIN_PROGRAMS or wider[1] > warps:
             break
         bk, (bj, warps, split) = bk * 2, wider
-    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, warps, int64, split=split))
+    stages = OUTER_STAGES if J > bj else 1
+    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, warps, int64, split=split, stages=stages))
 
 
 def _outer_tile(seg: Segment, ref, dims, bk: int):
@@ -288,6 +294,8 @@ def _outer_tile(seg: Segment, ref, dims, bk: int):
 SPLIT_TARGET_PROGRAMS = 4096
 MAX_SPLIT = 32
 OUTER_MIN_PROGRAMS = 768  # about 6 per SM: what a widened strip must still leave
+OUTER_STRIP_BYTES = 128  # the widest strip of a row one outer program sums
+OUTER_STAGES = 3  # num_stages of an outer tile's chunk loop
 
 
 def outer_split(seg: Segment, ref, dims, bk: int, bj: int) -> int:
@@ -356,7 +364,7 @@ def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: 
     ref, dims = analyse(seg)
     tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64,
                          params.quad_rng, params.align, params.online, effective_split(seg, params),
-                         params.aligned_rows)
+                         params.aligned_rows, params.stages if not (params.inner or params.persistent) else 1)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
 
 
