@@ -37,3 +37,26 @@ def test_kernel_class_separates_matmuls_from_fused_work():
     assert bert_bench.kernel_class("Memset (Device)") == "copy"
     assert bert_bench.kernel_class("pyfuser_f3_k1") == "other"
     assert bert_bench.kernel_class("triton_per_fused__softmax_native_dropout_0") == "other"
+
+
+def test_kernel_traffic_counts_each_argument_once():
+    """A broadcast input counts its distinct elements; the profiler's pyfuser rows get
+    MB and GB/s, ATen rows none."""
+    import torch
+
+    from pyfuser import DataType, FusionDefinition
+
+    x = torch.randn(64, 32)
+    b = torch.randn(32).expand(64, 32)
+    assert bert_bench.tensor_bytes(b) == 32 * 4 and bert_bench.tensor_bytes(x) == 64 * 32 * 4
+    with FusionDefinition() as fd:
+        tx, tb = fd.define_tensor(shape=[-1, -1]), fd.define_tensor(shape=[-1])
+        fd.add_output(fd.ops.cast(fd.ops.add(tx, fd.ops.broadcast_in_dim(tb, shape=[64, 32], broadcast_dims=[1])),
+                                  DataType.Half))
+    fd.execute([x, b[0]])
+    traffic = bert_bench.kernel_traffic(lambda: fd.execute([x, b[0]]))
+    [(name, nbytes)] = traffic.items()
+    assert name.startswith("pyfuser_f") and nbytes == 64 * 32 * 4 + 32 * 4 + 64 * 32 * 2
+    rows = bert_bench.pyfuser_kernel_rows([{"name": name, "calls": 1, "ms": 0.001}, {"name": "aten", "calls": 1,
+                                                                                      "ms": 1.0}], traffic)
+    assert rows == [{"name": name, "calls": 1, "ms": 0.001, "mb": nbytes / 1e6, "gbps": nbytes / 1e3}]

@@ -21,6 +21,10 @@ AdamW, no loss scaling.  Per implementation ``run_bert_benchmark`` returns:
   work fusion targets; ``top_other_kernels``: the heaviest of those;
   ``top_matmul_kernels``: the heaviest GEMMs (the same cuBLAS calls should cost the
   same under every implementation: a difference points at operand layouts);
+  ``pyfuser_kernel_traffic``: pyfuser's kernels among the heaviest, with the MB their
+  tensor arguments address per step and the GB/s that makes (``kernel_traffic``: the
+  launches of one step recorded); the kernels far from the copy bandwidth are where
+  the non-matmul time can still shrink;
   ``fallbacks``: regions that ran in ATen;
   ``first_step_s``: the first step, compilation included.
 
@@ -147,6 +151,45 @@ def profile_step(step, top=40) -> dict:
             "top_other": heaviest("other", top), "top_matmul": heaviest("matmul", 8)}
 
 
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of the distinct elements a kernel argument addresses: a broadcast dim
+    (stride 0) counts once."""
+    n = 1
+    for size, stride in zip(t.shape, t.stride()):
+        if stride != 0:
+            n *= size
+    return n * t.element_size()
+
+
+def kernel_traffic(step) -> dict:
+    """pyfuser kernel name -> bytes its tensor arguments address in one ``step()``
+    (inputs and outputs each once; with the profiler's times, each kernel's GB/s)."""
+    from ..runtime import executor
+
+    old, executor.RECORD_LAUNCHES = executor.RECORD_LAUNCHES, []
+    try:
+        step()
+        rec = executor.RECORD_LAUNCHES
+    finally:
+        executor.RECORD_LAUNCHES = old
+    out: dict = {}
+    for fn, _, args, _ in rec:
+        name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", str(fn))
+        out[name] = out.get(name, 0) + sum(tensor_bytes(a) for a in args if isinstance(a, torch.Tensor))
+    return out
+
+
+def pyfuser_kernel_rows(prof_rows, traffic: dict) -> list:
+    """The profiler's pyfuser kernels with the bytes they move and their GB/s."""
+    rows = []
+    for r in prof_rows or []:
+        b = traffic.get(r["name"])
+        if b is None:
+            continue
+        rows.append(dict(r, mb=b / 1e6, gbps=b / (r["ms"] * 1e6) if r["ms"] else None))
+    return rows
+
+
 def cprofiled(fn, sort="tottime", top=30) -> str:
     """Run ``fn()`` under cProfile (synchronizing the GPU before stopping); the top
     ``top`` functions by ``sort`` ("tottime": own time, "cumulative"), as text."""
@@ -218,6 +261,7 @@ def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr, profile_h
     times = timer.times_ms()
     launches, stats2 = pyfuser.cache_info()["launches"] - launches0, pd.stats()
     prof = profile_step(lambda: step(*batches[-1])) if dev_type == "cuda" else None
+    traffic = kernel_traffic(lambda: step(*batches[-1])) if impl == "pyfuser" else {}
     host = cprofiled(lambda: [step(*batches[-1]) for _ in range(3)]) if profile_host else None
     return {
         "host_profile": host,
@@ -232,6 +276,8 @@ def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr, profile_h
         "kernel_ms_per_step": prof["kernel_ms"] if prof else None,
         "top_other_kernels": prof["top_other"] if prof else None,
         "top_matmul_kernels": prof["top_matmul"] if prof else None,
+        # pyfuser's kernels among the top non-matmul ones: MB per step and GB/s
+        "pyfuser_kernel_traffic": pyfuser_kernel_rows(prof["top_other"] if prof else None, traffic),
         "fallbacks": stats2.get("fallbacks", 0) - stats0.get("fallbacks", 0),
         "first_step_s": first_step_s,
     }
