@@ -304,3 +304,20 @@ def test_wide_rows_take_the_measured_tile(what, want):
     seg = cuda_segment(_log_softmax_segment(*shape, dt, outs), [(shape, dt.torch)])
     p = (inner_reduction if outs == "stats" else inner_normalization).heuristics(seg)
     assert (p.persistent, p.block_j, p.num_warps, p.online) == want
+
+
+def test_outer_chunks_of_many_tensors_are_not_pipelined():
+    """The pipeline holds chunks of every load in shared memory: six streamed tensors
+    (15 KB a chunk; a tile like the position-embedding gradient's held 38 KB per
+    program at 3 stages, offline sm_90) keep a plain loop; the bias gradient's one
+    tensor (8 KB) is pipelined."""
+    def build(fd):
+        ts = [T.tensor(fd, 3, dt) for dt in (DataType.Half,) * 3 + (DataType.Float,) * 2 + (DataType.Bool,)]
+        acc = fd.ops.cast(ts[0], DataType.Float)
+        for t in ts[1:]:
+            acc = fd.ops.add(acc, fd.ops.cast(t, DataType.Float))
+        fd.add_output(fd.ops.sum(acc, dims=[0], keepdim=True))
+    seg = cuda_segment(build, [((64, 128, 768), d) for d in (torch.half,) * 3 + (torch.float,) * 2 + (torch.bool,)])
+    p = outer_reduction.heuristics(seg)
+    assert not p.persistent and p.stages == 1
+    assert outer_reduction.heuristics(bias_grad()).stages == 3

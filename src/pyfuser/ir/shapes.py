@@ -132,6 +132,33 @@ def reshape_shape(op: str, shape: Shape, new_shape) -> Shape:
     return tuple(new_shape)
 
 
+def reshape_groups(in_shape, out_shape) -> list[tuple[tuple, tuple]] | None:
+    """A reshape of concrete shapes as independent groups ``(input dims, output dims)``
+    of equal element counts, in order and each as small as it can be: [64, 128, 12, 64]
+    -> [64, 128, 768] is ((0,), (0,)), ((1,), (1,)), ((2, 3), (2,)).  Size-1 dims
+    belong to no group (their coordinate is 0).  None when an extent is 0."""
+    if 0 in in_shape or 0 in out_shape:
+        return None
+    ins = [d for d, s in enumerate(in_shape) if s != 1]
+    outs = [d for d, s in enumerate(out_shape) if s != 1]
+    groups, i, o = [], 0, 0
+    while i < len(ins) and o < len(outs):
+        gi, go = [ins[i]], [outs[o]]
+        pi, po = in_shape[ins[i]], out_shape[outs[o]]
+        i, o = i + 1, o + 1
+        while pi != po:
+            if pi < po:
+                pi *= in_shape[ins[i]]
+                gi.append(ins[i])
+                i += 1
+            else:
+                po *= out_shape[outs[o]]
+                go.append(outs[o])
+                o += 1
+        groups.append((tuple(gi), tuple(go)))
+    return groups
+
+
 def slice_shape(op: str, shape: Shape, starts, ends, steps) -> tuple[Shape, list]:
     """Python slicing semantics (clamped), one (start, end, step) per dim."""
     rank = len(shape)

@@ -270,8 +270,14 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
         if -(-K // (bk * 2)) * wider[2] < OUTER_MIN_PROGRAMS or wider[1] > warps:
             break
         bk, (bj, warps, split) = bk * 2, wider
-    stages = OUTER_STAGES if J > bj else 1
+    stages = OUTER_STAGES if J > bj and _chunk_bytes(seg, K, bk, bj) <= OUTER_STAGE_BYTES else 1
     return apply_overrides(ReductionParams(False, J <= bj, bk, bj, warps, int64, split=split, stages=stages))
+
+
+def _chunk_bytes(seg: Segment, K: int, bk: int, bj: int) -> int:
+    """Bytes an outer tile's chunk loads: a [bj, bk] block of every input that varies
+    along the reduced rows (more elements than the kept ones)."""
+    return bk * bj * sum(v.dtype.itemsize for v in seg.loads() if seg.numel(v) > K)
 
 
 def _outer_tile(seg: Segment, ref, dims, bk: int):
@@ -296,6 +302,13 @@ MAX_SPLIT = 32
 OUTER_MIN_PROGRAMS = 768  # about 6 per SM: what a widened strip must still leave
 OUTER_STRIP_BYTES = 128  # the widest strip of a row one outer program sums
 OUTER_STAGES = 3  # num_stages of an outer tile's chunk loop
+# Bytes of one chunk's loads that may be pipelined: the pipeline keeps OUTER_STAGES - 1
+# chunks of every load in shared memory, so a tile streaming many tensors runs few
+# programs per SM.  BERT's position-embedding gradient (8 tensors summed over the batch
+# of [64, 128, 768]) took 0.35 ms pipelined on H200, where the same bytes in one chunk
+# at batch 16 took 0.055 ms; a tile like it (offline sm_90) holds 38 KB of shared memory
+# per program at 3 stages, 2 KB unpipelined.  The bias gradient's chunk: 8 KB.
+OUTER_STAGE_BYTES = 8192
 
 
 def outer_split(seg: Segment, ref, dims, bk: int, bj: int) -> int:
