@@ -12,7 +12,8 @@ Groups: ``bert`` (the report's attention softmax + dropout and its two halves),
 ``normbwd`` (normalization backwards: one inner-outer kernel, its fold sizes, and the
 two kernels they ran as before), ``outer`` (column sums: strip and chunk sizes, the
 chunk loop pipelined), ``rope`` (the broadcast tile's sizes against the flat tile),
-``pointwise`` (elements per thread of math-heavy flat tiles),
+``pointwise`` (elements per thread of math-heavy flat tiles), ``transpose`` (a transposed
+input copied contiguous: the transpose tile's sizes against the flat tile),
 ``cast`` (the byte mix of a fp16 -> fp32 log-softmax without its reductions),
 ``stats`` (statistics-only rows of 30522), ``norm`` (wide normalizations, online
 chunks against persistent rows), ``logsoftmax`` (the report's three log-softmax
@@ -126,7 +127,7 @@ def main():
     print(f"copy {2 * x.numel() * 4 / ms / 1e6:.0f} GB/s")
     print("| case | variant | us | GB/s | regs/spills |\n|---|---|---|---|---|")
     groups = set(filter(None, args.only.split(","))) or {"bert", "cast", "stats", "norm", "logsoftmax", "normbwd", "outer",
-                                                               "rope", "pointwise"}
+                                                               "rope", "pointwise", "transpose"}
     rows = []
     if "bert" in groups:
         b = bench_build("bert_softmax_dropout_noview")
@@ -264,6 +265,21 @@ def main():
                 ("4096 w8", dict(block=4096, num_warps=8), []),
                 ("512 w4", dict(block=512, num_warps=4), []),
             ], args.dump)
+    if "transpose" in groups:  # a transposed input made contiguous (BERT's K^T): the transpose tile
+        from pyfuser import DataType
+
+        def kt_copy(fd):
+            t = fd.define_tensor(shape=[-1] * 4, contiguity=[False] * 4, dtype=DataType.Half)
+            fd.add_output(fd.ops.set(t))
+            return [torch.randn(64, 12, 128, 64, device="cuda", dtype=torch.float16).transpose(2, 3)]
+        rows += run("K^T copy [64,12,64,128] fp16", kt_copy, [
+            ("base", {}, []),
+            ("flat", dict(outer=()), []),
+            ("k32 4096", dict(block_outer=32), []),
+            ("k64 8192 w8", dict(block=8192, num_warps=8), []),
+            ("k64 2048", dict(block=2048), []),
+            ("k64 4096 w8", dict(num_warps=8), []),
+        ], args.dump)
     print("\n".join(["", "| case | variant | us | GB/s | regs/spills |", "|---|---|---|---|---|"] + rows))
 
 

@@ -111,3 +111,49 @@ def test_flat_tile_where_sharing_does_not_pay(case):
         assert [p.outer for _, p in kernels_of(fd)] == [()]
     else:
         check(fd, inputs, n_launches=1, outer=())
+
+
+@BLOCKS
+@pytest.mark.parametrize("shape", [(2, 3, 40, 24), (1, 2, 16, 70), (3, 1, 33, 17)], ids=str)
+def test_a_transposed_input_walks_the_transpose_tile(shape, block):
+    """K^T made contiguous ([B, H, S, D] read as [B, H, D, S]), with a contiguous
+    input of the output's layout beside it: the input's unit-stride dim (2 of the
+    output) goes on k."""
+    B, H, S, D = shape
+    kt = _x((B, H, S, D), torch.float16).transpose(2, 3)  # [B, H, D, S], unit stride along dim 2
+    y = _x((B, H, D, S), torch.float32, "y")
+
+    def build(fd):
+        t = define_input(fd, kt, contiguous=False)
+        u = define_input(fd, y)
+        fd.add_output(fd.ops.set(t))
+        fd.add_output(fd.ops.add(fd.ops.cast(t, DataType.Float), u))
+
+    with _blocked(block):
+        check(fusion(build), [kt, y], n_launches=1, scheduler="pointwise", outer=(2,))
+
+
+def test_a_new_transposition_plans_again():
+    """The unit-stride dim is part of the input signature: the same fusion on the
+    other transposition (unit stride at the output's dim 0) plans its own tile."""
+    base = _x((20, 24, 32), torch.float16)
+
+    def build(fd):
+        t = fd.define_tensor(shape=[-1, -1, -1], contiguity=[False] * 3, dtype=DataType.Half)
+        fd.add_output(fd.ops.mul(fd.ops.cast(t, DataType.Float), 2.0))
+
+    fd = fusion(build)
+    a = base.permute(2, 1, 0)  # [32, 24, 20]: unit stride along dim 0
+    b = base.permute(0, 2, 1)  # [20, 32, 24]: unit stride along dim 1
+    check(fd, [a], n_launches=1)
+    check(fd, [b], n_launches=1)
+    assert sorted(p.outer for _, p in kernels_of(fd)) == [(0,), (1,)]
+
+
+def test_short_transposed_dims_stay_flat():
+    x = _x((40, 8, 64), torch.float16).transpose(1, 2)  # [40, 64, 8]: the last dim is 8 long
+
+    def build(fd):
+        fd.add_output(fd.ops.set(define_input(fd, x, contiguous=False)))
+
+    check(fusion(build), [x], n_launches=1, outer=())

@@ -104,6 +104,8 @@ class Lowering:
         # elementwise expr -> the tile axes its results vary along, over all its uses
         # (read through a ``tiles.ProbeTile`` by the pointwise scheduler)
         self.expr_axes: dict = {}
+        # fusion input -> per dim, the tile axes its coordinate varied along (the probe's)
+        self.load_axes: dict = {}
 
     # -- scopes (loop bodies) -------------------------------------------------------
     def push(self):
@@ -220,6 +222,9 @@ class Lowering:
 
     def load(self, v: TensorVal, idx: Index):
         w = self.w
+        seen = self.load_axes.get(v)
+        here = tuple(c.axes for c in idx.coords)
+        self.load_axes[v] = here if seen is None else tuple(a | b for a, b in zip(seen, here))
         ptr = w.arg(f"{v.name}_ptr", "ptr", ("tensor", v))
         info = self.inputs_info[v]
         if info["contiguous"]:

@@ -21,6 +21,13 @@ stays contiguous) hold at least ``MIN_SHARED`` elements, the kernel walks a 2-D
 ``tiles.BroadcastTile`` with those dims on ``k`` (``outer``), and the heavy op is
 computed on a [1, BLOCK_J] block shared by the tile's ``block_outer`` rows.  A heavy op
 that varies along the outer dims only ([BLOCK_K, 1], once per row) counts as well.
+
+Transpose tile: the same 2-D tile when an input is read through a permute whose
+unit-stride dim is not the output's last (BERT's K^T made contiguous: a flat walk
+reads it 2 bytes per 128-byte line).  That dim goes on k, 64 of it, so each column
+of the tile is one contiguous read, and each row one contiguous write; Triton
+converts between the two layouts through shared memory.  The input's unit-stride
+dim is part of the plan's signature (``plan.unit_stride_dim``).
 """
 from __future__ import annotations
 
@@ -72,15 +79,26 @@ MAX_GRID_K = 65535  # CUDA's limit on the grid's second axis
 MIN_ROW = 16
 
 
+# Transpose tile: an input read through a permute whose unit-stride dim is not the
+# output's last: 64 elements of that dim on k (128 contiguous bytes of fp16 per column
+# read) against 64 of the output's rows on j (128 contiguous bytes per row written);
+# Triton moves the tile between the two layouts through shared memory.
+TRANSPOSE_OUTER = 64
+TRANSPOSE_BLOCK = 4096
+
+
 def heuristics(seg: Segment) -> PointwiseParams:
     n = seg.numel(reference(seg))
     int64 = seg.needs_int64()
+    outer, bk, gpu_block = tile_choice(seg)
     # an override of ``outer`` (tests, variants) picks the tile; the sizes follow from it
-    outer = apply_overrides(PointwiseParams(0, 0, int64, broadcast_dims(seg))).outer
+    forced = apply_overrides(PointwiseParams(0, 0, int64, outer, bk))
+    if forced.outer != outer:
+        outer, bk, gpu_block = forced.outer, BLOCK_OUTER, BROADCAST_BLOCK
     if outer:
         K = math.prod(seg.shapes[reference(seg)][d] for d in outer)
-        bk = min(BLOCK_OUTER, next_pow2(K))
-        block = (1 << 14 if seg.device_type == "cpu" else BROADCAST_BLOCK)
+        bk = min(bk, next_pow2(K))
+        block = (1 << 14 if seg.device_type == "cpu" else gpu_block)
         block = max(bk * 16, min(block, bk * next_pow2(n // K)))
         if -(-K // bk) <= MAX_GRID_K:
             return apply_overrides(PointwiseParams(block, 4, int64, outer, bk))
@@ -98,23 +116,37 @@ def heuristics(seg: Segment) -> PointwiseParams:
     return apply_overrides(PointwiseParams(block, 4, int64))
 
 
-def broadcast_dims(seg: Segment) -> tuple:
-    """The reference dims to put on a broadcast tile's k axis, or () for a flat tile:
-    of the splits that leave a heavy op varying along one axis only, the one that
-    does so for the most heavy ops.  The last dim always stays on j (contiguous);
-    random ops keep the flat tile (one Philox call per 4 consecutive elements)."""
-    exprs = seg.exprs()
-    if not any(OPS[e.op].heavy for e in exprs) or any(OPS[e.op].kind == "random" for e in exprs):
-        return ()
+def tile_choice(seg: Segment) -> tuple:
+    """``(outer, block_outer, GPU block)`` of a broadcast tile, or ``((), 1, 0)`` for a
+    flat one: heavy ops shared along some dims first (``broadcast_dims``), else a
+    transposed input (``transpose_dims``)."""
     ref = reference(seg)
     shape = seg.shapes[ref]
-    varies = probe_axes(seg)
-    if varies is None:
-        return ()
+    if not shape or shape[-1] < MIN_ROW or any(OPS[e.op].kind == "random" for e in seg.exprs()):
+        return (), 1, 0  # short rows; random ops keep the flat walk (one Philox call per 4)
+    probe = None
+    if any(OPS[e.op].heavy for e in seg.exprs()):
+        probe = probe_walk(seg)
+        outer = broadcast_dims(seg, probe.expr_axes) if probe is not None else ()
+        if outer:
+            return outer, BLOCK_OUTER, BROADCAST_BLOCK
+    if any(seg.inputs_info[v].get("unit_dim") is not None for v in seg.loads()):
+        probe = probe or probe_walk(seg)
+        outer = transpose_dims(seg, probe.load_axes) if probe is not None else ()
+        if outer:
+            return outer, TRANSPOSE_OUTER, TRANSPOSE_BLOCK
+    return (), 1, 0
+
+
+def broadcast_dims(seg: Segment, varies: dict) -> tuple:
+    """The reference dims to put on a broadcast tile's k axis, or (): of the splits
+    that leave a heavy op varying (``varies``: expr -> reference dims) along one axis
+    only, the one that does so for the most heavy ops.  The last dim always stays on
+    j (contiguous)."""
+    exprs = seg.exprs()
+    shape = seg.shapes[reference(seg)]
     live = {d for d, s in enumerate(shape) if s > 1}
     last = len(shape) - 1
-    if not shape or shape[last] < MIN_ROW:
-        return ()
     heavy = [varies.get(e, frozenset()) & live for e in exprs if OPS[e.op].heavy]
     candidates = set()
     for v in heavy:
@@ -131,9 +163,29 @@ def broadcast_dims(seg: Segment) -> tuple:
     return best if best and shared(best) else ()
 
 
-def probe_axes(seg: Segment) -> dict | None:
-    """Elementwise expr -> the reference dims its results vary along (a throwaway walk
-    over a ``ProbeTile``); None when the walk fails (the flat tile decides then)."""
+def transpose_dims(seg: Segment, load_axes: dict) -> tuple:
+    """``(r,)`` when a full-size input's unit-stride dim is read at reference dim ``r``
+    alone, not the last (a transposed read), and ``r`` holds at least MIN_ROW
+    elements; else ()."""
+    shape = seg.shapes[reference(seg)]
+    n, last = math.prod(shape), len(shape) - 1
+    for v in seg.loads():
+        unit = seg.inputs_info[v].get("unit_dim")
+        axes = load_axes.get(v)
+        if unit is None or axes is None or seg.numel(v) != n:
+            continue
+        dims = axes[unit]
+        if len(dims) == 1:
+            (r,) = dims
+            if r != last and shape[r] >= MIN_ROW:
+                return (r,)
+    return ()
+
+
+def probe_walk(seg: Segment):
+    """A throwaway walk of the segment over a ``ProbeTile`` (every reference dim its own
+    axis): its ``expr_axes`` and ``load_axes`` tell which reference dims each value and
+    each input coordinate vary along.  None when the walk fails (the flat tile then)."""
     low = Lowering(KernelWriter("probe"), seg.shapes, seg.inputs_info, ProbeTile(reference(seg)), {})
     idx = low.tile.ref_index(low)
     ref_shape = seg.shapes[reference(seg)]
@@ -149,7 +201,7 @@ def probe_axes(seg: Segment) -> dict | None:
                 low.value(o, at)
     except Unsupported:
         return None
-    return low.expr_axes
+    return low
 
 
 # Registers a pointwise kernel may use at 16 or more elements per thread.  Past it the
