@@ -52,6 +52,13 @@ def pipelined(stages):
     return [(r"for j0 in range\((.*), BLOCK_J\):", rf"for j0 in tl.range(\1, BLOCK_J, num_stages={stages}):")]
 
 
+# The inner-outer kernel without its column-partial folds (timing only: the column
+# sums are not written).
+NO_FOLD = (r"if arrived == members - 1:", r"if arrived == members + 1000000:")
+# Streaming hints on a flat tile's loads and stores.
+EVICT_FIRST = (r"mask=mask\)", r"mask=mask, eviction_policy='evict_first')")
+STREAM_STORES = (r"(tl\.store\(.*), mask=mask\)", r"\1, mask=mask, cache_modifier='.cs')")
+
 _SOURCES: list = []
 
 
@@ -220,19 +227,16 @@ def main():
                 b(fd, sizes)
                 return list(mk(sizes, "cuda", None))
             builds.append((label, build))
-        stages = [(r"for kb in range\((.*)\):", r"for kb in tl.range(\1, num_stages=2):")]
         for name, build in builds:
             rows += run(name, build, [
                 ("base", {}, []),
+                ("no fold", {}, [NO_FOLD]),
                 ("two kernels", {}, [], without("inner_outer")),
-                ("k1 w4 n1056", dict(block_k=1, num_warps=4, nprog=1056), []),
-                ("k2 w4 n792", dict(block_k=2, num_warps=4, nprog=792), []),
-                ("k2 w8 n264", dict(block_k=2, num_warps=8, nprog=264), []),
-                ("k2 w8 n528", dict(block_k=2, num_warps=8, nprog=528), []),
-                ("k4 w8 n528", dict(block_k=4, num_warps=8, nprog=528), []),
-                ("k1 w2 n2112", dict(block_k=1, num_warps=2, nprog=2112), []),
-                ("k2 w4 n528 stages2", dict(block_k=2, num_warps=4, nprog=528), stages),
-                ("k1 w4 n1056 stages2", dict(block_k=1, num_warps=4, nprog=1056), stages),
+                ("n1056 stages2", dict(nprog=1056, stages=2), []),
+                ("n792", dict(nprog=792), []),
+                ("n396", dict(nprog=396), []),
+                ("stages2", dict(stages=2), []),
+                ("k2 w4 n528", dict(block_k=2, num_warps=4, nprog=528), []),
             ], args.dump)
     if "rope" in groups:  # the broadcast tile: heads on k, cos/sin once per tile column
         from pyfuser import DataType
@@ -259,11 +263,11 @@ def main():
         for name in ("gelu_tanh_backward_bf16", "gelu_erf_backward_bf16", "bias_gelu_tanh_fp16"):
             rows += run(name, bench_build(name), [
                 ("base", {}, []),
+                ("evict_first", {}, [EVICT_FIRST]),
+                ("stream stores", {}, [STREAM_STORES]),
                 ("1024 w4", dict(block=1024, num_warps=4), []),
                 ("2048 w4", dict(block=2048, num_warps=4), []),
-                ("2048 w8", dict(block=2048, num_warps=8), []),
                 ("4096 w8", dict(block=4096, num_warps=8), []),
-                ("512 w4", dict(block=512, num_warps=4), []),
             ], args.dump)
     if "transpose" in groups:  # a transposed input made contiguous (BERT's K^T): the transpose tile
         from pyfuser import DataType

@@ -116,4 +116,4 @@ def test_params_print_and_fold_sizes():
     p = inner_outer._sized(inner_outer.InnerOuterParams(1, 1024, 4, 1056, 0, 0, False))
     assert (p.group, p.fold_rows) == (33, 4)  # 32 groups of 33; 4096 elements per fold load
     assert "nprog=1056" in repr(p)
-    assert inner_outer.programs_per_sm(4) == 8 and inner_outer.programs_per_sm(16) == 2
+    assert inner_outer.programs_per_sm(4) == 4 and inner_outer.programs_per_sm(16) == 1

@@ -74,21 +74,30 @@ class InnerOuterTile(ReductionTile):
             raise Unsupported(f"column sum {v.name} is used at coordinates other than its own column")
         return self.results[e][0], frozenset("j")
 
-    def _fold(self, low, ws: str, first: str, count: str) -> str:
-        """Rows ``first .. first + count`` of the scratch matrix summed in order,
-        ``FOLD_ROWS`` at a time: a [1, BLOCK_J] float32 value."""
+    def _fold(self, low, ws: str, firsts: list, count: str) -> list:
+        """For each start in ``firsts``, rows ``start .. start + count`` of the scratch
+        matrix summed in order, ``FOLD_ROWS`` at a time, every column sum in one loop:
+        [1, BLOCK_J] float32 values.  The folds are the kernel's serial tail: without
+        them layer-norm backward [16384, 1024] bf16 takes 38.6 us instead of 47.6 on
+        H200 (one loop per column sum measured the same)."""
         w = low.w
-        acc = f"fold{len(w.lines)}"
-        w.line(f"{acc} = tl.full([1, BLOCK_J], 0.0, tl.float32)")
+        accs = []
+        for _ in firsts:
+            accs.append(f"fold{len(w.lines)}")
+            w.line(f"{accs[-1]} = tl.full([1, BLOCK_J], 0.0, tl.float32)")
         w.line(f"for r0 in range(0, {count}, FOLD_ROWS):")
         w.indent += 1
         w.line("r = r0 + tl.arange(0, FOLD_ROWS)[:, None]")
-        w.line(f"rows = tl.load({ws} + ({first} + r) * J + j, mask=(r < {count}) & jmask, other=0.0, "
-               f"cache_modifier='.cg')")
-        w.line(f"{acc} += tl.reduce(rows, 0, tl.standard._sum_combine, keep_dims=True)")
+        w.line(f"rmask = (r < {count}) & jmask")
+        rows = []
+        for n, first in enumerate(firsts):
+            rows.append(f"rows{n}")
+            w.line(f"rows{n} = tl.load({ws} + ({first} + r) * J + j, mask=rmask, other=0.0, cache_modifier='.cg')")
+        for acc, row in zip(accs, rows):
+            w.line(f"{acc} += tl.reduce({row}, 0, tl.standard._sum_combine, keep_dims=True)")
         w.indent -= 1
         w.forget_scope(w.indent + 1)
-        return acc
+        return accs
 
 
 def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, store_walked, store):
@@ -160,8 +169,8 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     w.line("members = tl.minimum(NPROG - g * GROUP, GROUP)")
     w.line("if arrived == members - 1:")
     w.indent += 1
-    for n in range(n_out):
-        part = tile._fold(low, ws, f"{n} * {stride} + g * GROUP", "members")
+    parts = tile._fold(low, ws, [f"{n} * {stride} + g * GROUP" for n in range(n_out)], "members")
+    for n, part in enumerate(parts):
         w.line(f"tl.store({ws} + ({n} * {stride} + NPROG + g) * J + j, {part}, mask=jmask)")
     w.line(f"tl.atomic_xchg({cnt} + g, 0, sem='relaxed', scope='gpu')  # ready for the next launch")
     w.comment("level 2: the last group folds the group rows and writes the column results")
@@ -169,8 +178,8 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     w.line(f"groups = tl.atomic_add({cnt} + NGROUP, 1, sem='acq_rel', scope='gpu')")
     w.line("if groups == NGROUP - 1:")
     w.indent += 1
-    for n, e in enumerate(tile.outer):
-        total = tile._fold(low, ws, f"{n} * {stride} + NPROG", "NGROUP")
+    totals = tile._fold(low, ws, [f"{n} * {stride} + NPROG" for n in range(n_out)], "NGROUP")
+    for e, total in zip(tile.outer, totals):
         tile.results[e] = tile.finish(low, e, [total])
     for o in cols:
         o_idx = low.normalize(o, tile.outer_index(low, col_shapes[shapes[o]]))

@@ -117,22 +117,24 @@ def _sms_of(index: int) -> int:
 
 
 def heuristics(seg: Segment) -> InnerOuterParams:
-    """One row per block, 8 elements per thread (16 from 2048 up), 8 programs per SM
-    of 4 warps, the row loop pipelined 2 deep.  Measured on H200 (2026-11-30,
+    """One row per block, 8 elements per thread (16 from 2048 up), 4 programs per SM
+    of 4 warps, the row loop pipelined 3 deep.  Measured on H200 (2026-11-30,
     ``benchmarks/variants.py`` group normbwd, kernel us; two kernels = the inner
     normalization and outer reduction they ran as before):
 
-    | [16384, 1024] bf16 | this | 2 rows, 528 programs | 2 rows, pipelined | two kernels |
-    |---|---|---|---|---|
-    | layer-norm backward | 50.2 | 53.8 | 49.0 | 61.2 |
-    | RMS-norm backward | 41.4 | 47.9 (spill fallback: 1 row) | 42.0 | 56.3 |
-    | dropout + residual + layer norm backward | 58.8 | 323.8 | 400.0 | 71.8 |
-    | layer-norm backward [8192, 768] fp16 | 32.6 | 32.2 | 29.6 | 31.0 |
+    | [16384, 1024] bf16 | this | 8 per SM, 2 deep | 6 per SM | 3 per SM | no folds | two kernels |
+    |---|---|---|---|---|---|---|
+    | layer-norm backward | 47.6 | 50.8 | 46.1 | 48.9 | 38.6 | 61.2 |
+    | RMS-norm backward | 39.4 | 42.6 | 40.2 | 42.2 | 35.4 | 56.3 |
+    | dropout + residual + layer norm backward | 56.2 | 59.7 | 58.1 | 58.8 | 47.3 | 71.8 |
+    | layer-norm backward [8192, 768] fp16 | 29.7 | 33.1 | 31.0 | 29.6 | 20.2 | 31.0 |
 
-    Two rows per block sum their column partials across warps when the layout spreads
-    the rows over them (the dropout case's 1-byte mask does): 5x slower.  8 warps per
-    row block were slower everywhere (99-224 us).  Without pipelining, one row per
-    block: 54.0, 40.4, 64.7, 34.6 us."""
+    (benchmarks/results/2026-11-30-nvidia-h200-variants_inner_outer_3.txt and
+    _2a9c3b3_normbwd.txt.)  "No folds" leaves the column partials unfolded: the
+    two-level fold is the serial tail of the kernel.  Two rows per block sum their
+    column partials across warps when the layout spreads the rows over them (the
+    dropout case's 1-byte mask does): 5x slower; 8 warps per row block were slower
+    everywhere (99-224 us, variants_inner_outer_2.txt)."""
     ref, dims, outer = analyse(seg)
     K, J = kept_and_reduced(seg, ref, dims)
     bj = next_pow2(J)
@@ -145,12 +147,13 @@ def heuristics(seg: Segment) -> InnerOuterParams:
     per_thread = 8 if bj <= 1024 else 16
     warps = max(1, min(16, bj // (32 * per_thread)))
     nprog = max(1, min(K, _sm_count() * programs_per_sm(warps)))
-    return _sized(apply_overrides(InnerOuterParams(1, bj, warps, nprog, 0, 0, int64, J % 4 == 0, stages=2)))
+    return _sized(apply_overrides(InnerOuterParams(1, bj, warps, nprog, 0, 0, int64, J % 4 == 0, stages=3)))
 
 
 def programs_per_sm(warps: int) -> int:
-    """Programs each SM should hold at once: 32 warps' worth, at most 8."""
-    return max(1, min(8, 32 // warps))
+    """Programs each SM should hold at once: 16 warps' worth, at most 4 (fewer
+    programs leave fewer column partials to fold)."""
+    return max(1, min(4, 16 // warps))
 
 
 def max_registers(seg: Segment, params: InnerOuterParams) -> int | None:
