@@ -287,3 +287,18 @@ def test_reshape_of_strided_input():
         fd.add_output(fd.ops.mul(fd.ops.reshape(tx, new_shape=[2, 3, 5, 7]), fd.define_scalar(2.0)))
 
     check(fusion(build), [x], what="reshape strided")
+
+
+@pytest.mark.parametrize("block", [64, 1024])
+def test_even_blocks_drop_the_mask_and_uneven_ones_keep_it(block):
+    """EVEN (blocks tile the tensor exactly) is computed per launch: the same cached
+    kernel runs a shape that divides and one that does not, and both are right."""
+    def build(fd):
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(fd.ops.mul(fd.ops.tanh(x), 3.0))
+
+    fd = fusion(build)
+    with _blocked(block):
+        for shape in [(64, 16), (63, 16), (128, 8)]:
+            x = make_tensor(shape, torch.float32, gen_for("pointwise", "even", shape))
+            check(fd, [x], n_launches=1)

@@ -85,7 +85,7 @@ def _store(low, o, idx, val, axes):
     if guard:
         w.line(f"if {guard}:")
         w.indent += 1
-    w.line(f"tl.store({p}, {val}{', mask=' + mask if mask else ''})")
+    w.line(f"tl.store({p}, {val}{', mask=' + mask if mask else ''}{tile.store_hint})")
     if guard:
         w.indent -= 1
 

@@ -246,7 +246,7 @@ class Lowering:
         p = f"{ptr} + {off.code}"
         if not axes <= off.axes:  # a pad's or cat's predicate along axes the offset does not vary on
             p = f"tl.broadcast_to({p}, {self.tile.shape(axes)})"
-        return w.tmp(f"tl.load({p}{m})", "x"), axes
+        return w.tmp(f"tl.load({p}{m}{self.tile.load_hint})", "x"), axes
 
     def expr_value(self, v: TensorVal, idx: Index):
         e = v.definition

@@ -32,16 +32,25 @@ from .lower import Unsupported, compute_dtype
 
 
 class FlatTile:
+    load_hint = store_hint = ""  # see ``ReductionTile.load_hint``
+
     def __init__(self, ref, block: int, int64: bool):
         self.ref, self.block, self.int64 = ref, block, int64
 
     def prologue(self, low):
+        """``mask`` is all true, and Triton drops it from every load and store, when
+        the blocks tile the tensor exactly (``EVEN``, computed per launch): a
+        compute-bound body (GELU-tanh backward) saves the compare and the predicates."""
         w = low.w
         n = w.arg("numel", "numel", ("numel", self.ref, None))
+        even = w.arg("EVEN", "flag", ("divides", self.ref, self.block))
         pid = "tl.program_id(0).to(tl.int64)" if self.int64 else "tl.program_id(0)"
         w.line(f"pid = {pid}")
         w.line("x = pid * BLOCK + tl.arange(0, BLOCK)")
-        w.line(f"mask = x < {n}")
+        w.line(f"if {even}:")
+        w.line("    mask = tl.full([BLOCK], True, tl.int1)")
+        w.line("else:")
+        w.line(f"    mask = x < {n}")
         w.constexprs["BLOCK"] = self.block
 
     def ref_index(self, low) -> Index:
@@ -79,6 +88,8 @@ class BroadcastTile:
     the heads, with the heads on ``k``, cost BLOCK_K times fewer evaluations than in a
     flat tile, which computes every value at every element.  Programs: axis 0 over
     ``j`` blocks, axis 1 over ``k`` blocks."""
+
+    load_hint = store_hint = ""  # see ``ReductionTile.load_hint``
 
     def __init__(self, ref, outer, block_k: int, block_j: int, int64: bool):
         self.ref, self.outer = ref, tuple(outer)
@@ -140,6 +151,7 @@ class ProbeTile:
     ``BroadcastTile``; the code the walk writes is thrown away."""
 
     int64 = True  # plain ``//`` and ``%``: no size arguments for division constants
+    load_hint = store_hint = ""
 
     def __init__(self, ref):
         self.ref = ref
@@ -193,6 +205,20 @@ class ReductionTile:
         self.block_k, self.block_j, self.int64 = block_k, block_j, int64
         self.results: dict = {}  # reduction expr -> list of (code) per output slot
         self.raxis = 1 if inner else 0
+
+    # -- cache hints --------------------------------------------------------------------
+    @property
+    def load_hint(self) -> str:
+        """Extra ``tl.load`` arguments: a multi-pass row (read once per pass) asks L2 to
+        keep what it loads, and ``store_hint`` lets its outputs stream past L2, so the
+        output pass finds the row still there.  H200, ``benchmarks/variants.py`` group
+        l2: log-softmax [8192, 30522] fp16 -> fp32 497.3 -> 479.8 us, [8192, 50257] bf16
+        586.4 -> 569.2, softmax [8192, 30522] bf16 340.7 -> 336.1."""
+        return ", eviction_policy='evict_last'" if self.inner and not self.persistent else ""
+
+    @property
+    def store_hint(self) -> str:
+        return ", cache_modifier='.cs'" if self.inner and not self.persistent else ""
 
     # -- layout -------------------------------------------------------------------------
     def divides_fast(self, axes) -> bool:
@@ -442,8 +468,12 @@ class ReductionTile:
     # -- online max + sum(exp(a - max)): one pass instead of two ---------------------
     # Elements of a row chunk that share one running max in an inner tile's online pass:
     # each thread's contiguous run, reduced in registers before the rescale, so a chunk
-    # costs 1 + 1/ONLINE_GROUP exponentials per element instead of 2.
-    ONLINE_GROUP = 4
+    # costs 1 + 1/ONLINE_GROUP exponentials per element instead of 2.  The exponentials
+    # bound the statistics-only row: on H200 (benchmarks/variants.py group l2) 8 took
+    # log(sum(exp)) [8192, 30522] fp16 from 146.6 to 134.1 us and softmax [8192, 30522]
+    # bf16 from 337.8 to 320.5 us (16: 136.4, 318.2; log-softmax [8192, 50257] bf16:
+    # 571.7 at 4, 577.4 at 8).
+    ONLINE_GROUP = 8
 
     def _online_grouped(self) -> bool:
         return self.inner and self.block_j % self.ONLINE_GROUP == 0

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 @dataclass
 class KernelArg:
     name: str
-    kind: str  # "ptr" | "size" | "stride" | "scalar" | "rng" | "divmagic" | ...
+    kind: str  # "ptr" | "size" | "stride" | "scalar" | "rng" | "divmagic" | "flag" | ...
     source: tuple  # what the launcher reads: ("tensor", val) / ("size", val, dim) / ...
 
 
@@ -67,7 +67,10 @@ class KernelWriter:
         return f"@triton.jit(do_not_specialize={volatile!r})" if volatile else "@triton.jit"
 
     def source(self, header_comment: list[str]) -> str:
-        params = list(self.args) + [f"{k}: tl.constexpr" for k in self.constexprs]
+        # "flag" arguments are compile-time constants the launcher computes per launch
+        # (Triton compiles one kernel per value): a tile that divides its extent evenly.
+        params = [f"{n}: tl.constexpr" if a.kind == "flag" else n for n, a in self.args.items()]
+        params += [f"{k}: tl.constexpr" for k in self.constexprs]
         head = [f"# {c}" for c in header_comment]
         sig = ",\n    ".join(params)
         return "\n".join([

@@ -428,6 +428,8 @@ def arg_value(a, b: Binding, env, outs, rng_table):
         v, dims = a.source[1], a.source[2]
         shape = b.shapes[v]
         return math.prod(shape if dims is None else [shape[d] for d in dims])
+    if kind == "divides":  # the tile's block divides the tensor's element count
+        return math.prod(b.shapes[a.source[1]]) % a.source[2] == 0
     if kind == "scalar":
         return env[a.source[1]]
     if kind == "divmagic":
