@@ -16,15 +16,20 @@ DTYPES = [DataType.Float, DataType.Half, DataType.BFloat16]
 
 @st.composite
 def fusions(draw):
-    """A recipe: shape, input dtypes and a list of op steps (all indices in range)."""
-    rows, cols = draw(st.integers(1, 6)), draw(st.integers(1, 9))
+    """A recipe: shape, input dtypes, a list of op steps (all indices in range), the
+    outputs, and which inputs arrive transposed (a [cols, rows] tensor's ``.t()``).
+    Rows and columns of 16 or more let the pointwise scheduler's 2-D tiles run:
+    heavy ops on a broadcast row (``row0``), transposed inputs."""
+    rows = draw(st.one_of(st.integers(1, 6), st.integers(16, 24)))
+    cols = draw(st.one_of(st.integers(1, 9), st.integers(16, 40)))
     n_in = draw(st.integers(1, 3))
     dts = [draw(st.sampled_from(DTYPES)) for _ in range(n_in)]
+    transposed = [draw(st.booleans()) for _ in range(n_in)]
     steps = []
     n = n_in
     for _ in range(draw(st.integers(1, 8))):
         kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce", "reduce_bcast", "cast", "permute",
-                                     "pad", "cat"]))
+                                     "pad", "cat", "row0"]))
         a = draw(st.integers(0, n - 1))
         if kind == "unary":
             steps.append(("unary", draw(st.sampled_from(UNARY)), a))
@@ -42,11 +47,13 @@ def fusions(draw):
             d = draw(st.integers(0, 1))
             steps.append(("cat", d, a, draw(st.integers(0, n - 1)), draw(st.integers(0, (rows, cols)[d])),
                           draw(st.booleans())))
+        elif kind == "row0":  # a heavy op of row 0 broadcast down the rows
+            steps.append(("row0", draw(st.sampled_from(["tanh", "sin"])), a))
         else:
             steps.append(("permute", None, a))
         n += 1
     outs = sorted(set(draw(st.lists(st.integers(n_in, n - 1), min_size=1, max_size=3))))
-    return rows, cols, dts, steps, outs
+    return rows, cols, dts, steps, outs, transposed
 
 
 def build(recipe):
@@ -56,9 +63,11 @@ def build(recipe):
     [rows, cols] at an offset), so any two values combine.  A pad's or cat's wider
     result may be an output too (a kernel over it stores the values below it only
     inside their own extents)."""
-    rows, cols, dts, steps, outs = recipe
+    rows, cols, dts, steps, outs, *rest = recipe
+    transposed = rest[0] if rest else [False] * len(dts)
     with FusionDefinition() as fd:
-        vals = [fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dt) for dt in dts]
+        vals = [fd.define_tensor(shape=[-1, -1], contiguity=[not t, not t], dtype=dt)
+                for dt, t in zip(dts, transposed)]
         wide_outs = []
         for s in steps:
             kind, op, a = s[0], s[1], vals[s[2]]
@@ -68,6 +77,9 @@ def build(recipe):
                 v = getattr(fd.ops, op)(a, vals[s[3]])
             elif kind == "cast":
                 v = fd.ops.cast(a, dtype=op)
+            elif kind == "row0":
+                r0 = fd.ops.slice(a, start_indices=[0, 0], end_indices=[1, cols])
+                v = getattr(fd.ops, op)(fd.ops.broadcast_in_dim(r0, shape=[rows, cols], broadcast_dims=[0, 1]))
             elif kind == "permute":
                 v = fd.ops.permute(fd.ops.exp(fd.ops.permute(a, dims=[1, 0])), dims=[1, 0])
             elif kind in ("pad", "cat"):
@@ -95,7 +107,8 @@ def build(recipe):
         for w in wide_outs:
             fd.add_output(w)
     g = torch.Generator().manual_seed(rows * 131 + cols * 7 + len(steps))
-    inputs = [(torch.rand(rows, cols, generator=g) * 2 - 1).to(dt.torch) for dt in dts]
+    inputs = [(torch.rand(cols, rows, generator=g) * 2 - 1).to(dt.torch).t() if t else
+              (torch.rand(rows, cols, generator=g) * 2 - 1).to(dt.torch) for dt, t in zip(dts, transposed)]
     return fd, inputs
 
 

@@ -92,7 +92,8 @@ class ExecutorCache:
         for v in self.fd.ir.inputs:
             if isinstance(v, TensorVal):
                 x = b.values[v]
-                parts.append((is_contiguous(x), x.data_ptr() % 16 == 0, unit_stride_dim(x)))
+                contiguous = is_contiguous(x)
+                parts.append((contiguous, x.data_ptr() % 16 == 0, None if contiguous else unit_stride_dim(x)))
                 labels.append(f"input {v.name} (contiguous, 16-byte aligned, unit-stride dim)")
         for e in live:
             for o in e.outputs:
@@ -419,15 +420,14 @@ def layout_info(x: torch.Tensor) -> dict:
     rows_aligned = False
     if not contiguous and x.dim() >= 2 and x.stride(-1) == 1 and x.data_ptr() % 16 == 0:
         rows_aligned = all(x.stride(d) * x.element_size() % 16 == 0 for d in range(x.dim() - 1) if x.shape[d] != 1)
-    return {"contiguous": contiguous, "rows_aligned": rows_aligned, "unit_dim": unit_stride_dim(x)}
+    return {"contiguous": contiguous, "rows_aligned": rows_aligned,
+            "unit_dim": None if contiguous else unit_stride_dim(x)}
 
 
 def unit_stride_dim(x: torch.Tensor) -> int | None:
-    """The dim a strided tensor is contiguous along (stride 1, extent > 1), or None
-    (contiguous tensors, or no such dim): a transposed input's, for the pointwise
-    scheduler's transpose tile."""
-    if is_contiguous(x):
-        return None
+    """The dim a strided tensor is contiguous along (stride 1, extent > 1), or None:
+    a transposed input's, for the pointwise scheduler's transpose tile (callers ask
+    only for tensors that are not contiguous)."""
     dims = [d for d in range(x.dim()) if x.shape[d] > 1 and x.stride(d) == 1]
     return dims[-1] if dims else None
 
