@@ -103,3 +103,40 @@ def test_pointwise_any_block(case):
 
     with override(block=block):
         check(fusion(build), [x, b, 99, 4], n_launches=1, tol={torch.float32: (1e-5, 2e-5)}, block=block)
+
+
+@st.composite
+def broadcast_tile_case(draw):
+    """A 2-D pointwise tile with any dims on k (even the last, or all of them), any
+    rows per block and any block: what the heuristics would never pick included."""
+    shape = draw(st.sampled_from([(3, 5, 17), (2, 40), (4, 1, 9), (6, 3, 2, 5)]))
+    outer = tuple(d for d in range(len(shape)) if draw(st.booleans())) or (0,)
+    block_outer = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    block = block_outer * draw(st.sampled_from([1, 4, 16, 64]))
+    return shape, dict(outer=outer, block_outer=block_outer, block=block)
+
+
+@settings(max_examples=15)
+@given(broadcast_tile_case())
+def test_broadcast_tile_any_params(case):
+    """sin of a value broadcast along dim 0, a transposed input, a random op (one
+    Philox call per element on this tile: the same bits as the reference's) and a
+    smaller output met on the way."""
+    shape, params = case
+    gen = gen_for("any_broadcast_tile", shape)
+    xt = make_tensor(tuple(reversed(shape)), torch.float16, gen).permute(*reversed(range(len(shape))))
+    a = make_tensor(shape[1:], torch.float32, gen)
+
+    def build(fd):
+        tx = fd.define_tensor(shape=[-1] * len(shape), contiguity=[False] * len(shape), dtype=DataType.Half)
+        ta = fd.define_tensor(shape=[-1] * (len(shape) - 1), dtype=DataType.Float)
+        seed = fd.define_scalar(dtype=DataType.Int)
+        off = fd.define_scalar(dtype=DataType.Int)
+        s = fd.ops.sin(ta)  # an [shape[1:]] output on the walk
+        t = fd.ops.mul(fd.ops.cast(tx, dtype=DataType.Float),
+                       fd.ops.broadcast_in_dim(s, shape=list(shape), broadcast_dims=list(range(1, len(shape)))))
+        fd.add_output(fd.ops.cast(fd.ops.add(t, fd.ops.rand_like(t, rng_seed=seed, rng_offset=off)), DataType.Half))
+        fd.add_output(s)
+
+    with override(**params):
+        check(fusion(build), [xt, a, 7, 12], n_launches=1, tol={torch.float32: (1e-5, 2e-5)}, **params)

@@ -238,11 +238,19 @@ def fallbacks(seg: Segment, params: PointwiseParams) -> list:
     return out
 
 
+def tile_sizes(params: PointwiseParams) -> tuple[int, int]:
+    """(BLOCK_K, BLOCK_J) of a broadcast tile.  A j block at least 2 wide whenever the
+    block allows: Triton's interpreter cannot store a [BLOCK_K, 1] block broadcast from
+    a value of one column (a read-only view), so ``block_outer`` yields there."""
+    bk = min(params.block_outer, max(1, params.block // 2))
+    return bk, params.block // bk
+
+
 def emit(seg: Segment, params: PointwiseParams, name: str):
     ref = reference(seg)
     if params.outer:
-        bk = min(params.block_outer, params.block)
-        tile = BroadcastTile(ref, params.outer, bk, params.block // bk, params.int64)
+        bk, bj = tile_sizes(params)
+        tile = BroadcastTile(ref, params.outer, bk, bj, params.int64)
     else:
         tile = FlatTile(ref, params.block, params.int64)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"])
@@ -253,7 +261,7 @@ def grid(seg: Segment, params: PointwiseParams):
     if params.outer:
         shape = seg.shapes[ref]
         K = math.prod(shape[d] for d in params.outer)
-        bk = min(params.block_outer, params.block)
-        return (-(-(seg.numel(ref) // max(K, 1)) // (params.block // bk)), -(-K // bk))
+        bk, bj = tile_sizes(params)
+        return (-(-(seg.numel(ref) // max(K, 1)) // bj), -(-K // bk))
     n = seg.numel(ref)
     return ((n + params.block - 1) // params.block,)
