@@ -120,14 +120,14 @@ def tile_choice(seg: Segment) -> tuple:
     """``(outer, block_outer, GPU block)`` of a broadcast tile, or ``((), 1, 0)`` for a
     flat one: heavy ops shared along some dims first (``broadcast_dims``), else a
     transposed input (``transpose_dims``)."""
-    ref = reference(seg)
-    shape = seg.shapes[ref]
-    if not shape or shape[-1] < MIN_ROW or any(OPS[e.op].kind == "random" for e in seg.exprs()):
+    shape = seg.shapes[reference(seg)]
+    exprs = seg.exprs()
+    if not shape or shape[-1] < MIN_ROW or any(OPS[e.op].kind == "random" for e in exprs):
         return (), 1, 0  # short rows; random ops keep the flat walk (one Philox call per 4)
     probe = None
-    if any(OPS[e.op].heavy for e in seg.exprs()):
+    if any(OPS[e.op].heavy for e in exprs):
         probe = probe_walk(seg)
-        outer = broadcast_dims(seg, probe.expr_axes) if probe is not None else ()
+        outer = broadcast_dims(seg, exprs, probe.expr_axes) if probe is not None else ()
         if outer:
             return outer, BLOCK_OUTER, BROADCAST_BLOCK
     if any(seg.inputs_info[v].get("unit_dim") is not None for v in seg.loads()):
@@ -138,12 +138,11 @@ def tile_choice(seg: Segment) -> tuple:
     return (), 1, 0
 
 
-def broadcast_dims(seg: Segment, varies: dict) -> tuple:
+def broadcast_dims(seg: Segment, exprs, varies: dict) -> tuple:
     """The reference dims to put on a broadcast tile's k axis, or (): of the splits
-    that leave a heavy op varying (``varies``: expr -> reference dims) along one axis
-    only, the one that does so for the most heavy ops.  The last dim always stays on
-    j (contiguous)."""
-    exprs = seg.exprs()
+    that leave a heavy op of ``exprs`` varying (``varies``: expr -> reference dims)
+    along one axis only, the one that does so for the most heavy ops.  The last dim
+    always stays on j (contiguous)."""
     shape = seg.shapes[reference(seg)]
     live = {d for d, s in enumerate(shape) if s > 1}
     last = len(shape) - 1

@@ -247,16 +247,16 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
         bk = min(next_pow2(K), 256)
         bj = min(next_pow2(J), max(1, (1 << 14) // bk))
         return apply_overrides(ReductionParams(False, J <= bj, bk, bj, 4, int64))
-    # Each program owns a 64-byte strip of kept columns and walks down the reduced
-    # rows a chunk at a time, 4 warps; the split (``outer_split``) supplies the
+    # Each program starts from a 64-byte strip of kept columns and walks down the
+    # reduced rows a chunk at a time, 4 warps; the split (``outer_split``) supplies the
     # programs that narrow strips alone would not.  Measured on H200 (2026-11-30,
-    # kernel times): sum over dim 0 of [16384, 4096] fp16, 32 x 128 with 4 warps and
-    # split 32: 49.8 us, against 61.5 us for 16 x 512 with 8 warps and split 4 and
-    # 52-60 us for 128-byte strips; layer-norm backward's dw, db at [16384, 1024]
-    # bf16: 32 x 64, 4 warps, split 32: 39 us against 78 us for 16 x 512 with 16 warps.
+    # kernel times, before the chunk loop was pipelined): sum over dim 0 of [16384,
+    # 4096] fp16, 32 x 128 with 4 warps and split 32: 49.8 us, against 61.5 us for 16 x
+    # 512 with 8 warps and split 4; layer-norm backward's dw, db at [16384, 1024] bf16:
+    # 32 x 64, 4 warps, split 32: 39 us against 78 us for 16 x 512 with 16 warps.
     itemsize = min(v.dtype.itemsize for v in [ref] + list(seg.outputs))
     bk = max(1, min(next_pow2(K), 64 // itemsize))
-    bj, warps, split = _outer_tile(seg, ref, dims, bk)
+    bj, warps, split = _outer_tile(seg, ref, dims, J, bk)
     # Wider strips (up to OUTER_STRIP_BYTES of a row) while the grid keeps
     # OUTER_MIN_PROGRAMS and the tile its warps (a wider strip walks fewer rows at a
     # time instead), and the chunk loop pipelined OUTER_STAGES deep.  Sum over dim 0 of
@@ -266,7 +266,7 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     # against 28.4; [8192, 768] keeps 32-column strips (768 programs): 11.9 us, 3
     # stages, against 12.4.
     while (bk * 2) * itemsize <= OUTER_STRIP_BYTES and bk * 2 <= next_pow2(K):
-        wider = _outer_tile(seg, ref, dims, bk * 2)
+        wider = _outer_tile(seg, ref, dims, J, bk * 2)
         if -(-K // (bk * 2)) * wider[2] < OUTER_MIN_PROGRAMS or wider[1] > warps:
             break
         bk, (bj, warps, split) = bk * 2, wider
@@ -280,11 +280,10 @@ def _chunk_bytes(seg: Segment, K: int, bk: int, bj: int) -> int:
     return bk * bj * sum(v.dtype.itemsize for v in seg.loads() if seg.numel(v) > K)
 
 
-def _outer_tile(seg: Segment, ref, dims, bk: int):
-    """(rows per chunk, warps, split) of an outer tile ``bk`` columns wide: the chunk
-    shrinks to the register budget (``OUTER_VALUES_PER_THREAD``); only a tile still
-    over it at 32 rows gets more warps."""
-    J = kept_and_reduced(seg, ref, dims)[1]
+def _outer_tile(seg: Segment, ref, dims, J: int, bk: int):
+    """(rows per chunk, warps, split) of an outer tile ``bk`` columns wide over ``J``
+    reduced rows: the chunk shrinks to the register budget (``OUTER_VALUES_PER_THREAD``);
+    only a tile still over it at 32 rows gets more warps."""
     bj = min(next_pow2(J), 512)
     warps = 4
     per_thread = max(1, OUTER_VALUES_PER_THREAD // outer_values(seg, ref))
