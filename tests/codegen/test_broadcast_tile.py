@@ -157,3 +157,33 @@ def test_short_transposed_dims_stay_flat():
         fd.add_output(fd.ops.set(define_input(fd, x, contiguous=False)))
 
     check(fusion(build), [x], n_launches=1, outer=())
+
+
+@BLOCKS
+@pytest.mark.parametrize("shape", [(37, 45), (8, 19), (130, 16)], ids=str)
+def test_per_row_inputs_walk_the_row_tile_under_a_pad(shape, block):
+    """BERT's log-softmax backward from saved statistics, with the labels' one-hot
+    term, the tangent added and the result padded for a GEMM: the per-row inputs
+    (statistics, labels) put the rows on k and are read once per row, not once per
+    element under the pad's column predicate."""
+    R, V = shape
+    x = _x((R, V), torch.float16)
+    stats = _x((R, 1), name="m")
+    labels = torch.randint(-1, V + 1, (R, 1), generator=gen_for("broadcast_tile", "labels", R, V))
+    tangent = _x((R, V), torch.float16, "t")
+
+    def build(fd):
+        xs, m = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half), fd.define_tensor(shape=[-1, 1])
+        lab = fd.define_tensor(shape=[-1, 1], dtype=DataType.Int)
+        t = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half)
+        cols = fd.ops.broadcast_in_dim(fd.ops.iota(V, 0, 1, dtype=DataType.Int), shape=[1, V], broadcast_dims=[1])
+        hit = fd.ops.where(fd.ops.eq(cols, lab), -0.25, 0.0)
+        y = fd.ops.sub(hit, fd.ops.mul(fd.ops.exp(fd.ops.sub(fd.ops.cast(xs, DataType.Float), m)), m))
+        y = fd.ops.add(t, fd.ops.cast(y, DataType.Half))
+        fd.add_output(fd.ops.pad(y, [0, 3, 0, 0], 0.0))
+
+    fd = fusion(build)
+    with _blocked(block):
+        check(fd, [x, stats, labels, tangent], n_launches=1, scheduler="pointwise", outer=(0,))
+    src = "\n".join(s.source for s, _ in fd._runtime.kernels.values())
+    assert "broadcast_to" not in src

@@ -31,6 +31,12 @@ class Index:
     pred: tuple = ()  # extra predicates (strings) guarding loads below a pad or cat
     pred_axes: frozenset = frozenset()
     dropped: tuple = ()  # coords that broadcasts collapsed: a store of this value keeps coord == 0 only
+    pred_each: tuple = ()  # the axes of each predicate in ``pred`` (each guards one coordinate)
+
+    def guarded(self, pred: str, axes: frozenset) -> "Index":
+        """This index under one more predicate (of one coordinate, varying along ``axes``)."""
+        return Index(self.coords, self.linear, self.pred + (pred,), self.pred_axes | axes, self.dropped,
+                     self.pred_each + (axes,))
 
     @property
     def axes(self) -> frozenset:

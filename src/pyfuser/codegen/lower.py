@@ -167,7 +167,7 @@ class Lowering:
     def normalize(self, v, idx: Index) -> Index:
         shape = self.shapes[v]
         coords = tuple(ZERO if shape[d] == 1 else c for d, c in enumerate(idx.coords))
-        return Index(coords, idx.linear, idx.pred, idx.pred_axes, idx.dropped)
+        return Index(coords, idx.linear, idx.pred, idx.pred_axes, idx.dropped, idx.pred_each)
 
     def linear_of(self, v, idx: Index) -> Coord:
         if idx.linear is not None:
@@ -176,7 +176,7 @@ class Lowering:
         return Coord(self.w.tmp(lin.code, "i"), lin.axes) if not lin.code.isidentifier() and lin.code != "0" else lin
 
     def with_coords(self, idx: Index, coords, linear=None, dropped=()) -> Index:
-        return Index(tuple(coords), linear, idx.pred, idx.pred_axes, idx.dropped + tuple(dropped))
+        return Index(tuple(coords), linear, idx.pred, idx.pred_axes, idx.dropped + tuple(dropped), idx.pred_each)
 
     # -- the walk -----------------------------------------------------------------------
     def value(self, v, idx: Index | None):
@@ -240,11 +240,21 @@ class Lowering:
             off = Coord(" + ".join(terms) if terms else "0", axes)
         if not off.axes:  # one element for every lane (a 0-d or all-broadcast tensor): always in bounds
             return w.tmp(f"tl.load({ptr} + {off.code})", "x"), frozenset()
-        axes = off.axes | idx.pred_axes
-        mask = self.tile.mask(axes, idx.pred)
+        preds = idx.pred
+        if len(idx.pred_each) == len(idx.pred):
+            # A predicate guards one coordinate (a pad's, a cat's, a gather's index) and
+            # the value read where it fails is replaced (tl.where) above the load; if
+            # the offset does not vary along its axes, the offset does not use that
+            # coordinate and the address is valid without it.  A per-row value under a
+            # pad of the rows is then read once per row, not once per element.
+            preds = tuple(p for p, a in zip(idx.pred, idx.pred_each) if a <= off.axes)
+            axes = off.axes
+        else:
+            axes = off.axes | idx.pred_axes
+        mask = self.tile.mask(axes, preds)
         m = f", mask={mask}" if mask else ""
         p = f"{ptr} + {off.code}"
-        if not axes <= off.axes:  # a pad's or cat's predicate along axes the offset does not vary on
+        if not axes <= off.axes:  # a predicate along axes the offset does not vary on
             p = f"tl.broadcast_to({p}, {self.tile.shape(axes)})"
         return w.tmp(f"tl.load({p}{m}{self.tile.load_hint})", "x"), axes
 
@@ -425,6 +435,7 @@ class Lowering:
         widths = e.attrs["pad_widths"]
         rank = len(self.shapes[x])
         coords, preds, axes = list(idx.coords), [], frozenset()
+        inner = idx
         for k in range(len(widths) // 2):
             d = rank - 1 - k
             lo = widths[2 * k]
@@ -432,8 +443,9 @@ class Lowering:
             shifted = Coord(c.code if lo == 0 else f"({c.code} - {lo})", c.axes)
             coords[d] = shifted
             preds.append(f"({shifted.code} >= 0) & ({shifted.code} < {self.ext(x, d)})")
+            inner = inner.guarded(preds[-1], c.axes)
             axes |= c.axes
-        inner = Index(tuple(coords), None, idx.pred + tuple(preds), idx.pred_axes | axes, idx.dropped)
+        inner = Index(tuple(coords), None, inner.pred, inner.pred_axes, idx.dropped, inner.pred_each)
         val, vax = self.in_window(any(wd < 0 for wd in widths), x, inner)
         pv, _ = self.scalar(pad_value)
         cond = self.w.tmp(" & ".join(f"({p})" for p in preds), "m") if preds else "True"
@@ -453,7 +465,8 @@ class Lowering:
             pred = self.w.tmp(f"({c.code} >= {lo}) & ({c.code} < {hi})", "m")
             coords = list(idx.coords)
             coords[dim] = Coord(c.code if start == "0" else f"({c.code} - {start})", c.axes)
-            inner = Index(tuple(coords), None, idx.pred + (pred,), idx.pred_axes | c.axes, idx.dropped)
+            g = idx.guarded(pred, c.axes)
+            inner = Index(tuple(coords), None, g.pred, g.pred_axes, idx.dropped, g.pred_each)
             val, ax = self.value(x, inner)
             if x.dtype is not v.dtype:
                 val = f"({val}).to({TRITON_NAME[v.dtype]})"
@@ -476,10 +489,11 @@ class Lowering:
         rank = len(self.shapes[x])
         d = e.attrs["dim"] % max(rank, 1)
         if e.op == "index_select":
-            at = Index((idx.coords[d],) if len(self.shapes[index]) == 1 else (), None, idx.pred, idx.pred_axes)
+            at = Index((idx.coords[d],) if len(self.shapes[index]) == 1 else (), None, idx.pred, idx.pred_axes,
+                       (), idx.pred_each)
         else:
             at = Index(idx.coords, idx.linear if self.shapes[index] == self.shapes[v] else None, idx.pred,
-                       idx.pred_axes)
+                       idx.pred_axes, (), idx.pred_each)
         ival, iax = self.value(index, self.normalize(index, at))
         w = self.w
         valid = w.tmp(f"({ival} >= 0) & ({ival} < {self.ext(x, d)})", "m")
@@ -487,7 +501,8 @@ class Lowering:
         safe = w.tmp(f"tl.where({valid}, {ival}, 0).to({itype})", "i")
         coords = list(idx.coords)
         coords[d] = Coord(safe, iax)
-        inner = Index(tuple(coords), None, idx.pred + (valid,), idx.pred_axes | iax, idx.dropped)
+        g = idx.guarded(valid, iax)
+        inner = Index(tuple(coords), None, g.pred, g.pred_axes, idx.dropped, g.pred_each)
         val, vax = self.value(x, inner)
         nan = bf16_constant("float('nan')") if x.dtype is DataType.BFloat16 else "float('nan')"
         return w.tmp(f"tl.where({valid}, {val}, {nan})"), vax | iax

@@ -22,6 +22,12 @@ stays contiguous) hold at least ``MIN_SHARED`` elements, the kernel walks a 2-D
 computed on a [1, BLOCK_J] block shared by the tile's ``block_outer`` rows.  A heavy op
 that varies along the outer dims only ([BLOCK_K, 1], once per row) counts as well.
 
+Row tile: the same 2-D tile when an input is read once per row (a row's statistic,
+a label: BERT's log-softmax backward from the saved statistics, its result padded
+for the decoder's GEMMs).  A flat walk divides its index by the row length to read
+such a value, at every element; the tile puts the rows on ``k``, so the value is a
+[BLOCK_K, 1] load and the columns need no division.
+
 Transpose tile: the same 2-D tile when an input is read through a permute whose
 unit-stride dim is not the output's last (BERT's K^T made contiguous: a flat walk
 reads it 2 bytes per 128-byte line).  That dim goes on k, 64 of it, so each column
@@ -135,6 +141,11 @@ def tile_choice(seg: Segment) -> tuple:
         outer = transpose_dims(seg, probe.load_axes) if probe is not None else ()
         if outer:
             return outer, TRANSPOSE_OUTER, TRANSPOSE_BLOCK
+    if len(shape) >= 2 and any(len(seg.shapes[v]) >= 2 for v in seg.loads()):
+        probe = probe or probe_walk(seg)
+        outer = row_dims(seg, probe.load_axes) if probe is not None else ()
+        if outer:
+            return outer, BLOCK_OUTER, BROADCAST_BLOCK
     return (), 1, 0
 
 
@@ -160,6 +171,20 @@ def broadcast_dims(seg: Segment, exprs, varies: dict) -> tuple:
 
     best = max(sorted(candidates), key=shared, default=())
     return best if best and shared(best) else ()
+
+
+def row_dims(seg: Segment, load_axes: dict) -> tuple:
+    """The reference dims but the last when an input is read once per row (it varies
+    along some of them, not along the last: a row's statistic, a label), else ()."""
+    shape = seg.shapes[reference(seg)]
+    last = len(shape) - 1
+    live = frozenset(d for d, s in enumerate(shape) if s > 1)
+    for v in seg.loads():
+        axes = load_axes.get(v)
+        varies = frozenset().union(*axes) if axes else frozenset()
+        if varies and last not in varies and varies <= live:
+            return tuple(sorted(live - {last}))
+    return ()
 
 
 def transpose_dims(seg: Segment, load_axes: dict) -> tuple:
