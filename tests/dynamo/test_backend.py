@@ -294,14 +294,30 @@ def test_regions_are_cut_where_a_row_reduction_reads_a_column_sum():
     assert pd.stats()["regions"] == 2
 
 
-def test_regions_are_cut_where_a_reshape_changes_a_normalized_shape():
+def test_a_reshape_of_a_normalized_value_moves_below_its_pointwise_users():
+    """``sink_views``: log-softmax viewed as [2, 3, 8] and combined with a [2, 3, 8]
+    tensor is computed on [6, 8] with that tensor viewed, so no reshape follows the
+    row reduction inside the region and it is not cut."""
     def fn(x, y):
         return torch.log_softmax(x, -1).view(2, 3, 8) * 2 + y
 
     g = torch.Generator().manual_seed(12)
     x, y = torch.randn(6, 8, generator=g), torch.randn(2, 3, 8, generator=g)
     with torch.no_grad():
-        torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x, y), fn(x, y), rtol=1e-5, atol=1e-5)
+        got = torch.compile(fn, backend="pyfuser")(x, y)
+    torch.testing.assert_close(got, fn(x, y), rtol=1e-5, atol=1e-5)
+    assert got.shape == (2, 3, 8) and got.is_contiguous()
+    assert pd.stats()["regions"] == 1
+
+
+def test_regions_are_cut_where_a_reshape_changes_a_normalized_shape():
+    def fn(x, w):  # w broadcasts over the new leading dim: the view cannot move below the product
+        return torch.log_softmax(x, -1).view(2, 3, 8) * w + 1
+
+    g = torch.Generator().manual_seed(12)
+    x, w = torch.randn(6, 8, generator=g), torch.randn(3, 8, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(fn, backend="pyfuser")(x, w), fn(x, w), rtol=1e-5, atol=1e-5)
     assert pd.stats()["regions"] == 2
 
 
@@ -515,6 +531,14 @@ def test_misaligned_matmuls_are_padded_and_match_eager(monkeypatch):
         a, b = (x.meta["val"].shape for x in n.args[-2:])
         assert a[0] % 8 == 0 and a[1] % 8 == 0 and b[0] % 8 == 0 and b[1] % 8 == 0, n.format_node()
     assert sum(str(n.target) == "aten.mm.default" for n in mms) == 2
+    # forward: one region reads the logits view once, copies it and keeps the loss statistics
+    readers = [a for n in graphs[0].graph.nodes if n.op == "call_module" for a in n.args
+               if isinstance(a, torch.fx.Node) and tuple(a.meta["val"].shape) == (250, 1001)]
+    assert len(readers) == 1, readers
+    # backward: the bias gradient sums the padded gradient, through a slice left to ATen
+    from pyfuser.dynamo.partition import ATEN_ONLY
+    slices = [n for n in graphs[1].graph.nodes if n.meta.get(ATEN_ONLY)]
+    assert slices and all(u.op == "call_module" or u.meta.get(ATEN_ONLY) for n in slices for u in n.users)
 
 
 def test_views_between_regions_are_built_from_their_traced_strides():

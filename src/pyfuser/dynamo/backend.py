@@ -25,6 +25,8 @@ from .decompositions import decomposition_table
 from .pad_matmuls import pad_matmuls, propagate_meta
 from .partition import fuse_regions
 from .region import warn_once
+from .one_hot import one_hot_sums
+from .sink_views import sink_views
 from .sum_views import sums_through_views
 from .views import fast_views
 
@@ -64,18 +66,24 @@ def _padded(gm):
         return _copy(gm)
 
 
-def _summed(gm):
-    """A copy of ``gm`` whose sums over leading-dim reshapes sum the source instead
-    (``sum_views``), or ``gm`` itself when the rewrite fails (an optimization)."""
-    work = _copy(gm)
-    try:
-        if sums_through_views(work):
-            propagate_meta(work)
-        return work
-    except Exception as err:
-        warn_once(f"sum_views: {type(err).__name__}", f"rewriting sums over views failed ({type(err).__name__}); "
-                                                      "they stay as traced")
-        return gm
+# Rewrites that give the partitioner fewer, larger regions, in order: (name, pass).
+REWRITES = (("one_hot", one_hot_sums), ("sink_views", sink_views), ("sum_views", sums_through_views))
+
+
+def _rewritten(gm):
+    """``gm`` after each of ``REWRITES`` (a pass that fails is skipped with one
+    warning: they are optimizations)."""
+    for name, rewrite in REWRITES:
+        work = _copy(gm)
+        try:
+            if rewrite(work):
+                propagate_meta(work)
+            gm = work
+        except Exception as err:
+            warn_once(f"{name}: {type(err).__name__}", f"the {name} rewrite failed ({type(err).__name__}: "
+                                                        f"{str(err).splitlines()[0] if str(err) else ''}); "
+                                                        "the graph stays as traced there")
+    return gm
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs):
@@ -84,7 +92,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs):
 
     try:
         with _unfaked():
-            gm = fuse_regions(_summed(_padded(gm)))
+            gm = fuse_regions(_rewritten(_padded(gm)))
     except Exception as err:  # never fail the user's compile: run the graph as it is
         msg = str(err).splitlines()[0] if str(err) else ""
         warn_once(f"partition: {type(err).__name__}", f"partitioning the graph failed ({type(err).__name__}: {msg}); "

@@ -40,6 +40,9 @@ from .region import FusedRegion, warn_once
 from .rules import ATEN_VIEWS, RESHAPES, bind_args, is_compute, is_layout_copy, meta, unsupported_reason
 
 MIN_COMPUTE_OPS = 2
+# A node a graph rewrite keeps out of every region (node.meta key): a view that must
+# stay a view between two regions (``pad_matmuls``: a sum reading the padded gradient).
+ATEN_ONLY = "pyfuser_aten_only"
 log = logging.getLogger(__name__)
 
 
@@ -47,6 +50,8 @@ class PyfuserSupport(OperatorSupportBase):
     """Accepts the nodes pyfuser translates with ATen's semantics."""
 
     def is_node_supported(self, submodules, node) -> bool:
+        if node.meta.get(ATEN_ONLY):
+            return False
         return unsupported_reason(node) is None
 
 

@@ -10,7 +10,9 @@ norm's dw and db from the rows it holds.
 
 Rewritten: ``aten.sum.dim_IntList(view(x, [a * b * ..., *rest]), [0], keepdim,
 dtype=)`` where ``x`` is ``[a, b, ..., *rest]``; with ``keepdim`` the result is viewed
-back to ``[1, *rest]``.  The view stays for its other users (the weight gradient's
+back to ``[1, *rest]``.  The other way round too: a sum over dims ``[0, ..., m-1]``
+of a view that split ``x``'s dim 0 into ``m`` dims is a sum over ``x``'s dim 0 (the
+masked-LM head's bias gradient once ``sink_views`` has moved its reshape).  The view stays for its other users (the weight gradient's
 matmul).
 """
 from __future__ import annotations
@@ -36,14 +38,14 @@ def sums_through_views(gm: torch.fx.GraphModule) -> int:
         merged = _merged_leading(node)
         if merged is None:
             continue
-        src, m, keepdim = merged
+        src, m, keepdim, n_out = merged
         graph = gm.graph
         with graph.inserting_before(node):
             kwargs = dict(node.kwargs)
             total = graph.call_function(aten.sum.dim_IntList, (src, list(range(m)), False), kwargs)
             out = total
             if keepdim:
-                out = graph.call_function(aten.view.default, (total, [1, *_shape(src)[m:]]))
+                out = graph.call_function(aten.view.default, (total, [1] * n_out + list(_shape(src)[m:])))
         node.replace_all_uses_with(out)
         graph.erase_node(node)
         count += 1
@@ -55,8 +57,10 @@ def sums_through_views(gm: torch.fx.GraphModule) -> int:
 
 
 def _merged_leading(node):
-    """(source, how many leading dims the view merged, keepdim) when ``node`` sums
-    dim 0 of a view whose dim 0 is its source's first dims merged, the rest equal."""
+    """(source, how many of its leading dims to sum, keepdim, how many leading dims
+    the sum's input has) when ``node`` sums dim 0 of a view whose dim 0 is its
+    source's first dims merged, or the first dims of a view that split its source's
+    dim 0, the rest equal."""
     args = list(node.args) + [None] * 3
     view, dims, keepdim = args[0], args[1], bool(args[2] if args[2] is not None else node.kwargs.get("keepdim", False))
     if not isinstance(view, torch.fx.Node) or view.op != "call_function" or view.target not in RESHAPES:
@@ -65,9 +69,13 @@ def _merged_leading(node):
     before, after = _shape(src), _shape(view)
     if before is None or after is None or len(after) < 1 or not isinstance(dims, (list, tuple)):
         return None
-    if [d % len(after) for d in dims] != [0]:
-        return None
-    for m in range(2, len(before) + 1):
-        if math.prod(before[:m]) == after[0] and tuple(before[m:]) == tuple(after[1:]):
-            return src, m, keepdim
+    summed = sorted(d % len(after) for d in dims)
+    if summed == [0]:
+        for m in range(2, len(before) + 1):
+            if math.prod(before[:m]) == after[0] and tuple(before[m:]) == tuple(after[1:]):
+                return src, m, keepdim, 1
+    m = len(summed)
+    if m >= 2 and summed == list(range(m)) and before and math.prod(after[:m]) == before[0] \
+            and tuple(after[m:]) == tuple(before[1:]):
+        return src, 1, keepdim, m
     return None

@@ -1,0 +1,95 @@
+"""The backend's graph rewrites on small traced graphs: each rewrites what it should,
+leaves alone what it should not, and the rewritten graph computes what the traced one
+did (``one_hot``, ``sink_views``, ``sum_views``, ``pad_matmuls``' sums of padded
+tensors)."""
+from __future__ import annotations
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from pyfuser.dynamo.one_hot import one_hot_sums
+from pyfuser.dynamo.pad_matmuls import propagate_meta
+from pyfuser.dynamo.sink_views import sink_views
+from pyfuser.dynamo.sum_views import sums_through_views
+
+aten = torch.ops.aten
+
+
+def traced(fn, *args):
+    """``fn`` traced to ATen with fake tensors (node meta as the backend sees it)."""
+    return make_fx(fn, tracing_mode="fake", pre_dispatch=False)(*args)
+
+
+def targets(gm) -> list:
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def one_hot_grad(g, target, classes, keepdim=True, zero=0.0):
+    t = target.unsqueeze(1)
+    hit = (torch.arange(classes).unsqueeze(0) == t) & (t != -100)
+    return torch.where(hit, g, zero).sum(1, keepdim=keepdim)
+
+
+def test_the_sum_of_a_one_hot_row_is_one_value_per_row():
+    g = torch.tensor(-0.125)
+    target = torch.tensor([3, -100, 0, 9, 12, -5])  # 12 and -5 are no class: no hit, sum 0
+    for keepdim in (True, False):
+        gm = traced(lambda g, t: one_hot_grad(g, t, 10, keepdim), g, target)
+        assert one_hot_sums(gm) == 1
+        propagate_meta(gm)
+        assert aten.sum.dim_IntList not in targets(gm)
+        torch.testing.assert_close(gm(g, target), one_hot_grad(g, target, 10, keepdim))
+
+
+def test_a_selection_with_another_default_keeps_its_sum():
+    g, target = torch.tensor(0.5), torch.tensor([1, 2, 3])
+    gm = traced(lambda g, t: one_hot_grad(g, t, 5, zero=1.0), g, target)
+    assert one_hot_sums(gm) == 0
+    assert aten.sum.dim_IntList in targets(gm)
+
+
+def test_a_selection_that_varies_along_the_sum_keeps_it():
+    target, g = torch.tensor([1, 2, 3]), torch.randn(3, 5)
+    gm = traced(lambda g, t: one_hot_grad(g, t, 5), g, target)  # g is [3, 5]: not one value per row
+    assert one_hot_sums(gm) == 0
+
+
+def log_softmax(x):  # decomposed, as AOTAutograd hands it to the backend
+    m = x - x.amax(-1, keepdim=True)
+    return m - m.exp().sum(-1, keepdim=True).log()
+
+
+def test_a_reshape_moves_below_an_add_and_folds_into_the_next():
+    def fn(x, y):
+        r = log_softmax(x)  # a row reduction's result
+        s = r.view(2, 3, 8) + y
+        return s.view(6, 8) * 2, s.sum((0, 1))
+
+    x, y = torch.randn(6, 8), torch.randn(2, 3, 8)
+    gm = traced(fn, x, y)
+    assert sink_views(gm) >= 2  # the add moved, the view chain folded
+    propagate_meta(gm)
+    adds = [n for n in gm.graph.nodes if n.target is aten.add.Tensor]
+    assert [tuple(n.meta["val"].shape) for n in adds] == [(6, 8)]
+    assert sums_through_views(gm) == 1
+    propagate_meta(gm)
+    sums = [n for n in gm.graph.nodes if n.target is aten.sum.dim_IntList and n.meta["val"].shape == (8,)]
+    assert [(tuple(n.args[0].meta["val"].shape), list(n.args[1])) for n in sums] == [((6, 8), [0])]
+    for got, want in zip(gm(x, y), fn(x, y)):
+        torch.testing.assert_close(got, want)
+
+
+def test_reshapes_of_values_without_a_row_reduction_stay():
+    def fn(x, y):
+        return (x * 2).view(2, 3, 8) + y
+
+    gm = traced(fn, torch.randn(6, 8), torch.randn(2, 3, 8))
+    assert sink_views(gm) == 0
+
+
+def test_a_broadcast_operand_keeps_the_reshape_in_place():
+    def fn(x, w):
+        return log_softmax(x).view(2, 3, 8) * w
+
+    gm = traced(fn, torch.randn(6, 8), torch.randn(3, 8))
+    assert sink_views(gm) == 0
