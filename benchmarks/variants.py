@@ -57,6 +57,18 @@ def pipelined(stages):
 # The inner-outer kernel without its column-partial folds (timing only: the column
 # sums are not written).
 NO_FOLD = (r"if arrived == members - 1:", r"if arrived == members + 1000000:")
+
+
+def fold_pipelined(stages):
+    """The inner-outer folds' row loops software-pipelined ``stages`` deep."""
+    return [(r"for r0 in range\(0, (\w+), FOLD_ROWS\):", rf"for r0 in tl.range(0, \1, FOLD_ROWS, num_stages={stages}):")]
+# The inner-outer column sums accumulated elementwise in [BLOCK_K, BLOCK_J] blocks and
+# summed over the block's rows once, after the row loop, instead of every iteration.
+ACC_2D = [(r"(cacc\d+) = tl\.full\(\[1, BLOCK_J\]", r"\1 = tl.full([BLOCK_K, BLOCK_J]"),
+          (r"(cacc\d+) \+= tl\.reduce\((tl\.where\(mask, .*, 0\.0\)), 0, tl\.standard\._sum_combine, keep_dims=True\)",
+           r"\1 += \2"),
+          (r"(tl\.store\(\w+ \+ \(\d+ \* \(NPROG \+ NGROUP\) \+ pid\) \* J \+ j, )(cacc\d+)(, mask=jmask\))",
+           r"\1tl.reduce(\2, 0, tl.standard._sum_combine, keep_dims=True)\3")]
 # Streaming hints on a flat tile's loads and stores.
 EVICT_FIRST = (r"mask=mask\)", r"mask=mask, eviction_policy='evict_first')")
 STREAM_STORES = (r"(tl\.store\(.*), mask=mask\)", r"\1, mask=mask, cache_modifier='.cs')")
@@ -253,6 +265,14 @@ def main():
                 ("n396", dict(nprog=396), []),
                 ("stages2", dict(stages=2), []),
                 ("k2 w4 n528", dict(block_k=2, num_warps=4, nprog=528), []),
+                ("fold 2 stages", {}, fold_pipelined(2)),
+                ("fold rows 2, 3 stages", dict(fold_rows=2), fold_pipelined(3)),
+                ("2-D sums", {}, ACC_2D),
+                ("k2 2-D sums", dict(block_k=2), ACC_2D),
+                ("k2 2-D sums n396", dict(block_k=2, nprog=396), ACC_2D),
+                ("k2 2-D sums n264", dict(block_k=2, nprog=264), ACC_2D),
+                ("k2 w8 2-D sums n264", dict(block_k=2, num_warps=8, nprog=264), ACC_2D),
+                ("k4 w8 2-D sums n264", dict(block_k=4, num_warps=8, nprog=264), ACC_2D),
             ], args.dump)
     if "rope" in groups:  # the broadcast tile: heads on k, cos/sin once per tile column
         from pyfuser import DataType

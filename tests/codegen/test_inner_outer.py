@@ -117,3 +117,21 @@ def test_params_print_and_fold_sizes():
     assert (p.group, p.fold_rows) == (33, 4)  # 32 groups of 33; 4096 elements per fold load
     assert "nprog=1056" in repr(p)
     assert inner_outer.programs_per_sm(4) == 4 and inner_outer.programs_per_sm(16) == 1
+
+
+def test_gpu_heuristics_take_two_rows_and_fall_back_to_one():
+    """On the GPU a block holds two rows; the first fallback (taken when two rows need
+    more registers than one wave of programs allows) is one row with the same
+    programs, then half the programs."""
+    from pyfuser.ir.concretize import bind
+    from pyfuser.schedulers import Segment
+
+    inputs = _ln_inputs((64, 48))
+    fd = _layer_norm_backward(*inputs)
+    b = bind(fd.ir, inputs)
+    seg = Segment(list(fd.ir.outputs), b.shapes, {v: {"contiguous": True} for v in fd.ir.inputs}, "cuda")
+    p = inner_outer.heuristics(seg)
+    assert (p.block_k, p.nprog) == (2, 32)  # 64 rows in blocks of two
+    falls = inner_outer.fallbacks(seg, p)
+    assert (falls[0].block_k, falls[0].nprog) == (1, 32)
+    assert all(f.block_k == 1 for f in falls)

@@ -93,3 +93,22 @@ def test_a_broadcast_operand_keeps_the_reshape_in_place():
 
     gm = traced(fn, torch.randn(6, 8), torch.randn(3, 8))
     assert sink_views(gm) == 0
+
+
+def test_casts_between_the_selection_and_its_sum_apply_to_the_row_value():
+    """Under fp16 autocast the nll gradient is cast to fp16 (the logits' dtype) and back
+    to fp32 before log-softmax's backward sums it."""
+    g = torch.tensor(-1 / 3)
+    target = torch.tensor([3, -100, 0, 9])
+
+    def fn(g, t):
+        hit = (torch.arange(10).unsqueeze(0) == t.unsqueeze(1)) & (t.unsqueeze(1) != -100)
+        return torch.where(hit, g, 0.0).to(torch.float16).to(torch.float32).sum(1, keepdim=True)
+
+    gm = traced(fn, g, target)
+    assert one_hot_sums(gm) == 1
+    propagate_meta(gm)
+    assert aten.sum.dim_IntList not in targets(gm)
+    got, want = gm(g, target), fn(g, target)
+    assert got.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -6,11 +6,12 @@ column (dw = sum(dy * xhat), db = sum(dy), over k).  As two kernels the second r
 dy and x again.  Here each of ``NPROG`` programs walks row blocks ``pid, pid +
 NPROG, ...`` with the persistent inner tile (the row reductions, dx and the other
 full-size outputs, exactly as ``inner_normalization`` computes them) and adds each
-block's column sums into a [1, BLOCK_J] float32 accumulator (the GPU heuristics use
-one row per block: summing several rows of a block crosses warps wherever the layout
-spreads them over warps, which made one kernel 5x slower).  After its rows a program
-stores the accumulator to a scratch row, and the partial rows are folded in two
-levels so no single program reads them all:
+block's values into a [BLOCK_K, BLOCK_J] float32 accumulator, elementwise; the
+accumulator's rows are summed once, after the row loop (summing a block's rows every
+iteration crosses warps wherever the layout spreads the rows over warps, as a 1-byte
+dropout mask makes it: 5x slower with two rows per block).  A program then stores its
+column sums to a scratch row, and the partial rows are folded in two levels so no
+single program reads them all:
 
 1. programs are counted into groups of ``GROUP``; the group's last program to
    arrive folds the group's ``GROUP`` rows into one row;
@@ -125,7 +126,7 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     accs = []
     for n, e in enumerate(tile.outer):
         accs.append(f"cacc{n}")
-        w.line(f"cacc{n} = tl.full([1, BLOCK_J], 0.0, tl.float32)")
+        w.line(f"cacc{n} = tl.full([BLOCK_K, BLOCK_J], 0.0, tl.float32)")
     w.comment("this program's rows: blocks pid, pid + NPROG, ...")
     if tile.stages > 1:
         w.line(f"for kb in tl.range(pid * BLOCK_K, K, NPROG * BLOCK_K, num_stages={tile.stages}):")
@@ -147,7 +148,7 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     for acc, e in zip(accs, tile.outer):
         x, _ = low.value(e.inputs[0], idx)
         xs = x if e.inputs[0].dtype is DataType.Float else f"({x}).to(tl.float32)"
-        w.line(f"{acc} += tl.reduce(tl.where(mask, {xs}, 0.0), 0, tl.standard._sum_combine, keep_dims=True)")
+        w.line(f"{acc} += tl.where(mask, {xs}, 0.0)")
     tile.in_rows = False
     low.pop()
     w.indent -= 1
@@ -161,7 +162,8 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     w.line("j = tl.arange(0, BLOCK_J)[None, :]")
     w.line("jmask = j < J")
     for n, acc in enumerate(accs):
-        w.line(f"tl.store({ws} + ({n} * {stride} + pid) * J + j, {acc}, mask=jmask)")
+        w.line(f"tl.store({ws} + ({n} * {stride} + pid) * J + j, "
+               f"tl.reduce({acc}, 0, tl.standard._sum_combine, keep_dims=True), mask=jmask)")
     w.comment("level 1: the last program of each group folds the group's rows")
     w.line("tl.debug_barrier()")
     w.line("g = pid // GROUP")

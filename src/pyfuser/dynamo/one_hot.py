@@ -9,8 +9,9 @@ is ``g`` when the target is a class, else 0, so the sum is rewritten as
 ``where(valid & (0 <= target) & (target < C), g, 0)``, computed per row; what is left
 of the log-softmax backward is pointwise.
 
-Rewritten: ``aten.sum.dim_IntList(where(mask, a, 0), [d], keepdim)`` (float results)
-where ``mask`` is a ``&`` of terms of which exactly one is ``eq(arange(C) along d,
+Rewritten: ``aten.sum.dim_IntList(where(mask, a, 0), [d], keepdim)`` (float results;
+float casts between the ``where`` and the sum, as autocast leaves them, are applied to
+the per-row value) where ``mask`` is a ``&`` of terms of which exactly one is ``eq(arange(C) along d,
 t)``, and ``t``, ``a`` and every other term are constant along ``d`` (size 1 there).
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ def one_hot_sums(gm: torch.fx.GraphModule) -> int:
         found = _one_hot_sum(node)
         if found is None:
             continue
-        where, d, terms, t, classes, keepdim = found
+        where, casts, d, terms, t, classes, keepdim = found
         graph = gm.graph
         with graph.inserting_before(node):
             cond = graph.call_function(aten.ge.Scalar, (t, 0))
@@ -42,12 +43,14 @@ def one_hot_sums(gm: torch.fx.GraphModule) -> int:
             for term in terms:
                 cond = graph.call_function(aten.bitwise_and.Tensor, (cond, term))
             out = graph.call_function(aten.where.self, (cond, where.args[1], where.args[2]))
+            for cast in reversed(casts):  # the casts between the selection and the sum: 0 stays 0
+                out = graph.call_function(aten._to_copy.default, (out,), dict(cast.kwargs))
             shape = [1 if i == d else s for i, s in enumerate(meta(node.args[0]).shape)]
             out = graph.call_function(aten.expand.default, (out, shape))  # a per-row value of the sum's shape
             out = graph.call_function(aten.clone.default, (out,))
             if not keepdim:
                 out = graph.call_function(aten.squeeze.dim, (out, d))
-            if meta(node).dtype != meta(where).dtype:
+            if meta(node).dtype != meta(node.args[0]).dtype:
                 out = graph.call_function(aten._to_copy.default, (out,), {"dtype": meta(node).dtype})
         node.replace_all_uses_with(out)
         graph.erase_node(node)
@@ -101,13 +104,27 @@ def _iota_along(x, d: int, rank: int):
     return n.args[0]
 
 
+def _float_cast(n) -> bool:
+    """A ``_to_copy`` that changes a float tensor's dtype only (0 stays 0)."""
+    if not (isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target is aten._to_copy.default):
+        return False
+    if set(n.kwargs) - {"dtype", "layout", "device"} or meta(n).device != meta(n.args[0]).device:
+        return False
+    return meta(n).dtype.is_floating_point and meta(n.args[0]).dtype.is_floating_point
+
+
 def _one_hot_sum(node):
-    """(where, d, other mask terms, target, classes, keepdim) when ``node`` sums a
-    one-hot selection over one dim (see the module docstring), else None."""
+    """(where, casts, d, other mask terms, target, classes, keepdim) when ``node``
+    sums a one-hot selection over one dim (see the module docstring; ``casts``: the
+    float casts between the selection and the sum, outermost first), else None."""
     args = list(node.args) + [None] * 2
     where, dims, keepdim = args[0], args[1], bool(args[2] if args[2] is not None else node.kwargs.get("keepdim", False))
     if node.kwargs.get("dtype") is not None or not isinstance(dims, (list, tuple)) or len(dims) != 1:
         return None
+    casts = []
+    while _float_cast(where):  # autocast: the fp32 selection cast to fp16 and back before the sum
+        casts.append(where)
+        where = where.args[0]
     if not (isinstance(where, torch.fx.Node) and where.op == "call_function" and where.target is aten.where.self):
         return None
     out = meta(where)
@@ -135,4 +152,4 @@ def _one_hot_sum(node):
         return None
     if meta(t).dtype.is_floating_point or meta(t).dtype == torch.bool:
         return None
-    return where, d, others, t, classes, keepdim
+    return where, casts, d, others, t, classes, keepdim

@@ -117,23 +117,26 @@ def _sms_of(index: int) -> int:
 
 
 def heuristics(seg: Segment) -> InnerOuterParams:
-    """One row per block, 8 elements per thread (16 from 2048 up), 4 programs per SM
-    of 4 warps, the row loop pipelined 3 deep.  Measured on H200 (2026-11-30,
-    ``benchmarks/variants.py`` group normbwd, kernel us; two kernels = the inner
-    normalization and outer reduction they ran as before):
+    """Two rows per block, 8 elements per thread (16 from 2048 up), 4 programs per SM
+    of 4 warps, the row loop pipelined 3 deep; one row per block where two need more
+    registers than one wave of programs allows (``fallbacks``).  Measured on H200
+    (2026-11-30, ``benchmarks/variants.py`` group normbwd, kernel us; two kernels = the
+    inner normalization and outer reduction they ran as before):
 
-    | [16384, 1024] bf16 | this | 8 per SM, 2 deep | 6 per SM | 3 per SM | no folds | two kernels |
+    | [16384, 1024] bf16 | this | 1 row | 1 row, 8 per SM, 2 deep | 1 row, 6 per SM | 1 row, no folds | two kernels |
     |---|---|---|---|---|---|---|
-    | layer-norm backward | 47.6 | 50.8 | 46.1 | 48.9 | 38.6 | 61.2 |
-    | RMS-norm backward | 39.4 | 42.6 | 40.2 | 42.2 | 35.4 | 56.3 |
-    | dropout + residual + layer norm backward | 56.2 | 59.7 | 58.1 | 58.8 | 47.3 | 71.8 |
-    | layer-norm backward [8192, 768] fp16 | 29.7 | 33.1 | 31.0 | 29.6 | 20.2 | 31.0 |
+    | layer-norm backward | 39.6 | 47.9 | 50.8 | 46.1 | 39.2 | 61.2 |
+    | RMS-norm backward | 36.9 | 39.7 | 42.6 | 40.2 | 35.1 | 56.3 |
+    | dropout + residual + layer norm backward | (138 registers: 1 row) | 55.6 | 59.7 | 58.1 | 46.7 | 71.8 |
+    | layer-norm backward [8192, 768] fp16 | 24.7 | 29.5 | 33.1 | 31.0 | 20.0 | 31.0 |
 
-    (benchmarks/results/2026-11-30-nvidia-h200-variants_inner_outer_3.txt and
-    _2a9c3b3_normbwd.txt.)  "No folds" leaves the column partials unfolded: the
-    two-level fold is the serial tail of the kernel.  Two rows per block sum their
-    column partials across warps when the layout spreads the rows over them (the
-    dropout case's 1-byte mask does): 5x slower; 8 warps per row block were slower
+    (benchmarks/results/2026-11-30-nvidia-h200-variants_*normbwd*.txt.)  Two rows per
+    block keep twice the bytes in flight per program; the column sums accumulate
+    elementwise in [2, BLOCK_J] blocks, summed over the rows once after the loop (summed
+    every iteration, the rows of a block spread over warps by a 1-byte mask's layout
+    made the dropout case 5x slower).  "No folds" leaves the column partials unfolded:
+    the two-level fold is the serial tail of the kernel; pipelining the folds' loops
+    costs more shared memory than it saves.  8 warps per row block were slower
     everywhere (99-224 us, variants_inner_outer_2.txt)."""
     ref, dims, outer = analyse(seg)
     K, J = kept_and_reduced(seg, ref, dims)
@@ -146,8 +149,13 @@ def heuristics(seg: Segment) -> InnerOuterParams:
         return _sized(apply_overrides(InnerOuterParams(bk, bj, 4, nprog, 2, 2, int64, J % 4 == 0)))
     per_thread = 8 if bj <= 1024 else 16
     warps = max(1, min(16, bj // (32 * per_thread)))
-    nprog = max(1, min(K, _sm_count() * programs_per_sm(warps)))
-    return _sized(apply_overrides(InnerOuterParams(1, bj, warps, nprog, 0, 0, int64, J % 4 == 0, stages=3)))
+    bk = min(ROWS_PER_BLOCK, next_pow2(K))
+    nprog = max(1, min(-(-K // bk), _sm_count() * programs_per_sm(warps)))
+    return _sized(apply_overrides(InnerOuterParams(bk, bj, warps, nprog, 0, 0, int64, J % 4 == 0, stages=3)))
+
+
+# Rows per block on the GPU (one where two do not fit the register budget).
+ROWS_PER_BLOCK = 2
 
 
 def programs_per_sm(warps: int) -> int:
@@ -190,9 +198,12 @@ def grid(seg: Segment, params: InnerOuterParams):
 
 
 def fallbacks(seg: Segment, params: InnerOuterParams) -> list:
-    """When the kernel spills or needs more registers than one wave allows: half the
-    programs (twice the registers each), down to one per SM."""
+    """When the kernel spills or needs more registers than one wave allows: one row per
+    block, then half the programs (twice the registers each), down to one per SM."""
     out, p = [], params
+    if p.block_k > 1 and seg.device_type == "cuda":
+        p = replace(p, block_k=1)
+        out.append(p)
     sms = _sm_count()
     while p.nprog // 2 >= sms:
         p = replace(p, nprog=p.nprog // 2, group=0, fold_rows=0)

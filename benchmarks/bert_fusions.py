@@ -1,0 +1,26 @@
+"""Dump the segmented fusions of a 1-layer BERT trained one step through the backend
+on this machine (fusion numbers follow translation order, as in the full model's
+kernel names ``pyfuser_f<N>_k<M>``): ``python benchmarks/bert_fusions.py [N ...]``
+prints fusions N (all without arguments)."""
+import contextlib
+import io
+import os
+import re
+import sys
+
+import torch
+
+from pyfuser.dynamo import bert_bench as bb
+
+os.environ["PYFUSER_DUMP"] = "segmented_fusion"
+cfg = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128, vocab_size=500,
+           max_position_embeddings=64)
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    bb.run_bert_benchmark(4, 16, steps=1, device="cuda" if torch.cuda.is_available() else "cpu", warmup=1,
+                          implementations=("pyfuser",), config_overrides=cfg)
+want = set(sys.argv[1:])
+for block in re.split(r"(?m)^(?=Segmented fusion)", buf.getvalue()):
+    m = re.match(r"Segmented fusion(\d+):", block)
+    if m and (not want or m.group(1) in want):
+        print(block.rstrip())
