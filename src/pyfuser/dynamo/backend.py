@@ -9,8 +9,9 @@ cheap fusible values in the backward instead of saving them (it saves dropout's
 bool mask, not the float tensors around it).  Each of the two graphs is then
 partitioned (``partition.py``): fusible regions become FusionDefinitions run by
 pyfuser, everything else stays an ATen call.  Before that, matmuls with sizes that
-are not multiples of 8 are padded (``pad_matmuls.py``: BERT's vocabulary of 30522);
-after it, the views left between regions are built from their traced strides
+are not multiples of 8 are padded (``pad_matmuls.py``: BERT's vocabulary of 30522),
+and ``REWRITES`` give the partitioner fewer, larger regions (one-hot sums per row,
+reshapes moved below pointwise ops, sums through views); after it, the views left between regions are built from their traced strides
 (``views.py``) instead of going through ATen's dispatcher.
 """
 from __future__ import annotations
