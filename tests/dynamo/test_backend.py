@@ -536,7 +536,7 @@ def test_misaligned_matmuls_are_padded_and_match_eager(monkeypatch):
                if isinstance(a, torch.fx.Node) and tuple(a.meta["val"].shape) == (250, 1001)]
     assert len(readers) == 1, readers
     # backward: the bias gradient sums the padded gradient, through a slice left to ATen
-    from pyfuser.dynamo.partition import ATEN_ONLY
+    from pyfuser.dynamo.rules import ATEN_ONLY
     slices = [n for n in graphs[1].graph.nodes if n.meta.get(ATEN_ONLY)]
     assert slices and all(u.op == "call_module" or u.meta.get(ATEN_ONLY) for n in slices for u in n.users)
 

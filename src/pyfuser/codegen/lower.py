@@ -240,23 +240,15 @@ class Lowering:
             off = Coord(" + ".join(terms) if terms else "0", axes)
         if not off.axes:  # one element for every lane (a 0-d or all-broadcast tensor): always in bounds
             return w.tmp(f"tl.load({ptr} + {off.code})", "x"), frozenset()
-        preds = idx.pred
-        if len(idx.pred_each) == len(idx.pred):
-            # A predicate guards one coordinate (a pad's, a cat's, a gather's index) and
-            # the value read where it fails is replaced (tl.where) above the load; if
-            # the offset does not vary along its axes, the offset does not use that
-            # coordinate and the address is valid without it.  A per-row value under a
-            # pad of the rows is then read once per row, not once per element.
-            preds = tuple(p for p, a in zip(idx.pred, idx.pred_each) if a <= off.axes)
-            axes = off.axes
-        else:
-            axes = off.axes | idx.pred_axes
-        mask = self.tile.mask(axes, preds)
+        # A predicate guards one coordinate (a pad's, a cat's, a gather's index) and the
+        # value read where it fails is replaced (tl.where) above the load.  If the
+        # offset does not vary along the predicate's axes, it does not use that
+        # coordinate and the address is valid without it: a per-row value under a pad
+        # of the columns is read once per row, not once per element.
+        preds = tuple(p for p, a in zip(idx.pred, idx.pred_each, strict=True) if a <= off.axes)
+        mask = self.tile.mask(off.axes, preds)
         m = f", mask={mask}" if mask else ""
-        p = f"{ptr} + {off.code}"
-        if not axes <= off.axes:  # a predicate along axes the offset does not vary on
-            p = f"tl.broadcast_to({p}, {self.tile.shape(axes)})"
-        return w.tmp(f"tl.load({p}{m}{self.tile.load_hint})", "x"), axes
+        return w.tmp(f"tl.load({ptr} + {off.code}{m}{self.tile.load_hint})", "x"), off.axes
 
     def expr_value(self, v: TensorVal, idx: Index):
         e = v.definition

@@ -43,7 +43,7 @@ import math
 
 import torch
 
-from .rules import RESHAPES, meta
+from .rules import ATEN_ONLY, RESHAPES, meta
 
 aten = torch.ops.aten
 
@@ -148,12 +148,10 @@ def _sums_from_padded(graph, padded: dict):
     """A sum over the leading dims of a tensor that is also padded (the gradient of
     BERT's decoder output: padded for its GEMMs, summed for the bias gradient) reads
     the padded copy, through a slice that stays a view between the regions
-    (``partition.ATEN_ONLY``), instead of computing the tensor a second time: the
+    (``rules.ATEN_ONLY``), instead of computing the tensor a second time: the
     region that pads it would otherwise recompute it in a column-sum kernel of its
     own (BERT's masked-LM head on H200: 0.70 ms against 0.19 for the sum of the
     padded copy).  ``padded``: ``_padded``'s cache, (node, pads) -> pad node."""
-    from .partition import ATEN_ONLY
-
     order = {n: i for i, n in enumerate(graph.nodes)}
     for (src, pads), pad in list(padded.items()):
         if not isinstance(src, torch.fx.Node) or pad.op != "call_function":

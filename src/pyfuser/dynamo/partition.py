@@ -37,12 +37,10 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .region import FusedRegion, warn_once
-from .rules import ATEN_VIEWS, RESHAPES, bind_args, is_compute, is_layout_copy, meta, unsupported_reason
+from .rules import (ATEN_ONLY, ATEN_VIEWS, RESHAPES, is_compute, is_layout_copy, meta, reduction_kind,
+                    unsupported_reason)
 
 MIN_COMPUTE_OPS = 2
-# A node a graph rewrite keeps out of every region (node.meta key): a view that must
-# stay a view between two regions (``pad_matmuls``: a sum reading the padded gradient).
-ATEN_ONLY = "pyfuser_aten_only"
 log = logging.getLogger(__name__)
 
 
@@ -208,25 +206,6 @@ def hoist_output_views(graph, partition, order):
         if not n.users:
             partition.remove_node(n)
             graph.erase_node(n)
-
-
-_REDUCTIONS = {"aten.sum.dim_IntList", "aten.sum.default", "aten.amax.default", "aten.amin.default",
-               "aten.mean.dim", "aten.mean.default", "aten.var_mean.correction", "aten.var.correction"}
-
-
-def reduction_kind(node) -> str | None:
-    """"row" (the innermost non-broadcast dim is reduced), "column" (it is kept),
-    "all" (every non-broadcast dim is reduced), or None for other nodes."""
-    if node.op != "call_function" or str(node.target) not in _REDUCTIONS:
-        return None
-    shape = list(meta(node.args[0]).shape)
-    dim = getattr(bind_args(node.target, node.args, node.kwargs), "dim", None)
-    rank = len(shape)
-    dims = set(range(rank)) if not dim else {d % rank for d in ([dim] if isinstance(dim, int) else dim)}
-    real = [d for d in range(rank) if shape[d] != 1]
-    if set(real) <= dims:
-        return "all"
-    return "row" if real[-1] in dims else "column"
 
 
 def _cuts_here(node, kinds: set) -> bool:

@@ -93,6 +93,28 @@ ATEN_VIEWS = set()  # filled below with the targets of the view rules
 # The views that change a tensor's shape, not its elements' order: what the partitioner
 # checks for cuts, pad_matmuls follows to the graph's outputs, sum_views sums through.
 RESHAPES = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default)
+# A node a graph rewrite keeps out of every region (node.meta key): a view that must
+# stay a view between two regions (``pad_matmuls``: a sum reading the padded gradient).
+ATEN_ONLY = "pyfuser_aten_only"
+
+_REDUCTIONS = {"aten.sum.dim_IntList", "aten.sum.default", "aten.amax.default", "aten.amin.default",
+               "aten.mean.dim", "aten.mean.default", "aten.var_mean.correction", "aten.var.correction"}
+
+
+def reduction_kind(node) -> str | None:
+    """"row" (the innermost non-broadcast dim is reduced), "column" (it is kept),
+    "all" (every non-broadcast dim is reduced), or None for other nodes."""
+    if node.op != "call_function" or str(node.target) not in _REDUCTIONS:
+        return None
+    shape = list(meta(node.args[0]).shape)
+    dim = getattr(bind_args(node.target, node.args, node.kwargs), "dim", None)
+    rank = len(shape)
+    dims = set(range(rank)) if not dim else {d % rank for d in ([dim] if isinstance(dim, int) else dim)}
+    real = [d for d in range(rank) if shape[d] != 1]
+    if set(real) <= dims:
+        return "all"
+    return "row" if real[-1] in dims else "column"
+
 
 
 def _identity_rule(*names, aten_view):

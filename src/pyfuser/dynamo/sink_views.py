@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .rules import RESHAPES, meta, unsupported_reason
+from .rules import RESHAPES, meta, reduction_kind, unsupported_reason
 
 aten = torch.ops.aten
 
@@ -62,8 +62,6 @@ def sink_views(gm: torch.fx.GraphModule) -> int:
 
 def _after_row_reductions(graph) -> set:
     """Nodes computed from a row reduction through ops a region can hold."""
-    from .partition import reduction_kind
-
     out = set()
     for n in graph.nodes:
         if n.op != "call_function" or unsupported_reason(n) is not None:
