@@ -121,36 +121,40 @@ def backward_add_pad_sum():
     return build
 
 
+def _backward_inputs(fd):
+    """The saved logits and statistics, the labels, the logits' tangent and the three
+    scalars of the log-softmax backward: (tensors, L, X, M, E, T) with the definitions."""
+    x, lab, m, lse = _bwd_inputs(DEV)
+    L = fd.define_tensor(shape=[R, 1], contiguity=[True, None], dtype=DataType.Int)
+    X = fd.define_tensor(shape=[R, V], contiguity=[True, True], dtype=HALF)
+    M = fd.define_tensor(shape=[R, 1], contiguity=[True, None], dtype=DataType.Float)
+    E = fd.define_tensor(shape=[R, 1], contiguity=[True, None], dtype=DataType.Float)
+    T = fd.define_tensor(shape=[R, V], contiguity=[True, True], dtype=HALF)
+    t = torch.randn(R, V, device=DEV, dtype=torch.half)
+    return [lab, x, m, lse, t] + [torch.tensor(v, device=DEV) for v in (1.0, 1200.0, 0.0)], L, X, M, E, T
+
+
+def _padded(fd, y):
+    return fd.ops.pad(y, pad_widths=[0, VP - V, 0, 0], value=fd.define_scalar(0.0, dtype=DataType.Double))
+
+
 def backward_region():
     """The backward region the backend now makes: one-hot sum rewritten, the tangent
     added and the sum padded, the bias gradient summed, in one fusion."""
     def build(fd):
-        x, lab, m, lse = _bwd_inputs(DEV)
-        L = fd.define_tensor(shape=[R, 1], contiguity=[True, None], dtype=DataType.Int)
-        X = fd.define_tensor(shape=[R, V], contiguity=[True, True], dtype=HALF)
-        M = fd.define_tensor(shape=[R, 1], contiguity=[True, None], dtype=DataType.Float)
-        E = fd.define_tensor(shape=[R, 1], contiguity=[True, None], dtype=DataType.Float)
-        T = fd.define_tensor(shape=[R, V], contiguity=[True, True], dtype=HALF)
+        tensors, L, X, M, E, T = _backward_inputs(fd)
         y = fd.ops.add(T, _lsm_bwd(fd, X, L, M, E, one_hot_sum=False))
-        fd.add_output(fd.ops.pad(y, pad_widths=[0, VP - V, 0, 0], value=fd.define_scalar(0.0, dtype=DataType.Double)))
+        fd.add_output(_padded(fd, y))
         fd.add_output(fd.ops.cast(fd.ops.sum(y, dims=[0]), dtype=DataType.Float))
-        t = torch.randn(R, V, device=DEV, dtype=torch.half)
-        return [lab, x, m, lse, t] + [torch.tensor(v, device=DEV) for v in (1.0, 1200.0, 0.0)]
+        return tensors
     return build
 
 
 def backward_rewritten(one_hot_sum=True):
     def build(fd):
-        x, lab, m, lse = _bwd_inputs(DEV)
-        L = fd.define_tensor(shape=[R, 1], contiguity=[True, None], dtype=DataType.Int)
-        X = fd.define_tensor(shape=[R, V], contiguity=[True, True], dtype=HALF)
-        M = fd.define_tensor(shape=[R, 1], contiguity=[True, None], dtype=DataType.Float)
-        E = fd.define_tensor(shape=[R, 1], contiguity=[True, None], dtype=DataType.Float)
-        T = fd.define_tensor(shape=[R, V], contiguity=[True, True], dtype=HALF)
-        y = fd.ops.add(T, _lsm_bwd(fd, X, L, M, E, one_hot_sum))
-        fd.add_output(fd.ops.pad(y, pad_widths=[0, VP - V, 0, 0], value=fd.define_scalar(0.0, dtype=DataType.Double)))
-        t = torch.randn(R, V, device=DEV, dtype=torch.half)
-        return [lab, x, m, lse, t] + [torch.tensor(v, device=DEV) for v in (1.0, 1200.0, 0.0)]
+        tensors, L, X, M, E, T = _backward_inputs(fd)
+        fd.add_output(_padded(fd, fd.ops.add(T, _lsm_bwd(fd, X, L, M, E, one_hot_sum))))
+        return tensors
     return build
 
 

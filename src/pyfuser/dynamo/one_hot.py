@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from .rules import meta
+from .sum_views import rewrite_sums
 
 aten = torch.ops.aten
 _ANDS = (aten.bitwise_and.Tensor, aten.logical_and.default)
@@ -27,39 +28,27 @@ _UNSQUEEZES = (aten.unsqueeze.default,)
 
 def one_hot_sums(gm: torch.fx.GraphModule) -> int:
     """Rewrite ``gm`` in place (see the module docstring); returns how many sums."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target is not aten.sum.dim_IntList:
-            continue
-        found = _one_hot_sum(node)
-        if found is None:
-            continue
-        where, casts, d, terms, t, classes, keepdim = found
-        graph = gm.graph
-        with graph.inserting_before(node):
-            cond = graph.call_function(aten.ge.Scalar, (t, 0))
-            cond = graph.call_function(aten.bitwise_and.Tensor,
-                                       (cond, graph.call_function(aten.lt.Scalar, (t, classes))))
-            for term in terms:
-                cond = graph.call_function(aten.bitwise_and.Tensor, (cond, term))
-            out = graph.call_function(aten.where.self, (cond, where.args[1], where.args[2]))
-            for cast in reversed(casts):  # the casts between the selection and the sum: 0 stays 0
-                out = graph.call_function(aten._to_copy.default, (out,), dict(cast.kwargs))
-            shape = [1 if i == d else s for i, s in enumerate(meta(node.args[0]).shape)]
-            out = graph.call_function(aten.expand.default, (out, shape))  # a per-row value of the sum's shape
-            out = graph.call_function(aten.clone.default, (out,))
-            if not keepdim:
-                out = graph.call_function(aten.squeeze.dim, (out, d))
-            if meta(node).dtype != meta(node.args[0]).dtype:
-                out = graph.call_function(aten._to_copy.default, (out,), {"dtype": meta(node).dtype})
-        node.replace_all_uses_with(out)
-        graph.erase_node(node)
-        count += 1
-    if count:
-        gm.graph.eliminate_dead_code()
-        gm.graph.lint()
-        gm.recompile()
-    return count
+    return rewrite_sums(gm, _one_hot_sum, _per_row)
+
+
+def _per_row(graph, node, found):
+    """The sum ``node`` of a one-hot selection, as one value per row."""
+    where, casts, d, terms, t, classes, keepdim = found
+    cond = graph.call_function(aten.ge.Scalar, (t, 0))
+    cond = graph.call_function(aten.bitwise_and.Tensor, (cond, graph.call_function(aten.lt.Scalar, (t, classes))))
+    for term in terms:
+        cond = graph.call_function(aten.bitwise_and.Tensor, (cond, term))
+    out = graph.call_function(aten.where.self, (cond, where.args[1], where.args[2]))
+    for cast in reversed(casts):  # the casts between the selection and the sum: 0 stays 0
+        out = graph.call_function(aten._to_copy.default, (out,), dict(cast.kwargs))
+    shape = [1 if i == d else s for i, s in enumerate(meta(node.args[0]).shape)]
+    out = graph.call_function(aten.expand.default, (out, shape))  # a per-row value of the sum's shape
+    out = graph.call_function(aten.clone.default, (out,))
+    if not keepdim:
+        out = graph.call_function(aten.squeeze.dim, (out, d))
+    if meta(node).dtype != meta(node.args[0]).dtype:
+        out = graph.call_function(aten._to_copy.default, (out,), {"dtype": meta(node).dtype})
+    return out
 
 
 def _is_zero(x) -> bool:

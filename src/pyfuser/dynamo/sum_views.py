@@ -31,29 +31,38 @@ def _shape(node):
 
 def sums_through_views(gm: torch.fx.GraphModule) -> int:
     """Rewrite ``gm`` in place (see the module docstring); returns how many sums."""
-    count = 0
-    for node in list(gm.graph.nodes):
+    return rewrite_sums(gm, _merged_leading, _sum_of_source)
+
+
+def rewrite_sums(gm: torch.fx.GraphModule, match, build) -> int:
+    """Replace every ``aten.sum.dim_IntList`` node that ``match(node)`` accepts (not
+    None) by ``build(graph, node, match's result)``, built just before it; then drop
+    what became dead.  Returns how many were replaced."""
+    graph, count = gm.graph, 0
+    for node in list(graph.nodes):
         if node.op != "call_function" or node.target is not aten.sum.dim_IntList:
             continue
-        merged = _merged_leading(node)
-        if merged is None:
+        found = match(node)
+        if found is None:
             continue
-        src, m, keepdim, n_out = merged
-        graph = gm.graph
         with graph.inserting_before(node):
-            kwargs = dict(node.kwargs)
-            total = graph.call_function(aten.sum.dim_IntList, (src, list(range(m)), False), kwargs)
-            out = total
-            if keepdim:
-                out = graph.call_function(aten.view.default, (total, [1] * n_out + list(_shape(src)[m:])))
+            out = build(graph, node, found)
         node.replace_all_uses_with(out)
         graph.erase_node(node)
         count += 1
     if count:
-        gm.graph.eliminate_dead_code()
-        gm.graph.lint()
+        graph.eliminate_dead_code()
+        graph.lint()
         gm.recompile()
     return count
+
+
+def _sum_of_source(graph, node, merged):
+    src, m, keepdim, n_out = merged
+    total = graph.call_function(aten.sum.dim_IntList, (src, list(range(m)), False), dict(node.kwargs))
+    if keepdim:
+        return graph.call_function(aten.view.default, (total, [1] * n_out + list(_shape(src)[m:])))
+    return total
 
 
 def _merged_leading(node):
