@@ -19,7 +19,8 @@ def fusions(draw):
     """A recipe: shape, input dtypes, a list of op steps (all indices in range), the
     outputs, and which inputs arrive transposed (a [cols, rows] tensor's ``.t()``).
     Rows and columns of 16 or more let the pointwise scheduler's 2-D tiles run:
-    heavy ops on a broadcast row (``row0``), transposed inputs."""
+    heavy ops on a broadcast row (``row0``), transposed inputs, an input's column 0
+    broadcast along the rows (``col0``: read once per row, the row tile)."""
     rows = draw(st.one_of(st.integers(1, 6), st.integers(16, 24)))
     cols = draw(st.one_of(st.integers(1, 9), st.integers(16, 40)))
     n_in = draw(st.integers(1, 3))
@@ -29,7 +30,7 @@ def fusions(draw):
     n = n_in
     for _ in range(draw(st.integers(1, 8))):
         kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce", "reduce_bcast", "cast", "permute",
-                                     "pad", "cat", "row0"]))
+                                     "pad", "cat", "row0", "col0"]))
         a = draw(st.integers(0, n - 1))
         if kind == "unary":
             steps.append(("unary", draw(st.sampled_from(UNARY)), a))
@@ -49,6 +50,8 @@ def fusions(draw):
                           draw(st.booleans())))
         elif kind == "row0":  # a heavy op of row 0 broadcast down the rows
             steps.append(("row0", draw(st.sampled_from(["tanh", "sin"])), a))
+        elif kind == "col0":  # an op of column 0 broadcast along each row
+            steps.append(("col0", draw(st.sampled_from(["neg", "exp"])), a))
         else:
             steps.append(("permute", None, a))
         n += 1
@@ -80,6 +83,9 @@ def build(recipe):
             elif kind == "row0":
                 r0 = fd.ops.slice(a, start_indices=[0, 0], end_indices=[1, cols])
                 v = getattr(fd.ops, op)(fd.ops.broadcast_in_dim(r0, shape=[rows, cols], broadcast_dims=[0, 1]))
+            elif kind == "col0":
+                c0 = fd.ops.slice(a, start_indices=[0, 0], end_indices=[rows, 1])
+                v = getattr(fd.ops, op)(fd.ops.broadcast_in_dim(c0, shape=[rows, cols], broadcast_dims=[0, 1]))
             elif kind == "permute":
                 v = fd.ops.permute(fd.ops.exp(fd.ops.permute(a, dims=[1, 0])), dims=[1, 0])
             elif kind in ("pad", "cat"):
