@@ -28,15 +28,17 @@ ZERO = Coord("0")
 class Index:
     coords: tuple  # one Coord per dim of the value; size-1 dims are ZERO
     linear: Coord | None = None  # row-major linear index over the value's shape, when known cheaply
-    pred: tuple = ()  # extra predicates (strings) guarding loads below a pad or cat
-    pred_axes: frozenset = frozenset()
+    pred: tuple = ()  # extra predicates (strings) guarding loads below a pad, cat or gather
+    pred_each: tuple = ()  # the tile axes of each predicate in ``pred`` (each guards one coordinate)
     dropped: tuple = ()  # coords that broadcasts collapsed: a store of this value keeps coord == 0 only
-    pred_each: tuple = ()  # the axes of each predicate in ``pred`` (each guards one coordinate)
+
+    @property
+    def pred_axes(self) -> frozenset:
+        return frozenset().union(*self.pred_each)
 
     def guarded(self, pred: str, axes: frozenset) -> "Index":
         """This index under one more predicate (of one coordinate, varying along ``axes``)."""
-        return Index(self.coords, self.linear, self.pred + (pred,), self.pred_axes | axes, self.dropped,
-                     self.pred_each + (axes,))
+        return Index(self.coords, self.linear, self.pred + (pred,), self.pred_each + (axes,), self.dropped)
 
     @property
     def axes(self) -> frozenset:

@@ -167,7 +167,7 @@ class Lowering:
     def normalize(self, v, idx: Index) -> Index:
         shape = self.shapes[v]
         coords = tuple(ZERO if shape[d] == 1 else c for d, c in enumerate(idx.coords))
-        return Index(coords, idx.linear, idx.pred, idx.pred_axes, idx.dropped, idx.pred_each)
+        return Index(coords, idx.linear, idx.pred, idx.pred_each, idx.dropped)
 
     def linear_of(self, v, idx: Index) -> Coord:
         if idx.linear is not None:
@@ -176,7 +176,7 @@ class Lowering:
         return Coord(self.w.tmp(lin.code, "i"), lin.axes) if not lin.code.isidentifier() and lin.code != "0" else lin
 
     def with_coords(self, idx: Index, coords, linear=None, dropped=()) -> Index:
-        return Index(tuple(coords), linear, idx.pred, idx.pred_axes, idx.dropped + tuple(dropped), idx.pred_each)
+        return Index(tuple(coords), linear, idx.pred, idx.pred_each, idx.dropped + tuple(dropped))
 
     # -- the walk -----------------------------------------------------------------------
     def value(self, v, idx: Index | None):
@@ -427,7 +427,7 @@ class Lowering:
         widths = e.attrs["pad_widths"]
         rank = len(self.shapes[x])
         coords, preds, axes = list(idx.coords), [], frozenset()
-        inner = idx
+        guarded = idx
         for k in range(len(widths) // 2):
             d = rank - 1 - k
             lo = widths[2 * k]
@@ -435,9 +435,9 @@ class Lowering:
             shifted = Coord(c.code if lo == 0 else f"({c.code} - {lo})", c.axes)
             coords[d] = shifted
             preds.append(f"({shifted.code} >= 0) & ({shifted.code} < {self.ext(x, d)})")
-            inner = inner.guarded(preds[-1], c.axes)
+            guarded = guarded.guarded(preds[-1], c.axes)
             axes |= c.axes
-        inner = Index(tuple(coords), None, inner.pred, inner.pred_axes, idx.dropped, inner.pred_each)
+        inner = self.with_coords(guarded, coords)
         val, vax = self.in_window(any(wd < 0 for wd in widths), x, inner)
         pv, _ = self.scalar(pad_value)
         cond = self.w.tmp(" & ".join(f"({p})" for p in preds), "m") if preds else "True"
@@ -457,8 +457,7 @@ class Lowering:
             pred = self.w.tmp(f"({c.code} >= {lo}) & ({c.code} < {hi})", "m")
             coords = list(idx.coords)
             coords[dim] = Coord(c.code if start == "0" else f"({c.code} - {start})", c.axes)
-            g = idx.guarded(pred, c.axes)
-            inner = Index(tuple(coords), None, g.pred, g.pred_axes, idx.dropped, g.pred_each)
+            inner = self.with_coords(idx.guarded(pred, c.axes), coords)
             val, ax = self.value(x, inner)
             if x.dtype is not v.dtype:
                 val = f"({val}).to({TRITON_NAME[v.dtype]})"
@@ -481,11 +480,10 @@ class Lowering:
         rank = len(self.shapes[x])
         d = e.attrs["dim"] % max(rank, 1)
         if e.op == "index_select":
-            at = Index((idx.coords[d],) if len(self.shapes[index]) == 1 else (), None, idx.pred, idx.pred_axes,
-                       (), idx.pred_each)
+            at = Index((idx.coords[d],) if len(self.shapes[index]) == 1 else (), None, idx.pred, idx.pred_each)
         else:
             at = Index(idx.coords, idx.linear if self.shapes[index] == self.shapes[v] else None, idx.pred,
-                       idx.pred_axes, (), idx.pred_each)
+                       idx.pred_each)
         ival, iax = self.value(index, self.normalize(index, at))
         w = self.w
         valid = w.tmp(f"({ival} >= 0) & ({ival} < {self.ext(x, d)})", "m")
@@ -493,8 +491,7 @@ class Lowering:
         safe = w.tmp(f"tl.where({valid}, {ival}, 0).to({itype})", "i")
         coords = list(idx.coords)
         coords[d] = Coord(safe, iax)
-        g = idx.guarded(valid, iax)
-        inner = Index(tuple(coords), None, g.pred, g.pred_axes, idx.dropped, g.pred_each)
+        inner = self.with_coords(idx.guarded(valid, iax), coords)
         val, vax = self.value(x, inner)
         nan = bf16_constant("float('nan')") if x.dtype is DataType.BFloat16 else "float('nan')"
         return w.tmp(f"tl.where({valid}, {val}, {nan})"), vax | iax

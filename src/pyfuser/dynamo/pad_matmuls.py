@@ -39,11 +39,10 @@ the rewrite fails, the caller keeps the graph unpadded.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .rules import ATEN_ONLY, RESHAPES, meta
+from .sum_views import leading_merge
 
 aten = torch.ops.aten
 
@@ -158,14 +157,14 @@ def _sums_from_padded(graph, padded: dict):
             continue
         readers = [(src, 1)]  # (tensor, how many of its leading dims make the padded tensor's dim 0)
         if src.op == "call_function" and src.target in RESHAPES:
-            before, after = meta(src.args[0]).shape, meta(src).shape
-            for m in range(2, len(before) + 1):
-                if math.prod(before[:m]) == after[0] and tuple(before[m:]) == tuple(after[1:]):
-                    readers.append((src.args[0], m))
+            m = leading_merge(meta(src.args[0]).shape, meta(src).shape)
+            if m is not None:
+                readers.append((src.args[0], m))
         for base, merged in readers:
             for user in list(base.users):
-                if _sum_of_leading(user, base, merged) is not None and order[pad] < order[user]:
-                    _sum_padded(graph, user, base, merged, src, pad, pads, ATEN_ONLY)
+                keepdim = _sum_of_leading(user, base, merged)
+                if keepdim is not None and order[pad] < order[user]:
+                    _sum_padded(graph, user, keepdim, base, merged, src, pad, pads)
 
 
 def _sum_of_leading(user, base, merged):
@@ -180,19 +179,22 @@ def _sum_of_leading(user, base, merged):
     return keepdim
 
 
-def _sum_padded(graph, user, base, merged, src, pad, pads, aten_only):
-    keepdim = _sum_of_leading(user, base, merged)
+def _sum_padded(graph, user, keepdim, base, merged, src, pad, pads):
+    """Replace the sum ``user`` of ``base``'s first ``merged`` dims by the sum of the
+    padded ``pad`` sliced back to ``src``'s shape."""
     with graph.inserting_before(user):
         view = pad
         for d, p in enumerate(pads):
             if p:
                 view = graph.call_function(aten.slice.Tensor, (view, d, 0, meta(src).shape[d]))
-                view.meta[aten_only] = True
+                view.meta[ATEN_ONLY] = True
         out = graph.call_function(aten.sum.dim_IntList, (view, [0], False), dict(user.kwargs))
         if keepdim:
             out = graph.call_function(aten.view.default, (out, [1] * merged + list(meta(base).shape[merged:])))
     user.replace_all_uses_with(out)
     graph.erase_node(user)
+
+
 def _padded(graph, node, pads: dict, cache):
     """``node`` zero-padded at the end of each dim by ``pads[dim]`` elements; a
     transpose is padded at its source (``cache``: one pad per source and amounts)."""

@@ -116,7 +116,6 @@ def reduction_kind(node) -> str | None:
     return "row" if real[-1] in dims else "column"
 
 
-
 def _identity_rule(*names, aten_view):
     def fn(t, n, a):
         return a.self

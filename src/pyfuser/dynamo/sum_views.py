@@ -80,11 +80,17 @@ def _merged_leading(node):
         return None
     summed = sorted(d % len(after) for d in dims)
     if summed == [0]:
-        for m in range(2, len(before) + 1):
-            if math.prod(before[:m]) == after[0] and tuple(before[m:]) == tuple(after[1:]):
-                return src, m, keepdim, 1
-    m = len(summed)
-    if m >= 2 and summed == list(range(m)) and before and math.prod(after[:m]) == before[0] \
-            and tuple(after[m:]) == tuple(before[1:]):
-        return src, 1, keepdim, m
+        m = leading_merge(before, after)
+        return None if m is None else (src, m, keepdim, 1)
+    if len(summed) >= 2 and summed == list(range(len(summed))) and leading_merge(after, before) == len(summed):
+        return src, 1, keepdim, len(summed)
+    return None
+
+
+def leading_merge(before, after) -> int | None:
+    """m >= 2 when ``after`` is ``before`` with its first m dims merged into one (the
+    rest equal), else None."""
+    for m in range(2, len(before) + 1):
+        if after and math.prod(before[:m]) == after[0] and tuple(before[m:]) == tuple(after[1:]):
+            return m
     return None

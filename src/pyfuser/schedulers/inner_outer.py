@@ -101,6 +101,8 @@ def can_schedule(seg: Segment) -> Reject | None:
 
 
 H200_SMS = 132
+# Rows per block on the GPU (one where two do not fit the register budget: ``fallbacks``).
+ROWS_PER_BLOCK = 2
 
 
 def _sm_count() -> int:
@@ -154,10 +156,6 @@ def heuristics(seg: Segment) -> InnerOuterParams:
     return _sized(apply_overrides(InnerOuterParams(bk, bj, warps, nprog, 0, 0, int64, J % 4 == 0, stages=3)))
 
 
-# Rows per block on the GPU (one where two do not fit the register budget).
-ROWS_PER_BLOCK = 2
-
-
 def programs_per_sm(warps: int) -> int:
     """Programs each SM should hold at once: 16 warps' worth, at most 4 (fewer
     programs leave fewer column partials to fold)."""
@@ -201,7 +199,7 @@ def fallbacks(seg: Segment, params: InnerOuterParams) -> list:
     """When the kernel spills or needs more registers than one wave allows: one row per
     block, then half the programs (twice the registers each), down to one per SM."""
     out, p = [], params
-    if p.block_k > 1 and seg.device_type == "cuda":
+    if p.block_k > 1:
         p = replace(p, block_k=1)
         out.append(p)
     sms = _sm_count()
