@@ -30,6 +30,18 @@ def test_run_bert_benchmark_on_cpu():
     assert "| pyfuser |" in table and "| eager |" in table
 
 
+def test_turns_keep_each_implementation_s_random_stream():
+    """Timed steps take turns between implementations; each keeps its own random state,
+    so eager's dropout masks (and losses) are those of eager run alone."""
+    pytest.importorskip("transformers")
+    run = lambda impls: bert_bench.run_bert_benchmark(2, 8, steps=2, device="cpu", dropout=True, warmup=1,  # noqa: E731
+                                                      implementations=impls, config_overrides=TINY)
+    alone, together = run(("eager",)), run(("eager", "pyfuser"))
+    assert together["eager"]["losses"] == alone["eager"]["losses"]
+    assert len(together["pyfuser"]["host_ms"]) == 2 and together["pyfuser"]["fusions"] > 0
+    assert together["eager"]["fusions"] == 0 and together["eager"]["region_calls_per_step"] == 0
+
+
 def test_kernel_class_separates_matmuls_from_fused_work():
     assert bert_bench.kernel_class("sm90_xmma_gemm_f16f16_f32f16_tn_n_tilesize128x128x64") == "matmul"
     assert bert_bench.kernel_class("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNT") == "matmul"

@@ -9,7 +9,10 @@ from the same weights and trains on the same batches: fp16 autocast (bf16 on CPU
 AdamW, no loss scaling.  Per implementation ``run_bert_benchmark`` returns:
 
 * ``median_ms``: median training-step time (forward, backward, optimizer step), from
-  CUDA events around each step after ``warmup`` steps (wall clock on CPU);
+  CUDA events around each step after ``warmup`` steps (wall clock on CPU); the
+  implementations take turns step by step (``run_bert_benchmark``);
+* ``host_ms``: the host's time inside each timed step (no synchronization): where it
+  is about ``times_ms``, the step is host-bound (the GPU waits for launches);
 * ``losses``: the loss of each of the ``steps`` timed steps (with dropout on, each
   implementation draws its own masks, so losses agree only roughly);
 * ``fusions``: FusionDefinitions the pyfuser backend created (forward + backward);
@@ -221,92 +224,159 @@ def training_step(model, opt, dev_type: str, amp_dtype):
     return step
 
 
-def _train(impl, model, batches, steps, warmup, device, amp_dtype, lr, profile_host=False):
-    import pyfuser
-    import pyfuser.dynamo as pd
+class _Run:
+    """One implementation's training run: compiled and warmed up on construction, then
+    timed a step at a time (``timed_step``), so that several implementations can take
+    turns, and summarised by ``results``.  Each keeps its own random state (swapped in
+    around its steps): its dropout masks are those it would draw running alone."""
 
-    if impl == "pyfuser":
-        model = torch.compile(model, backend="pyfuser", dynamic=False)
-    elif impl == "inductor":
-        model = torch.compile(model, dynamic=False)
-    elif impl != "eager":
-        raise ValueError(f"run_bert_benchmark: unknown implementation {impl!r}; expected one of {IMPLEMENTATIONS}")
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr)
-    dev_type = torch.device(device).type
+    def __init__(self, impl, model, batches, warmup, device, amp_dtype, lr, seed, profile_host=False):
+        import pyfuser
+        import pyfuser.dynamo as pd
 
-    step = training_step(model, opt, dev_type, amp_dtype)
+        if impl == "pyfuser":
+            model = torch.compile(model, backend="pyfuser", dynamic=False)
+        elif impl == "inductor":
+            model = torch.compile(model, dynamic=False)
+        elif impl != "eager":
+            raise ValueError(f"run_bert_benchmark: unknown implementation {impl!r}; expected one of "
+                             f"{IMPLEMENTATIONS}")
+        self.impl, self.device, self.batches, self.profile_host = impl, device, batches, profile_host
+        self.cuda = torch.device(device).type == "cuda"
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.step = training_step(model, torch.optim.AdamW(params, lr=lr), torch.device(device).type, amp_dtype)
+        self.rng = self._seeded(seed)
+        self.counts = {}  # backend counters and pyfuser launches, during this run's own steps only
+        stats0, launches0 = pd.stats(), pyfuser.cache_info()["launches"]
+        t0 = time.perf_counter()
 
-    stats0 = pd.stats()
-    t0 = time.perf_counter()
+        def warm_up():
+            for ids, labels in batches[:warmup]:
+                self._own_rng(self.step, ids, labels)
+            if self.cuda:
+                torch.cuda.synchronize()
 
-    def warm_up():
-        for ids, labels in batches[:warmup]:
-            step(ids, labels)
-        if dev_type == "cuda":
-            torch.cuda.synchronize()
+        # With profile_host: where the first steps (compilation) spend their time.
+        self.compile_prof = cprofiled(warm_up, "cumulative", 45) if profile_host else warm_up()
+        self.first_step_s = time.perf_counter() - t0
+        self._count(stats0, launches0, "warmup_")
+        self.timer, self.losses, self.host_ms = _Timer(device), [], []
 
-    # With profile_host: where the first steps (compilation) spend their time.
-    compile_prof = cprofiled(warm_up, "cumulative", 45) if profile_host else warm_up()
-    first_step_s = time.perf_counter() - t0
-    # Compilation leaves millions of Python objects behind; collected now, they cannot
-    # trigger a full garbage collection (tens of ms) inside a timed step.
-    gc.collect()
-    launches0, stats1 = pyfuser.cache_info()["launches"], pd.stats()
-    timer, losses = _Timer(device), []
-    for ids, labels in batches[warmup:warmup + steps]:
-        timer.start()
-        losses.append(step(ids, labels))
-        timer.stop()
-    times = timer.times_ms()
-    launches, stats2 = pyfuser.cache_info()["launches"] - launches0, pd.stats()
-    prof = profile_step(lambda: step(*batches[-1])) if dev_type == "cuda" else None
-    traffic = kernel_traffic(lambda: step(*batches[-1])) if impl == "pyfuser" else {}
-    host = cprofiled(lambda: [step(*batches[-1]) for _ in range(3)]) if profile_host else None
-    return {
-        "host_profile": host,
-        "compile_profile": compile_prof,
-        "median_ms": statistics.median(times),
-        "times_ms": times,
-        "losses": [float(x) for x in losses],
-        "fusions": stats2.get("fusions_created", 0) - stats0.get("fusions_created", 0),
-        "region_calls_per_step": (stats2.get("region_calls", 0) - stats1.get("region_calls", 0)) / steps,
-        "pyfuser_launches_per_step": launches / steps,
-        "gpu_kernels_per_step": prof["gpu_kernels"] if prof else None,
-        "kernel_ms_per_step": prof["kernel_ms"] if prof else None,
-        "top_other_kernels": prof["top_other"] if prof else None,
-        "top_matmul_kernels": prof["top_matmul"] if prof else None,
-        # pyfuser's kernels among the top non-matmul ones: MB per step and GB/s
-        "pyfuser_kernel_traffic": pyfuser_kernel_rows(prof["top_other"] if prof else None, traffic),
-        "fallbacks": stats2.get("fallbacks", 0) - stats0.get("fallbacks", 0),
-        "first_step_s": first_step_s,
-    }
+    def _count(self, stats0, launches0, prefix=""):
+        import pyfuser
+        import pyfuser.dynamo as pd
+
+        stats, stats0 = dict(pd.stats(), launches=pyfuser.cache_info()["launches"]), dict(stats0, launches=launches0)
+        for key, v in stats.items():
+            self.counts[prefix + key] = self.counts.get(prefix + key, 0) + v - stats0.get(key, 0)
+
+    def _seeded(self, seed):
+        saved = self._rng_state()
+        torch.manual_seed(seed)  # the same dropout stream for eager and Inductor
+        mine = self._rng_state()
+        self._set_rng(saved)
+        return mine
+
+    def _rng_state(self):
+        return (torch.get_rng_state(), torch.cuda.get_rng_state() if self.cuda else None)
+
+    def _set_rng(self, state):
+        torch.set_rng_state(state[0])
+        if self.cuda:
+            torch.cuda.set_rng_state(state[1])
+
+    def _own_rng(self, fn, *args):
+        saved = self._rng_state()
+        self._set_rng(self.rng)
+        try:
+            return fn(*args)
+        finally:
+            self.rng = self._rng_state()
+            self._set_rng(saved)
+
+    def timed_step(self, ids, labels):
+        """One training step timed: CUDA events around it on a GPU (the wall clock on
+        CPU), and the host's time inside ``step`` (no synchronization)."""
+        import pyfuser
+        import pyfuser.dynamo as pd
+
+        saved = self._rng_state()
+        self._set_rng(self.rng)
+        stats0, launches0 = pd.stats(), pyfuser.cache_info()["launches"]
+        self.timer.start()
+        t0 = time.perf_counter()
+        loss = self.step(ids, labels)
+        self.host_ms.append((time.perf_counter() - t0) * 1e3)
+        self.timer.stop()
+        self._count(stats0, launches0)
+        self.rng = self._rng_state()
+        self._set_rng(saved)
+        self.losses.append(loss)
+
+    def results(self) -> dict:
+        times, steps, counts = self.timer.times_ms(), len(self.losses), self.counts
+        last = self.batches[-1]
+        step = lambda: self._own_rng(self.step, *last)  # noqa: E731
+        prof = profile_step(step) if self.cuda else None
+        traffic = kernel_traffic(step) if self.impl == "pyfuser" else {}
+        host = cprofiled(lambda: [step() for _ in range(3)]) if self.profile_host else None
+        return {
+            "host_profile": host,
+            "compile_profile": self.compile_prof,
+            "median_ms": statistics.median(times),
+            "times_ms": times,
+            "host_ms": self.host_ms,
+            "losses": [float(x) for x in self.losses],
+            "fusions": counts.get("warmup_fusions_created", 0) + counts.get("fusions_created", 0),
+            "region_calls_per_step": counts.get("region_calls", 0) / steps,
+            "pyfuser_launches_per_step": counts.get("launches", 0) / steps,
+            "gpu_kernels_per_step": prof["gpu_kernels"] if prof else None,
+            "kernel_ms_per_step": prof["kernel_ms"] if prof else None,
+            "top_other_kernels": prof["top_other"] if prof else None,
+            "top_matmul_kernels": prof["top_matmul"] if prof else None,
+            # pyfuser's kernels among the top non-matmul ones: MB per step and GB/s
+            "pyfuser_kernel_traffic": pyfuser_kernel_rows(prof["top_other"] if prof else None, traffic),
+            "fallbacks": counts.get("warmup_fallbacks", 0) + counts.get("fallbacks", 0),
+            "first_step_s": self.first_step_s,
+        }
 
 
 def run_bert_benchmark(batch, seq, steps=20, device="cuda", dropout=True, *, implementations=IMPLEMENTATIONS,
                        warmup=3, config_overrides=None, lr=1e-4, seed=0, profile_host=(), on_result=None) -> dict:
     """Train BERT for ``warmup + steps`` steps with each implementation; returns
     ``{implementation: results}`` (see the module docstring).  ``config_overrides``
-    (BertConfig fields) shrinks the model for tests."""
+    (BertConfig fields) shrinks the model for tests.
+
+    Every implementation is compiled and warmed up first; the timed steps then take
+    turns (step i of each implementation before step i + 1 of any), so that a host
+    whose speed drifts during the run (the GPU machine's does, by 20% between
+    minutes) slows every implementation alike.  Each implementation has its own
+    model, optimizer and random state."""
+    import pyfuser.dynamo as pd
+
     config = _bert_config(dropout, config_overrides)
     torch.manual_seed(seed)
     initial = _new_model(config).state_dict()
     batches = _batches(config, batch, seq, warmup + steps, device, seed + 1)
     amp_dtype = torch.float16 if torch.device(device).type == "cuda" else torch.bfloat16
-    results = {}
+    torch._dynamo.reset()
+    runs = {}
     for impl in implementations:
-        torch._dynamo.reset()
         model = _new_model(config)
         model.load_state_dict(copy.deepcopy(initial))
         model.to(device).train()
-        torch.manual_seed(seed + 2)  # the same dropout stream for eager and Inductor
-        results[impl] = _train(impl, model, batches, steps, warmup, device, amp_dtype, lr, impl in profile_host)
+        runs[impl] = _Run(impl, model, batches, warmup, device, amp_dtype, lr, seed + 2, impl in profile_host)
+    # Compilation leaves millions of Python objects behind; collected now, they cannot
+    # trigger a full garbage collection (tens of ms) inside a timed step.
+    gc.collect()
+    for ids, labels in batches[warmup:warmup + steps]:
+        for run in runs.values():
+            run.timed_step(ids, labels)
+    results = {}
+    for impl, run in runs.items():
+        results[impl] = run.results()
         if on_result is not None:
             on_result(results)
-        del model
-        gc.collect()
-        if torch.device(device).type == "cuda":
-            torch.cuda.empty_cache()
     return results
 
 
@@ -314,17 +384,19 @@ def markdown_table(batch, seq, results) -> str:
     base = results.get("eager", {}).get("median_ms")
     ind = results.get("inductor", {}).get("median_ms")
     lines = [f"BERT MLM training step (fp16 autocast, AdamW), batch {batch} x seq {seq}", "",
-             "| implementation | median step (ms) | vs eager | vs torch.compile | fusions | regions/step "
+             "| implementation | median step (ms) | host ms in step | vs eager | vs torch.compile | fusions "
+             "| regions/step "
              "| pyfuser launches/step | GPU kernels/step | matmul kernel ms | non-matmul kernel ms | fallbacks "
              "| first loss | last loss |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for impl, r in results.items():
         t = r["median_ms"]
         vs = lambda ref: f"{ref / t:.2f}x" if ref else "-"  # noqa: E731
         kernels = "-" if r["gpu_kernels_per_step"] is None else str(r["gpu_kernels_per_step"])
         kms = r.get("kernel_ms_per_step")
         mm, other = ("-", "-") if not kms else (f"{kms['matmul']:.2f}", f"{kms['other'] + kms['copy']:.2f}")
-        lines.append(f"| {impl} | {t:.2f} | {vs(base)} | {vs(ind)} | {r['fusions']} | "
+        host = f"{statistics.median(r['host_ms']):.2f}" if r.get("host_ms") else "-"
+        lines.append(f"| {impl} | {t:.2f} | {host} | {vs(base)} | {vs(ind)} | {r['fusions']} | "
                      f"{r['region_calls_per_step']:.0f} | {r['pyfuser_launches_per_step']:.0f} | {kernels} | "
                      f"{mm} | {other} | {r['fallbacks']} | {r['losses'][0]:.4f} | {r['losses'][-1]:.4f} |")
     return "\n".join(lines)

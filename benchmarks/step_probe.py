@@ -1,0 +1,104 @@
+"""Where a BERT training step's time goes on the host, per implementation (GPU machine):
+
+    PYTHONPATH=src python benchmarks/step_probe.py [BATCHxSEQ] [IMPL ...]
+
+For each implementation (pyfuser, inductor by default), after a warm-up:
+
+* ``sync``: the synchronizing CUDA calls of one step (``torch.cuda.set_sync_debug_mode``),
+  with the Python line that made each;
+* ``free``: steps back to back, as ``bert_bench`` times them: the host's time in
+  ``step()`` (no synchronization) and the GPU's time between events around it;
+* ``drained``: the same after ``torch.cuda.synchronize()`` before each step, so the
+  host time is the step's own and the GPU's is its kernels plus the gaps the host
+  leaves;
+* ``nogc``: ``free`` with Python's garbage collector off.
+"""
+from __future__ import annotations
+
+import gc
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+
+from pyfuser.dynamo import bert_bench as bb
+
+
+def probe(impl, batch, seq, steps=10):
+    config = bb._bert_config(True, None)
+    torch.manual_seed(0)
+    model = bb._new_model(config).cuda().train()
+    batches = bb._batches(config, batch, seq, 4, "cuda", 1)
+    if impl == "pyfuser":
+        model = torch.compile(model, backend="pyfuser", dynamic=False)
+    elif impl == "inductor":
+        model = torch.compile(model, dynamic=False)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    step = bb.training_step(model, opt, "cuda", torch.float16)
+    for ids, labels in batches[:3]:
+        step(ids, labels)
+    torch.cuda.synchronize()
+    gc.collect()
+    ids, labels = batches[3]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode(1)
+        try:
+            step(ids, labels)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    syncs: dict = {}
+    for w in caught:
+        k = f"{w.filename}:{w.lineno}: {str(w.message)[:80]}"
+        syncs[k] = syncs.get(k, 0) + 1
+
+    def timed(drain):
+        host, dev = [], []
+        for _ in range(steps):
+            if drain:
+                torch.cuda.synchronize()
+            a = torch.cuda.Event(enable_timing=True)
+            b = torch.cuda.Event(enable_timing=True)
+            a.record()
+            t0 = time.perf_counter()
+            step(ids, labels)
+            host.append((time.perf_counter() - t0) * 1e3)
+            b.record()
+            dev.append((a, b))
+        torch.cuda.synchronize()
+        return statistics.median(host), statistics.median(x.elapsed_time(y) for x, y in dev)
+
+    out = {"sync": syncs, "free": timed(False), "drained": timed(True)}
+    gc.disable()
+    try:
+        out["nogc"] = timed(False)
+    finally:
+        gc.enable()
+    torch._dynamo.reset()
+    return out
+
+
+def main():
+    shape = next((a for a in sys.argv[1:] if "x" in a), "64x128")
+    impls = [a for a in sys.argv[1:] if "x" not in a] or ["pyfuser", "inductor"]
+    batch, seq = (int(x) for x in shape.split("x"))
+    rows = []
+    for impl in impls:
+        r = probe(impl, batch, seq)
+        print(f"{impl}: synchronizing calls in one step: {sum(r['sync'].values())}")
+        for k, n in r["sync"].items():
+            print(f"  {n} x {k}")
+        rows.append((impl, r))
+    print(f"\nBERT {shape}: median ms per step (host = time in step(), gpu = events around it)")
+    print("| impl | free host | free gpu | drained host | drained gpu | nogc host | nogc gpu |")
+    print("|---|---|---|---|---|---|---|")
+    for impl, r in rows:
+        print(f"| {impl} | " + " | ".join(f"{r[k][0]:.2f} | {r[k][1]:.2f}" for k in ("free", "drained", "nogc")) + " |")
+
+
+if __name__ == "__main__":
+    main()
