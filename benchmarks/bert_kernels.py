@@ -35,6 +35,61 @@ def qkv_bias(fd):
     return ins
 
 
+def gelu_bias(fd):
+    """BERT's GELU (erf) backward with its bias gradient: [tokens, 3072] fp16 in twice,
+    out once, column sums (the backward's ``f15``)."""
+    from pyfuser import DataType as T
+
+    ins = [torch.randn(B, S, 3072, dtype=torch.half, device="cuda") for _ in range(2)]
+    dy, x = (fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=T.Half) for _ in range(2))
+    xf, dyf = fd.ops.cast(x, T.Float), fd.ops.cast(dy, T.Float)
+    cdf = fd.ops.mul(fd.ops.add(fd.ops.erf(fd.ops.mul(xf, 0.7071067811865476)), 1.0), 0.5)
+    pdf = fd.ops.mul(fd.ops.exp(fd.ops.mul(fd.ops.mul(xf, xf), -0.5)), 0.3989422804014327)
+    dx = fd.ops.cast(fd.ops.mul(dyf, fd.ops.add(cdf, fd.ops.mul(xf, pdf))), T.Half)
+    fd.add_output(dx)
+    fd.add_output(fd.ops.sum(dx, dims=[0, 1], dtype=T.Float))
+    return ins
+
+
+def col_sum(rows, cols):
+    def build(fd):
+        from pyfuser import DataType as T
+
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=T.Half)
+        fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.cast(x, T.Float), dims=[0]), T.Half))
+        return [torch.randn(rows, cols, device="cuda", dtype=torch.float16)]
+    return build
+
+
+def outer_rule_rows():
+    """Outer tiles under candidate rules (base warps, fewest chunk rows, values per
+    thread), on BERT's outer reductions and plain column sums."""
+    import contextlib
+
+    from variants import bench_build, run
+
+    from pyfuser.schedulers import reduction as R
+
+    @contextlib.contextmanager
+    def rule(warps, rows, values):
+        old = R.OUTER_WARPS, R.OUTER_MIN_ROWS, R.OUTER_VALUES_PER_THREAD
+        R.OUTER_WARPS, R.OUTER_MIN_ROWS, R.OUTER_VALUES_PER_THREAD = warps, rows, values
+        try:
+            yield
+        finally:
+            R.OUTER_WARPS, R.OUTER_MIN_ROWS, R.OUTER_VALUES_PER_THREAD = old
+
+    rules = [(4, 32, 64), (2, 16, 128), (2, 32, 128), (2, 16, 64), (4, 16, 128), (2, 16, 96)]
+    rows = []
+    for name, build in (("qkv_bias", qkv_bias), ("gelu_bias", gelu_bias),
+                        ("bias_grad_sum_dim0_fp16", bench_build("bias_grad_sum_dim0_fp16")),
+                        ("col sum [8192,768]", col_sum(8192, 768)), ("col sum [8192,3072]", col_sum(8192, 3072)),
+                        ("col sum [65536,1024]", col_sum(65536, 1024))):
+        rows += run(name, build, [(f"warps {w}, rows >= {r}, values {v}", {}, [], rule(w, r, v))
+                                  for w, r, v in rules])
+    return rows
+
+
 def main():
     import sys
 
@@ -47,6 +102,9 @@ def main():
             fd.execute(inputs)
         torch.cuda.synchronize()
         return
+    if sys.argv[1:] == ["rule"]:
+        print("\n".join(outer_rule_rows()))
+        return
     if sys.argv[1:] == ["online"]:
         print("\n".join(online_rows()))
         return
@@ -55,7 +113,9 @@ def main():
                + [(f"{bk} columns x {bj} rows, {w} warps, split {sp}",
                    {"block_k": bk, "block_j": bj, "num_warps": w, "split": sp}, [])
                   for bk, bj, w, sp in [(32, 32, 4, 32), (64, 32, 4, 32), (64, 16, 4, 32), (32, 32, 2, 32),
-                                        (64, 64, 4, 16), (128, 32, 4, 32), (64, 32, 2, 32)]])
+                                        (64, 64, 4, 16), (128, 32, 4, 32), (64, 32, 2, 32), (64, 16, 8, 32),
+                                        (64, 8, 4, 32), (64, 16, 4, 64), (64, 16, 2, 32), (64, 32, 2, 64),
+                                        (32, 32, 4, 64), (32, 16, 2, 32), (128, 16, 4, 32)]])
     print("\n| fusion | variant | us | GB/s | kernels |\n|---|---|---|---|---|")
     print("\n".join(rows))
 

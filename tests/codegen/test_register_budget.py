@@ -60,30 +60,30 @@ def per_thread(p):
 
 def test_outer_tile_fits_the_register_budget():
     """Layer-norm backward's dw and db stream dy and x and keep two accumulators: 4
-    values per element, so the 64-byte strip of 32 bf16 columns walks 64 rows at a
-    time with 4 warps (16 elements per thread).  RMS norm's dw (3 values) fits 64 rows
-    too; the bias gradient (one tensor, one accumulator) takes 128 rows of 32 columns,
-    and widens to 64 columns (64 rows, 128 bytes of a row) while 64 strips x split 32
+    values per element, so the 64-byte strip of 32 bf16 columns walks 32 rows at a
+    time with 2 warps (16 elements per thread).  RMS norm's dw (3 values) fits 64 rows;
+    the bias gradient (one tensor, one accumulator) takes 64 rows of 32 columns, and
+    widens to 64 columns (32 rows, 128 bytes of a row) while 64 strips x split 32
     still make 2048 programs, its chunk loop pipelined 3 deep.  A hidden size of 768
     keeps 32-column strips (24 x 32 = 768 programs)."""
     seg = column_sums(2)
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 4
     p = outer_reduction.heuristics(seg)
-    assert (p.block_k, p.block_j, p.num_warps, p.persistent) == (32, 64, 4, False)
+    assert (p.block_k, p.block_j, p.num_warps, p.persistent) == (32, 32, 2, False)
     assert per_thread(p) * 4 <= OUTER_VALUES_PER_THREAD
 
     seg = column_sums(1)  # RMS norm backward's dw: dy, x and one accumulator
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 3
-    assert (outer_reduction.heuristics(seg).block_j, outer_reduction.heuristics(seg).num_warps) == (64, 4)
+    assert (outer_reduction.heuristics(seg).block_j, outer_reduction.heuristics(seg).num_warps) == (64, 2)
 
     seg = bias_grad()
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 2
     p = outer_reduction.heuristics(seg)
-    assert (p.block_k, p.block_j, p.num_warps, p.split, p.stages) == (64, 64, 4, 32, 3)
+    assert (p.block_k, p.block_j, p.num_warps, p.split, p.stages) == (64, 32, 2, 32, 3)
     assert per_thread(p) * 2 <= OUTER_VALUES_PER_THREAD
 
     p = outer_reduction.heuristics(bias_grad((8192, 768)))
-    assert (p.block_k, p.block_j, p.split) == (32, 128, 32)
+    assert (p.block_k, p.block_j, p.split) == (32, 64, 32)
 
 
 def _many_column_sums(n_tensors, n_sums, n_max):
@@ -96,15 +96,16 @@ def _many_column_sums(n_tensors, n_sums, n_max):
     return cuda_segment(build, [((8192, 2048), torch.float32)] * n_tensors)
 
 
-@pytest.mark.parametrize("n_tensors,n_sums,values,warps", [(4, 4, 12, 4), (8, 8, 20, 8)])
-def test_outer_tile_shrinks_its_rows_before_adding_warps(n_tensors, n_sums, values, warps):
+@pytest.mark.parametrize("n_tensors,n_sums,values,warps,block_k", [(4, 4, 12, 2, 32), (8, 8, 20, 2, 16),
+                                                                   (8, 16, 28, 4, 16)])
+def test_outer_tile_shrinks_its_rows_before_adding_warps(n_tensors, n_sums, values, warps, block_k):
     """fp32 column sums of products and four column maxima: 12 values per element
-    (4 tensors, 8 accumulators) shrink the chunk of rows to 32 at 4 warps; twenty
-    values need 8 warps even at 32 rows."""
+    (4 tensors, 8 accumulators) and 20 shrink the chunk of rows to 16 at 2 warps (12
+    values widen the strip to 128 bytes); 28 values need 4 warps even at 16 rows."""
     seg = _many_column_sums(n_tensors, n_sums, 4)
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == values
     p = outer_reduction.heuristics(seg)
-    assert (p.num_warps, p.block_k, p.block_j) == (warps, 16, 32)
+    assert (p.num_warps, p.block_k, p.block_j) == (warps, block_k, 16)
     assert per_thread(p) * values <= OUTER_VALUES_PER_THREAD
 
 
@@ -112,8 +113,8 @@ def test_outer_fallbacks_halve_the_rows():
     seg = column_sums(2)
     p = outer_reduction.heuristics(seg)
     fb = reduction_fallbacks(seg, p)
-    assert [q.block_j for q in fb] == [32, 16]
-    assert all((q.block_k, q.num_warps, q.persistent) == (32, 4, False) for q in fb)
+    assert [q.block_j for q in fb] == [16, 8]
+    assert all((q.block_k, q.num_warps, q.persistent) == (32, 2, False) for q in fb)
     assert per_thread(fb[-1]) >= 4
 
 
@@ -308,9 +309,9 @@ def test_wide_rows_take_the_measured_tile(what, want):
 
 def test_outer_chunks_of_many_tensors_are_not_pipelined():
     """The pipeline holds chunks of every load in shared memory: six streamed tensors
-    (15 KB a chunk; a tile like the position-embedding gradient's held 38 KB per
-    program at 3 stages, offline sm_90) keep a plain loop; the bias gradient's one
-    tensor (8 KB) is pipelined."""
+    (7.5 KB a chunk of 32 x 16; a tile like the position-embedding gradient's held 38
+    KB per program at 3 stages, offline sm_90) keep a plain loop; the bias gradient's
+    one tensor (4 KB) is pipelined."""
     def build(fd):
         ts = [T.tensor(fd, 3, dt) for dt in (DataType.Half,) * 3 + (DataType.Float,) * 2 + (DataType.Bool,)]
         acc = fd.ops.cast(ts[0], DataType.Float)

@@ -237,7 +237,17 @@ def _wide_row_params(seg: Segment, ref, int64: bool, persistent_fits: bool) -> R
 # (benchmarks/regcheck.py) track elements per thread x values per element: 2 values x
 # 32 elements -> 55 registers (bias gradient), 3 x 32 -> 96, 4 x 32 -> 148 (layer-norm
 # backward's dw and db); 4 x 16 -> 80.
-OUTER_VALUES_PER_THREAD = 64
+OUTER_VALUES_PER_THREAD = 96
+# An outer tile starts from 2 warps and shrinks its chunk of rows down to 16 before it
+# adds warps: few threads, each holding a full budget.  Kernel us on H200
+# (``benchmarks/bert_kernels.py rule``, 2026-11-30), 4 warps / 32 rows / 64 values
+# before -> this rule: BERT's Q, K and V gradients copied with their bias gradients
+# (9 values per element: 8 warps of 4 elements before) 37.3 -> 31.6; fp16 column sums
+# of [65536, 1024] 57.1 -> 47.8, [8192, 3072] 24.6 -> 23.9, [16384, 4096] 47.2 ->
+# 47.1, [8192, 768] 11.1 -> 11.4; GELU backward with its bias gradient [8192, 3072]
+# 59.5 -> 59.6.  Four warps with 16-row chunks were slower everywhere (34-87 us).
+OUTER_WARPS = 2
+OUTER_MIN_ROWS = 16
 
 
 def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
@@ -285,9 +295,9 @@ def _outer_tile(seg: Segment, ref, dims, J: int, bk: int):
     reduced rows: the chunk shrinks to the register budget (``OUTER_VALUES_PER_THREAD``);
     only a tile still over it at 32 rows gets more warps."""
     bj = min(next_pow2(J), 512)
-    warps = 4
+    warps = OUTER_WARPS
     per_thread = max(1, OUTER_VALUES_PER_THREAD // outer_values(seg, ref))
-    while bk * bj > 32 * warps * per_thread and bj > 32:
+    while bk * bj > 32 * warps * per_thread and bj > OUTER_MIN_ROWS:
         bj //= 2
     while bk * bj > 32 * warps * per_thread and warps < 16:
         warps *= 2
@@ -306,8 +316,9 @@ OUTER_STAGES = 3  # num_stages of an outer tile's chunk loop
 # programs per SM.  BERT's position-embedding gradient (8 tensors summed over the batch
 # of [64, 128, 768]) took 0.35 ms pipelined on H200, where the same bytes in one chunk
 # at batch 16 took 0.055 ms; a tile like it (offline sm_90) holds 38 KB of shared memory
-# per program at 3 stages, 2 KB unpipelined.  The bias gradient's chunk: 8 KB.
-OUTER_STAGE_BYTES = 8192
+# per program at 3 stages, 2 KB unpipelined.  The bias gradient's chunk: 4 KB (64 x 32
+# fp16), as are those of every tile ``OUTER_WARPS``'s measurements pipelined.
+OUTER_STAGE_BYTES = 4096
 
 
 def outer_split(seg: Segment, ref, dims, bk: int, bj: int) -> int:
