@@ -629,3 +629,40 @@ def test_detach_in_the_model_still_stops_the_gradient():
         return (y * y.detach().exp()).sum(dim=1)
 
     check_against_eager(fn, x)
+
+
+def test_attention_layers_save_softmax_statistics_not_probabilities(monkeypatch):
+    """A mask made from scalars (an iota compared with a bound, as BERT's) that every
+    layer's softmax reads is rebuilt in each region that reads it (``remat.py``), so
+    min-cut saves each layer's 16-bit scores and two per-row statistics instead of
+    its fp32 probabilities (the last layer, nearest the backward, may still save
+    them); gradients match eager."""
+    graphs = graphs_partitioned(monkeypatch)
+    B, H, S, D, layers = 2, 2, 8, 4, 4
+
+    def fn(q, k, v):
+        cond = (torch.arange(S) >= 0)[None, None, :, None].expand(B, 1, S, S)
+        mask = torch.where(cond, torch.tensor(0.0), torch.finfo(torch.float32).min)
+        x = q
+        for _ in range(layers):
+            p = torch.softmax(torch.matmul(x, k.transpose(-1, -2)) / 2.0 + mask, dim=-1)
+            x = torch.matmul(p.to(torch.bfloat16), v)
+        return x
+
+    g = torch.Generator().manual_seed(21)
+    q, k, v = (torch.randn(B, H, S, D, generator=g).to(torch.bfloat16).requires_grad_() for _ in range(3))
+    out = torch.compile(fn, backend="pyfuser")(q, k, v)
+    out.float().sum().backward()
+    got = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    fn(q, k, v).float().sum().backward()
+    for a, t in zip(got, (q, k, v)):
+        torch.testing.assert_close(a, t.grad, rtol=2e-2, atol=2e-2)
+    assert len(graphs) == 2
+    saved = [n.meta["val"] for n in graphs[1].graph.nodes if n.op == "placeholder"
+             and isinstance(n.meta.get("val"), torch.Tensor)]
+    probs = [s for s in saved if s.dtype == torch.float32 and s.shape == (B, H, S, S)]
+    stats = [s for s in saved if s.dtype == torch.float32 and s.shape == (B, H, S, 1)]
+    assert len(probs) <= 1 and len(stats) >= 2 * (layers - 1)
+    assert not [s for s in saved if s.shape == (B, 1, S, S)]  # the mask is not saved either

@@ -6,7 +6,8 @@ Dynamo hands the backend an FX graph of torch calls.  AOTAutograd traces it to A
 (forward and backward, with the decompositions of ``decompositions.py``) and splits
 the joint graph with the min-cut rematerialization partitioner, which recomputes
 cheap fusible values in the backward instead of saving them (it saves dropout's
-bool mask, not the float tensors around it).  Each of the two graphs is then
+bool mask, not the float tensors around it), after ``remat.py`` has marked the
+tensors made from scalars alone (BERT's attention mask) for recomputation.  Each of the two graphs is then
 partitioned (``partition.py``): fusible regions become FusionDefinitions run by
 pyfuser, everything else stays an ATen call.  Before that, matmuls with sizes that
 are not multiples of 8 are padded (``pad_matmuls.py``: BERT's vocabulary of 30522),
@@ -23,10 +24,11 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from .decompositions import decomposition_table
+from .one_hot import one_hot_sums
 from .pad_matmuls import pad_matmuls, propagate_meta
 from .partition import fuse_regions
 from .region import warn_once
-from .one_hot import one_hot_sums
+from .remat import tag_scalar_derived
 from .sink_views import sink_views
 from .sum_views import sums_through_views
 from .views import fast_views
@@ -108,10 +110,32 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs):
     return make_boxed_func(gm.forward)
 
 
+def partition_joint(joint_module, joint_inputs, **kwargs):
+    """AOTAutograd's partition function: the min-cut partitioner, with tensors made
+    from scalars alone copied per reader and marked for recomputation first
+    (``remat.py``).  The partitioner's own common-subexpression pass would merge the
+    copies again, so it runs here, before them, and not in the partitioner."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch.compile_utils import fx_graph_cse
+
+    if functorch_config.cse:
+        joint_module.graph = fx_graph_cse(joint_module.graph)
+        joint_module.recompile()
+    work = _copy(joint_module)
+    try:
+        tag_scalar_derived(work)
+        joint_module = work
+    except Exception as err:  # an optimization: the cut is still valid without it
+        warn_once(f"remat: {type(err).__name__}", f"copying scalar-derived tensors for recomputation failed "
+                                                  f"({type(err).__name__}); min-cut partitions as it would")
+    with functorch_config.patch(cse=False):
+        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+
+
 @functools.lru_cache(maxsize=None)
 def _aot_backend():
     return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, inference_compiler=compile_graph,
-                        partition_fn=min_cut_rematerialization_partition, decompositions=decomposition_table())
+                        partition_fn=partition_joint, decompositions=decomposition_table())
 
 
 def pyfuser_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):

@@ -1,0 +1,126 @@
+"""What the backward recomputes instead of saving: AOTAutograd's min-cut partitioner,
+told that tensors made from scalars alone cost nothing to rebuild.
+
+The min-cut partitioner chooses which forward tensors the backward reads by a
+minimum cut over their bytes, each weighted by 1.1 to the power of its distance from
+the backward (a bias towards saving late tensors).  BERT builds its extended
+attention mask once, at the top of the forward: an ``iota`` compared with a bound,
+expanded to [batch, 1, seq, seq] and filled with 0 or the dtype's minimum.  Every
+layer's softmax reads it, so recomputing a layer's attention probabilities in the
+backward (from the fp16 scores and two per-row statistics) needs the mask too, and
+the mask, far from the backward, weighs tens of times its 4 MB.  So min-cut saved the
+fp32 probabilities of layers 1-11 ([batch, heads, seq, seq], twice the bytes of the
+scores: 50 MB a layer written by the forward and read by the backward at batch 64 x
+seq 128, 200 MB at 16 x 512), while layer 0, whose backward could rebuild the mask
+from the ``iota``, saved statistics.
+
+``tag_scalar_derived`` marks every forward tensor computed from scalars alone (0-dim
+inputs, constants, ``iota``, ``full``; no random op) ``MUST_RECOMPUTE``, the tag
+selective activation checkpointing uses: min-cut then never saves it, and rebuilds it
+where the backward needs it, inside the fused region that reads it (an ``iota``
+and a compare per element).  What is left for the cut to weigh is bytes that cost
+something to rebuild.
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import CheckpointPolicy
+
+
+def _tensor_args(node):
+    out = []
+
+    def visit(a):
+        if isinstance(a, torch.fx.Node):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                visit(x)
+        elif isinstance(a, dict):
+            for x in a.values():
+                visit(x)
+
+    visit(node.args)
+    visit(node.kwargs)
+    return out
+
+
+def _random(node) -> bool:
+    return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+
+
+def _scalar_input(node) -> bool:
+    """A graph input or constant (``get_attr``, the lifted ``torch.tensor(0.0)`` of
+    the mask's fill) of at most one element."""
+    v = node.meta.get("val")
+    if v is None and node.op == "get_attr":
+        v = getattr(node.graph.owning_module, node.target, None)
+    return isinstance(v, torch.Tensor) and v.numel() <= 1
+
+
+def _scalar_derived(gm: torch.fx.GraphModule):
+    """The forward nodes computed from scalars alone, in graph order."""
+    backward, derived = set(), []
+    seen = set()
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            if "tangent" in node.name:
+                backward.add(node)
+            elif _scalar_input(node):
+                seen.add(node)
+            continue
+        if node.op != "call_function":
+            continue
+        args = _tensor_args(node)
+        if any(a in backward for a in args):
+            backward.add(node)
+        elif not _random(node) and all(a in seen for a in args):
+            seen.add(node)
+            derived.append(node)
+    return seen, derived
+
+
+def _large(node) -> bool:
+    v = node.meta.get("val")
+    return isinstance(v, torch.Tensor) and v.numel() > 1
+
+
+def tag_scalar_derived(gm: torch.fx.GraphModule) -> int:
+    """Give each op that reads a large scalar-derived tensor its own copy of the ops
+    that make it, and mark those ``MUST_RECOMPUTE`` (see the module docstring);
+    returns the number of copies made.  Nodes that carry a checkpoint policy already
+    keep it.
+
+    The copies matter as much as the tags: min-cut also bans the recomputation of an
+    op that reads a tensor after another of the tensor's readers was followed by a
+    matmul ("used far apart": a residual stream must not be recomputed across
+    layers), and every layer's mask add read BERT's one mask after layer 0's
+    matmuls.  With a copy per reader, no reader shares its mask."""
+    seen, derived = _scalar_derived(gm)
+    graph, copies = gm.graph, 0
+    for node in derived:
+        if _large(node) and "recompute" not in node.meta:
+            node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node in seen:
+            continue
+        shared = [a for a in dict.fromkeys(_tensor_args(node)) if a in seen and a.op == "call_function"
+                  and _large(a) and len(a.users) > 1]
+        if not shared:
+            continue
+        made: dict = {}
+
+        def copy_of(a):
+            if a not in seen or a.op != "call_function":
+                return a
+            if a not in made:
+                with graph.inserting_before(node):
+                    made[a] = graph.node_copy(a, copy_of)
+            return made[a]
+
+        for a in shared:
+            node.replace_input_with(a, copy_of(a))
+            copies += 1
+    graph.eliminate_dead_code()
+    gm.recompile()
+    return copies
