@@ -72,3 +72,8 @@ def test_kernel_traffic_counts_each_argument_once():
     rows = bert_bench.pyfuser_kernel_rows([{"name": name, "calls": 1, "ms": 0.001}, {"name": "aten", "calls": 1,
                                                                                       "ms": 1.0}], traffic)
     assert rows == [{"name": name, "calls": 1, "ms": 0.001, "mb": nbytes / 1e6, "gbps": nbytes / 1e3}]
+
+
+def test_paired_speedup_is_the_median_of_the_turns_ratios():
+    speedup, faster = bert_bench.paired_speedup([10.0, 20.0, 30.0], [12.0, 18.0, 36.0])
+    assert speedup == pytest.approx(1.2) and faster == 2

@@ -399,7 +399,21 @@ def markdown_table(batch, seq, results) -> str:
         lines.append(f"| {impl} | {t:.2f} | {host} | {vs(base)} | {vs(ind)} | {r['fusions']} | "
                      f"{r['region_calls_per_step']:.0f} | {r['pyfuser_launches_per_step']:.0f} | {kernels} | "
                      f"{mm} | {other} | {r['fallbacks']} | {r['losses'][0]:.4f} | {r['losses'][-1]:.4f} |")
+    ref = results.get("inductor", {}).get("times_ms")
+    for impl, r in results.items():
+        if ref and impl != "inductor":
+            speedup, faster = paired_speedup(r["times_ms"], ref)
+            lines.append(f"\n{impl} against torch.compile step by step (the same turn): median speedup "
+                         f"{speedup:.2f}x, faster in {faster} of {len(ref)} steps")
     return "\n".join(lines)
+
+
+def paired_speedup(times, ref_times) -> tuple:
+    """(median of ``ref / time`` over the steps of the same turn, how many steps were
+    faster than the reference's): the implementations take turns, so each pair saw
+    the same host."""
+    ratios = [b / a for a, b in zip(times, ref_times)]
+    return statistics.median(ratios), sum(x > 1 for x in ratios)
 
 
 def main(argv=None):
