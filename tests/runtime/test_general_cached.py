@@ -262,3 +262,47 @@ def test_launch_hooks_are_seen_only_when_installed():
     finally:
         chain.remove(hook)
     assert not _hook_set(chain)
+
+
+def test_the_straight_line_runner_matches_the_loop():
+    """After its first execute, a program without host steps runs as one generated
+    function (``prepared.straight_line``): the same outputs, random numbers and launch
+    count as ``Prepared``'s loop; a program with host steps keeps the loop."""
+    build, make = GENERAL["random_rows"]
+    fd = define(build)
+    inputs = make(seed=0)
+    fd.execute(list(inputs))
+    (prep,) = fd._runtime.prepared.values()
+    assert callable(prep._straight) and "def straight(inputs):" in prep._straight.source
+    for seed in (3, 4):
+        torch.manual_seed(seed)
+        before = pyfuser.cache_info()["launches"]
+        fast = prep.run(list(inputs))
+        assert pyfuser.cache_info()["launches"] - before == len(prep.launches)
+        torch.manual_seed(seed)
+        loop = prep._run(list(inputs))
+        assert len(fast) == len(loop)
+        for x, y in zip(fast, loop):
+            assert torch.equal(x, y)
+
+    with_host = define(GENERAL["linear"][0])
+    with_host.execute(list(GENERAL["linear"][1](seed=0)))
+    (prep,) = with_host._runtime.prepared.values()
+    assert prep._straight is False
+
+
+def test_the_straight_line_runner_rebuilds_views_of_inputs():
+    """An output that is an input's reshape is rebuilt from the input per execute."""
+    def build(fd):
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+        fd.add_output(fd.ops.reshape(x, new_shape=[24]))
+        fd.add_output(fd.ops.mul(x, 2.0))
+
+    fd = define(build)
+    for seed in range(3):
+        x = torch.randn(4, 6, generator=torch.Generator().manual_seed(seed))
+        flat, doubled = fd.execute([x])
+        assert flat.data_ptr() == x.data_ptr() and torch.equal(flat, x.reshape(24))
+        torch.testing.assert_close(doubled, x * 2)
+    (prep,) = fd._runtime.prepared.values()
+    assert callable(prep._straight) and prep._views
