@@ -218,13 +218,7 @@ def main():
                 ("P w32 noalign", dict(P, num_warps=32, align=1), []),
             ], args.dump)
     if "outer" in groups:  # column sums: strip width, rows per chunk, warps, split
-        def col_sum(rows, cols):
-            def build(fd):
-                from pyfuser import DataType
-                x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
-                fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.cast(x, DataType.Float), dims=[0]), DataType.Half))
-                return [torch.randn(rows, cols, device="cuda", dtype=torch.float16)]
-            return build
+        from bert_kernels import col_sum
         for name, build in (("bias_grad_sum_dim0_fp16", bench_build("bias_grad_sum_dim0_fp16")),
                             ("col sum [8192,768] fp16", col_sum(8192, 768)),
                             ("col sum [8192,3072] fp16", col_sum(8192, 3072))):

@@ -6,8 +6,9 @@ Dynamo hands the backend an FX graph of torch calls.  AOTAutograd traces it to A
 (forward and backward, with the decompositions of ``decompositions.py``) and splits
 the joint graph with the min-cut rematerialization partitioner, which recomputes
 cheap fusible values in the backward instead of saving them (it saves dropout's
-bool mask, not the float tensors around it), after ``remat.py`` has marked the
-tensors made from scalars alone (BERT's attention mask) for recomputation.  Each of the two graphs is then
+bool mask, not the float tensors around it), after ``remat.py`` has given each
+reader of a tensor made from scalars alone (BERT's attention mask) its own copy to
+recompute.  Each of the two graphs is then
 partitioned (``partition.py``): fusible regions become FusionDefinitions run by
 pyfuser, everything else stays an ATen call.  Before that, matmuls with sizes that
 are not multiples of 8 are padded (``pad_matmuls.py``: BERT's vocabulary of 30522),

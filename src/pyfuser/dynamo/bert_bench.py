@@ -352,8 +352,6 @@ def run_bert_benchmark(batch, seq, steps=20, device="cuda", dropout=True, *, imp
     whose speed drifts during the run (the GPU machine's does, by 20% between
     minutes) slows every implementation alike.  Each implementation has its own
     model, optimizer and random state."""
-    import pyfuser.dynamo as pd
-
     config = _bert_config(dropout, config_overrides)
     torch.manual_seed(seed)
     initial = _new_model(config).state_dict()

@@ -1,48 +1,32 @@
 """What the backward recomputes instead of saving: AOTAutograd's min-cut partitioner,
-told that tensors made from scalars alone cost nothing to rebuild.
+with each reader of a tensor made from scalars alone given its own copy to rebuild.
 
-The min-cut partitioner chooses which forward tensors the backward reads by a
-minimum cut over their bytes, each weighted by 1.1 to the power of its distance from
-the backward (a bias towards saving late tensors).  BERT builds its extended
-attention mask once, at the top of the forward: an ``iota`` compared with a bound,
-expanded to [batch, 1, seq, seq] and filled with 0 or the dtype's minimum.  Every
-layer's softmax reads it, so recomputing a layer's attention probabilities in the
-backward (from the fp16 scores and two per-row statistics) needs the mask too, and
-the mask, far from the backward, weighs tens of times its 4 MB.  So min-cut saved the
-fp32 probabilities of layers 1-11 ([batch, heads, seq, seq], twice the bytes of the
-scores: 50 MB a layer written by the forward and read by the backward at batch 64 x
-seq 128, 200 MB at 16 x 512), while layer 0, whose backward could rebuild the mask
-from the ``iota``, saved statistics.
+BERT builds its extended attention mask once, at the top of the forward: an
+``iota`` compared with a bound, expanded to [batch, 1, seq, seq] and filled with 0 or
+the dtype's minimum.  Every layer's softmax adds it to the scores.  Min-cut bans the
+recomputation of an op that reads a tensor after another of that tensor's readers
+was followed by an op it cannot fuse ("used far apart": it keeps a residual stream
+from being recomputed across layers), so the mask adds of layers 1-11, which come
+after layer 0's matmuls, could not be recomputed; neither could the probabilities
+computed from them.  Min-cut saved those layers' fp32 probabilities ([batch, heads,
+seq, seq], twice the bytes of the fp16 scores: 50 MB a layer written by the forward
+and read by the backward at batch 64 x seq 128, 200 MB at 16 x 512), while layer 0
+saved its scores' two row statistics and recomputed the rest.
 
-``tag_scalar_derived`` marks every forward tensor computed from scalars alone (0-dim
-inputs, constants, ``iota``, ``full``; no random op) ``MUST_RECOMPUTE``, the tag
-selective activation checkpointing uses: min-cut then never saves it, and rebuilds it
-where the backward needs it, inside the fused region that reads it (an ``iota``
-and a compare per element).  What is left for the cut to weigh is bytes that cost
-something to rebuild.
+``tag_scalar_derived`` gives every op that reads such a tensor its own copy of the
+ops that make it (an ``iota``, a compare, an expand, a ``where``), each marked
+``MUST_RECOMPUTE``, the tag selective activation checkpointing uses: no reader
+shares the mask, min-cut never saves it, and each region that needs it rebuilds it
+(a compare per element, no 4 MB read).  Every layer but the last (the nearest the
+backward, where saving wins min-cut's weighting) then saves statistics.  Min-cut's
+common-subexpression pass would merge the copies again, so the backend runs that
+pass before making them and turns it off inside the partitioner
+(``backend.partition_joint``).
 """
 from __future__ import annotations
 
 import torch
 from torch.utils.checkpoint import CheckpointPolicy
-
-
-def _tensor_args(node):
-    out = []
-
-    def visit(a):
-        if isinstance(a, torch.fx.Node):
-            out.append(a)
-        elif isinstance(a, (list, tuple)):
-            for x in a:
-                visit(x)
-        elif isinstance(a, dict):
-            for x in a.values():
-                visit(x)
-
-    visit(node.args)
-    visit(node.kwargs)
-    return out
 
 
 def _random(node) -> bool:
@@ -71,7 +55,7 @@ def _scalar_derived(gm: torch.fx.GraphModule):
             continue
         if node.op != "call_function":
             continue
-        args = _tensor_args(node)
+        args = node.all_input_nodes
         if any(a in backward for a in args):
             backward.add(node)
         elif not _random(node) and all(a in seen for a in args):
@@ -104,7 +88,7 @@ def tag_scalar_derived(gm: torch.fx.GraphModule) -> int:
     for node in list(graph.nodes):
         if node.op != "call_function" or node in seen:
             continue
-        shared = [a for a in dict.fromkeys(_tensor_args(node)) if a in seen and a.op == "call_function"
+        shared = [a for a in dict.fromkeys(node.all_input_nodes) if a in seen and a.op == "call_function"
                   and _large(a) and len(a.users) > 1]
         if not shared:
             continue

@@ -126,7 +126,10 @@ class Prepared:
             return self._straight(inputs)
         out = self._run(inputs, probe, poison, record)
         if self._straight is None and probe is None and not poison and record is None:
-            self._straight = straight_line(self)
+            try:
+                self._straight = straight_line(self)
+            except Exception:  # noqa: BLE001 - an optimization: the loop stays correct
+                self._straight = False
         return out
 
     def _run(self, inputs, probe: Probe | None = None, poison=False, record=None):
