@@ -306,3 +306,23 @@ def test_the_straight_line_runner_rebuilds_views_of_inputs():
         torch.testing.assert_close(doubled, x * 2)
     (prep,) = fd._runtime.prepared.values()
     assert callable(prep._straight) and prep._views
+
+
+@pytest.mark.parametrize("dump_value,prof_value,allowed", [
+    (None, None, True), ("", None, True), ("cache", None, False), (None, "0", True), (None, "", True),
+    (None, "print", False), (None, "bogus", False), ("kernel_code", "print", False)])
+def test_the_fast_path_follows_the_environment(monkeypatch, dump_value, prof_value, allowed):
+    """``executor.fast_path_allowed`` reads PYFUSER_DUMP and PYFUSER_PROF raw: any dump,
+    a profile or a value it does not know sends the call to ``execute`` (which
+    validates it), as an override does."""
+    for name, value in (("PYFUSER_DUMP", dump_value), ("PYFUSER_PROF", prof_value)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert executor.fast_path_allowed() is allowed
+    if allowed:
+        from pyfuser.schedulers.base import override
+
+        with override(block_k=4):
+            assert not executor.fast_path_allowed()
