@@ -297,11 +297,12 @@ class _Run:
     def timed_step(self, ids, labels):
         """One training step timed: CUDA events around it on a GPU (the wall clock on
         CPU), and the host's time inside ``step`` (no synchronization)."""
+        self.losses.append(self._own_rng(self._timed, ids, labels))
+
+    def _timed(self, ids, labels):
         import pyfuser
         import pyfuser.dynamo as pd
 
-        saved = self._rng_state()
-        self._set_rng(self.rng)
         stats0, launches0 = pd.stats(), pyfuser.cache_info()["launches"]
         self.timer.start()
         t0 = time.perf_counter()
@@ -309,9 +310,7 @@ class _Run:
         self.host_ms.append((time.perf_counter() - t0) * 1e3)
         self.timer.stop()
         self._count(stats0, launches0)
-        self.rng = self._rng_state()
-        self._set_rng(saved)
-        self.losses.append(loss)
+        return loss
 
     def results(self) -> dict:
         times, steps, counts = self.timer.times_ms(), len(self.losses), self.counts

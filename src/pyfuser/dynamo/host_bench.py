@@ -55,7 +55,7 @@ def main(argv=None):
         if hasattr(t, "fd") and t.fd._runtime is not None:
             for p in t.fd._runtime.prepared.values():
                 p.launches = [(la[0], _StubKernel()) + tuple(la[2:]) for la in p.launches]
-                p.direct, p._straight = {}, None
+                p.forget_launchers()
     for _ in range(3):
         step()
 

@@ -42,26 +42,22 @@ def _scalar_input(node) -> bool:
     return isinstance(v, torch.Tensor) and v.numel() <= 1
 
 
-def _scalar_derived(gm: torch.fx.GraphModule):
-    """The forward nodes computed from scalars alone, in graph order."""
-    backward, derived = set(), []
-    seen = set()
+def _scalar_derived(gm: torch.fx.GraphModule) -> set:
+    """The forward nodes computed from scalars alone (and the scalar inputs they read)."""
+    backward, seen = set(), set()
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr"):
             if "tangent" in node.name:
                 backward.add(node)
             elif _scalar_input(node):
                 seen.add(node)
-            continue
-        if node.op != "call_function":
-            continue
-        args = node.all_input_nodes
-        if any(a in backward for a in args):
-            backward.add(node)
-        elif not _random(node) and all(a in seen for a in args):
-            seen.add(node)
-            derived.append(node)
-    return seen, derived
+        elif node.op == "call_function":
+            args = node.all_input_nodes
+            if any(a in backward for a in args):
+                backward.add(node)
+            elif not _random(node) and all(a in seen for a in args):
+                seen.add(node)
+    return seen
 
 
 def _large(node) -> bool:
@@ -71,19 +67,13 @@ def _large(node) -> bool:
 
 def tag_scalar_derived(gm: torch.fx.GraphModule) -> int:
     """Give each op that reads a large scalar-derived tensor its own copy of the ops
-    that make it, and mark those ``MUST_RECOMPUTE`` (see the module docstring);
+    that make it, all marked ``MUST_RECOMPUTE`` (the module docstring says why);
     returns the number of copies made.  Nodes that carry a checkpoint policy already
-    keep it.
-
-    The copies matter as much as the tags: min-cut also bans the recomputation of an
-    op that reads a tensor after another of the tensor's readers was followed by a
-    matmul ("used far apart": a residual stream must not be recomputed across
-    layers), and every layer's mask add read BERT's one mask after layer 0's
-    matmuls.  With a copy per reader, no reader shares its mask."""
-    seen, derived = _scalar_derived(gm)
+    keep it."""
+    seen = _scalar_derived(gm)
     graph, copies = gm.graph, 0
-    for node in derived:
-        if _large(node) and "recompute" not in node.meta:
+    for node in seen:
+        if node.op == "call_function" and _large(node) and "recompute" not in node.meta:
             node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
     for node in list(graph.nodes):
         if node.op != "call_function" or node in seen:

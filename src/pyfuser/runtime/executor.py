@@ -259,7 +259,8 @@ def fast_path_allowed() -> bool:
     ``profiler.printing``, four functions and as many modules' dicts) took 9.6 us a
     call in a CPU training step, against 0.3 us in a loop.  This one reads the two
     variables' raw values straight from the environment's dict: set to anything but
-    "" (and "0" for PYFUSER_PROF), the call takes ``execute``, which validates them."""
+    "" (and ``profiler.OFF`` for PYFUSER_PROF), the call takes ``execute``, which
+    validates them."""
     if _OVERRIDES:
         return False
     if _ENV_DATA is None:
@@ -270,7 +271,7 @@ def fast_path_allowed() -> bool:
 
 _ENV_DATA = dump._ENV_DATA
 _DUMP_KEY, _PROF_KEY = (os.environ.encodekey(name) for name in ("PYFUSER_DUMP", "PYFUSER_PROF"))
-_PROF_OFF = (os.environ.encodevalue(""), os.environ.encodevalue("0"))
+_PROF_OFF = tuple(os.environ.encodevalue(v) for v in profiler.OFF)
 
 
 def prepared_for(fd, inputs, device=None):

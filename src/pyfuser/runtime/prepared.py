@@ -180,6 +180,11 @@ class Prepared:
         self._rebuild_views(results, inputs)
         return results
 
+    def forget_launchers(self):
+        """Drop the direct launchers and the straight-line function, so the next run
+        launches through each step's ``fn`` again (``dynamo.host_bench`` stubs them)."""
+        self.direct, self._straight = {}, None
+
     def _rebuild_views(self, results, inputs):
         for k, o, chain in self._views:
             results[k] = (expand_output(chain, results[k], self.binding) if chain
@@ -258,7 +263,7 @@ def straight_line(prep: Prepared):
         lines.append("    try:")
     srcs = []
     for n, step in enumerate(steps):
-        src, fn, grid, kw, alloc, idx, rng, _, meta = prep.launches[step]
+        src, fn, grid, kw, alloc, idx, rng, _, _ = prep.launches[step]
         srcs.append(src)
         lines.append(f"        s = {n}")
         for a, (shape, strides, dtype) in enumerate(alloc):
@@ -287,7 +292,6 @@ def straight_line(prep: Prepared):
     straight = env["straight"]
     straight.source = "\n".join(lines)
     return straight
-
 
 
 # -- building --------------------------------------------------------------------------------

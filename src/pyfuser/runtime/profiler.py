@@ -25,9 +25,12 @@ from .dump import getenv
 _COPY_GBPS: dict = {}
 
 
+OFF = ("", "0")  # PYFUSER_PROF values that print nothing
+
+
 def printing() -> bool:
     raw = getenv("PYFUSER_PROF")
-    if raw in ("", "0"):
+    if raw in OFF:
         return False
     if raw != "print":
         raise ValueError(f"PYFUSER_PROF: unknown value {raw!r}; valid: print")
