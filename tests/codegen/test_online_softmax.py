@@ -53,3 +53,25 @@ def test_online_statistics_of_fp16_rows(align, block_j):
         got = fd.execute([x])
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6, equal_nan=True)
     assert fd._runtime.kernels and all(key[3].online for key in fd._runtime.kernels)
+
+
+@pytest.mark.parametrize("align", [1, 8])
+@pytest.mark.parametrize("block_j", [16, 64])
+def test_online_log_softmax_of_fp16_rows_written_backwards(align, block_j):
+    """The report's log-softmax (fp16 rows of 1001 -> fp32), online: the statistics pass
+    walks each row forwards, the output pass backwards (the chunks read last first),
+    with and without the peeled head and tail; every element is written once."""
+    from pyfuser.bench.seeds import SEEDS
+
+    case = SEEDS["log_softmax_sub"]
+    with FusionDefinition() as fd:
+        case.build(fd, 5, 1001)
+    (x,) = case.make_inputs((5, 1001), "cpu", torch.Generator().manual_seed(4))
+    x[1, 9] = float("nan")
+    x[3, 600:] = float("-inf")
+    want = fd.reference([x])
+    with override(persistent=False, block_j=block_j, block_k=1, online=True, align=align):
+        got = fd.execute([x])
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5, equal_nan=True)
+    (src, _), = fd._runtime.kernels.values()
+    assert "for i0 in range(0, nb" in src.source  # the output pass, backwards

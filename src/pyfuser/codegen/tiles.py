@@ -205,6 +205,13 @@ class ReductionTile:
         self.block_k, self.block_j, self.int64 = block_k, block_j, int64
         self.results: dict = {}  # reduction expr -> list of (code) per output slot
         self.raxis = 1 if inner else 0
+        # One row per program: a row's statistics are scalars, not [1, 1] blocks.  A
+        # block carries a layout, and the compiler then gives the peeled edges (16
+        # lanes) the body's 8 elements per thread to combine them: log-softmax
+        # [8192, 30522] fp16 -> fp16 + fp32 compiled to 787 PTX instructions, 638 with
+        # scalars (sm_90, offline).
+        self.scalar_rows = inner and block_k == 1 and split == 1
+        self.last_pass = False  # set while emitting a multi-pass row's output pass
 
     # -- cache hints --------------------------------------------------------------------
     @property
@@ -214,7 +221,11 @@ class ReductionTile:
         output pass finds the row still there.  H200, ``benchmarks/variants.py`` group
         l2: log-softmax [8192, 30522] fp16 -> fp32 497.3 -> 479.8 us, [8192, 50257] bf16
         586.4 -> 569.2, softmax [8192, 30522] bf16 340.7 -> 336.1."""
-        return ", eviction_policy='evict_last'" if self.inner and not self.persistent else ""
+        if not self.inner or self.persistent:
+            return ""
+        # The output pass is the row's last read: keeping it would push out the rows
+        # later programs are still to read again.
+        return ", eviction_policy='evict_first'" if self.last_pass else ", eviction_policy='evict_last'"
 
     @property
     def store_hint(self) -> str:
@@ -251,7 +262,13 @@ class ReductionTile:
         pid = "tl.program_id(0).to(tl.int64)" if self.int64 else "tl.program_id(0)"
         w.line(f"pid = {pid}")
         w.line(f"k = pid * BLOCK_K + tl.arange(0, BLOCK_K){self._axis('k')}")
-        w.line(f"kmask = k < {K}")
+        if self.block_k == 1:
+            # The grid has one program per kept index (none when there is none:
+            # ``reduction_grid``), so every mask's row test is true; a constant lets the
+            # compiler drop it from each element's mask.
+            w.line("kmask = tl.full([1, 1], True, tl.int1)")
+        else:
+            w.line(f"kmask = k < {K}")
         if self.split > 1:
             w.constexprs["SPLIT"] = self.split
             w.comment("this program's range of the reduced extent: [jlo, jhi)")
@@ -364,31 +381,40 @@ class ReductionTile:
 
     def init(self, low, e):
         """Accumulator names (multi-pass) or None (persistent: the single chunk is the result)."""
-        if self.persistent:
-            return None
+        return None if self.persistent else self._accumulators(low, e, block=True)
+
+    def init_accumulators(self, low, e):
+        """Accumulators even for a persistent tile: a peeled row combines its edges and its
+        body.  Each is one block, reduced once, so the accumulator holds the row's value
+        only (a block-shaped one would cost an elementwise fold per element for nothing)."""
+        return self._accumulators(low, e, block=False)
+
+    def row_shape(self) -> str:
+        """The shape of a row's statistic (an accumulator, a reduction's result)."""
+        return "[]" if self.scalar_rows else self.shape("k")
+
+    def row_reduce(self, x: str, combine: str) -> str:
+        """``x`` reduced over the tile's reduced axis: one value per kept index."""
+        if self.scalar_rows:
+            return f"tl.reduce({x}, None, {combine})"
+        return f"tl.reduce({x}, {self.raxis}, {combine}, keep_dims=True)"
+
+    def _accumulators(self, low, e, block: bool):
         w = low.w
         dt = self.acc_dtype(e)
         tn = TRITON_NAME[dt]
-        shp = self.shape("k")
+        shp = self.row_shape()
         if e.op in ("var", "var_mean"):
             return self._init_welford(low, shp, tn)
         ident = self.identity(e.op, dt)
         name = f"acc{len(w.lines)}"
         w.line(f"{name} = tl.full({shp}, {ident}, {tn})")
-        if self.persistent or dt is DataType.Bool:
+        if not block or dt is DataType.Bool:
             return [name]
         # Loop chunks fold elementwise into a block-shaped accumulator, reduced once
         # after the loop: one cross-warp reduction per pass instead of one per block.
         w.line(f"{name}_vec = tl.full({self.shape(frozenset('kj'))}, {ident}, {tn})")
         return [name, f"{name}_vec"]
-
-    def init_accumulators(self, low, e):
-        """Accumulators even for a persistent tile (a peeled row combines three chunks)."""
-        persistent, self.persistent = self.persistent, False
-        try:
-            return self.init(low, e)
-        finally:
-            self.persistent = persistent
 
     def _init_welford(self, low, shp, tn):
         w = low.w
@@ -416,7 +442,6 @@ class ReductionTile:
         in_dt = e.inputs[0].dtype
         dt = self.acc_dtype(e)
         tn = TRITON_NAME[dt]
-        ax = self.raxis
         xs = x if in_dt is dt else f"({x}).to({tn})"
         if acc is not None and len(acc) == 2 and c in ("j", "b"):
             vec = acc[1]
@@ -425,7 +450,7 @@ class ReductionTile:
             return acc
         if e.op in ("sum", "prod"):
             comb = self.combine(e.op, dt)
-            r = w.tmp(f"tl.reduce(tl.where({mask}, {xs}, {self.identity(e.op, dt)}), {ax}, {comb}, keep_dims=True)", "red")
+            r = w.tmp(self.row_reduce(f"tl.where({mask}, {xs}, {self.identity(e.op, dt)})", comb), "red")
             if acc is None:
                 return [r]
             w.line(f"{acc[0]} = {self.fold(e.op, dt, acc[0], r)}")
@@ -434,7 +459,7 @@ class ReductionTile:
             comb = self.combine(e.op, dt)
             src = xs if dt is not DataType.Bool else f"({x}).to(tl.int32)"
             ident = self.identity(e.op, dt if dt is not DataType.Bool else DataType.Int32)
-            r = w.tmp(f"tl.reduce(tl.where({mask}, {src}, {ident}), {ax}, {comb}, keep_dims=True)", "red")
+            r = w.tmp(self.row_reduce(f"tl.where({mask}, {src}, {ident})", comb), "red")
             if dt is DataType.Bool:
                 r = w.tmp(f"{r} != 0", "red")
             if acc is None:
@@ -445,11 +470,11 @@ class ReductionTile:
         if self.persistent and not self.peeled:
             cnt = w.tmp(f"(J).to({tn})", "red")
         else:
-            cnt = w.tmp(f"tl.reduce(({mask}).to({tn}), {ax}, tl.standard._sum_combine, keep_dims=True)", "red")
-        s = w.tmp(f"tl.reduce(tl.where({mask}, {xs}, 0.0), {ax}, tl.standard._sum_combine, keep_dims=True)", "red")
+            cnt = w.tmp(self.row_reduce(f"({mask}).to({tn})", "tl.standard._sum_combine"), "red")
+        s = w.tmp(self.row_reduce(f"tl.where({mask}, {xs}, 0.0)", "tl.standard._sum_combine"), "red")
         mean = w.tmp(f"{s} / tl.maximum({cnt}, 1.0)", "red")
         d = w.tmp(f"tl.where({mask}, {xs} - {mean}, 0.0)", "red")
-        m2 = w.tmp(f"tl.reduce({d} * {d}, {ax}, tl.standard._sum_combine, keep_dims=True)", "red")
+        m2 = w.tmp(self.row_reduce(f"{d} * {d}", "tl.standard._sum_combine"), "red")
         if acc is None:
             return [cnt, mean, m2]
         self.chan(w, acc, cnt, mean, m2)
@@ -484,7 +509,7 @@ class ReductionTile:
         base = f"acc{len(w.lines)}"
         names = [f"{base}_m", f"{base}_s", f"{base}_mv", f"{base}_sv"]
         vec = f"[BLOCK_K, BLOCK_J // {self.ONLINE_GROUP}]" if self._online_grouped() else self.shape("kj")
-        for n, ident, shp in zip(names, ("float('-inf')", "0.0") * 2, [self.shape("k")] * 2 + [vec] * 2):
+        for n, ident, shp in zip(names, ("float('-inf')", "0.0") * 2, [self.row_shape()] * 2 + [vec] * 2):
             w.line(f"{n} = tl.full({shp}, {ident}, {tn})")
         return names
 
@@ -514,20 +539,19 @@ class ReductionTile:
             w.line(f"{s_vec} = {s_vec} * {scale} + {add}")
             w.line(f"{m_vec} = {new}")
             return
-        cm = w.tmp(f"tl.reduce({am}, {self.raxis}, _pyfuser_max_nan, keep_dims=True)", "red")
+        cm = w.tmp(self.row_reduce(am, "_pyfuser_max_nan"), "red")
         new = w.tmp(f"tl.maximum({m_row}, {cm}, propagate_nan=tl.PropagateNan.ALL)", "red")
-        part = w.tmp(f"tl.reduce(tl.where({new} == float('-inf'), 0.0, tl.exp({am} - {new})), {self.raxis}, "
-                     f"tl.standard._sum_combine, keep_dims=True)", "red")
+        part = w.tmp(self.row_reduce(f"tl.where({new} == float('-inf'), 0.0, tl.exp({am} - {new}))",
+                                     "tl.standard._sum_combine"), "red")
         w.line(f"{s_row} = {s_row} * tl.where({new} == float('-inf'), 0.0, tl.exp({m_row} - {new})) + {part}")
         w.line(f"{m_row} = {new}")
 
     def online_finish(self, low, m_expr, s_expr, acc):
         w = low.w
         m_row, s_row, m_vec, s_vec = acc
-        ax = self.raxis
-        mv = w.tmp(f"tl.reduce({m_vec}, {ax}, _pyfuser_max_nan, keep_dims=True)", "red")
+        mv = w.tmp(self.row_reduce(m_vec, "_pyfuser_max_nan"), "red")
         M = w.tmp(f"tl.maximum({m_row}, {mv}, propagate_nan=tl.PropagateNan.ALL)", "red")
-        sv = w.tmp(f"tl.reduce({s_vec} * tl.exp({m_vec} - {M}), {ax}, tl.standard._sum_combine, keep_dims=True)", "red")
+        sv = w.tmp(self.row_reduce(f"{s_vec} * tl.exp({m_vec} - {M})", "tl.standard._sum_combine"), "red")
         S = w.tmp(f"{s_row} * tl.exp({m_row} - {M}) + {sv}", "red")
         out = []
         for e, val in ((m_expr, M), (s_expr, S)):
@@ -636,7 +660,7 @@ class ReductionTile:
     def combined(self, w, e, acc) -> str:
         """A multi-pass accumulator pair (row value, block-shaped vector) as one value."""
         dt = self.acc_dtype(e)
-        r = w.tmp(f"tl.reduce({acc[1]}, {self.raxis}, {self.combine(e.op, dt)}, keep_dims=True)", "red")
+        r = w.tmp(self.row_reduce(acc[1], self.combine(e.op, dt)), "red")
         return w.tmp(self.fold(e.op, dt, acc[0], r), "red")
 
     @staticmethod

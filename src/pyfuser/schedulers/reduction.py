@@ -394,6 +394,8 @@ def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: 
 def reduction_grid(seg: Segment, params: ReductionParams):
     ref, dims = analyse(seg)
     K, _ = kept_and_reduced(seg, ref, dims)
-    strips = max(1, (K + params.block_k - 1) // params.block_k)
+    # No kept index, no program (Triton launches nothing for an empty grid): a one-row
+    # tile's kernel may then assume every program has a row (``ReductionTile.prologue``).
+    strips = (K + params.block_k - 1) // params.block_k
     split = effective_split(seg, params)
     return (strips,) if split == 1 else (strips, split)
