@@ -21,7 +21,11 @@ AdamW, no loss scaling.  Per implementation ``run_bert_benchmark`` returns:
 * ``gpu_kernels_per_step``: every GPU kernel of one step, from the profiler (all
   implementations, for comparison); ``kernel_ms_per_step``: that step's kernel time
   split into matmul (cuBLAS/CUTLASS), copy (memcpy/memset) and other, the non-matmul
-  work fusion targets; ``top_other_kernels``: the heaviest of those;
+  work fusion targets; ``kernel_ms_per_part``: the same for the step's two parts,
+  profiled one after the other: ``model`` (forward and backward, the graphs
+  ``torch.compile`` hands the backend) and ``optimizer`` (AdamW's ``foreach`` kernels,
+  eager and identical under every implementation); ``top_other_kernels``: the
+  heaviest non-matmul kernels;
   ``top_matmul_kernels``: the heaviest GEMMs (the same cuBLAS calls should cost the
   same under every implementation: a difference points at operand layouts);
   ``pyfuser_kernel_traffic``: pyfuser's kernels among the heaviest, with the MB their
@@ -124,33 +128,40 @@ def kernel_class(name: str) -> str:
     return "other"
 
 
-def profile_step(step, top=40) -> dict:
-    """GPU kernels of one training step, from the profiler: the count, the kernel time
-    per class (``kernel_class``) and the ``top`` non-matmul kernels by time."""
+def profile_step(parts: dict, top=40) -> dict:
+    """GPU kernels of one training step, from the profiler, run as its ``parts`` (name
+    -> function, run in order, each profiled on its own): the count, the kernel time
+    per class (``kernel_class``) in all and per part, and the ``top`` non-matmul
+    kernels by time."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
     per_class = {"matmul": 0.0, "copy": 0.0, "other": 0.0}
+    per_part: dict = {}
     per_name: dict = {}
     count = 0
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        count += 1
-        us = e.time_range.elapsed_us()
-        c = kernel_class(e.name)
-        per_class[c] += us
-        if c != "copy":
-            n, t = per_name.get((c, e.name), (0, 0.0))
-            per_name[(c, e.name)] = (n + 1, t + us)
+    for part, fn in parts.items():
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        mine = per_part[part] = {"matmul": 0.0, "copy": 0.0, "other": 0.0}
+        for e in prof.events():
+            if e.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            count += 1
+            us = e.time_range.elapsed_us()
+            c = kernel_class(e.name)
+            per_class[c] += us
+            mine[c] += us
+            if c != "copy":
+                n, t = per_name.get((c, e.name), (0, 0.0))
+                per_name[(c, e.name)] = (n + 1, t + us)
 
     def heaviest(cls, k):
         rows = sorted(((n, ct) for (c, n), ct in per_name.items() if c == cls), key=lambda kv: -kv[1][1])[:k]
         return [{"name": n[:120], "calls": c, "ms": t / 1e3} for n, (c, t) in rows]
 
-    return {"gpu_kernels": count, "kernel_ms": {c: us / 1e3 for c, us in per_class.items()},
+    ms = lambda d: {c: us / 1e3 for c, us in d.items()}  # noqa: E731
+    return {"gpu_kernels": count, "kernel_ms": ms(per_class), "kernel_ms_parts": {p: ms(d) for p, d in per_part.items()},
             "top_other": heaviest("other", top), "top_matmul": heaviest("matmul", 8)}
 
 
@@ -212,15 +223,26 @@ def cprofiled(fn, sort="tottime", top=30) -> str:
 
 
 def training_step(model, opt, dev_type: str, amp_dtype):
-    """``step(ids, labels) -> loss``: forward under autocast, backward, optimizer step."""
-    def step(ids, labels):
+    """``step(ids, labels) -> loss``: forward under autocast, backward, optimizer step.
+    Its two halves are ``step.model_step(ids, labels)`` (forward and backward: what
+    ``torch.compile(model)`` compiles) and ``step.optimizer_step()`` (AdamW, eager
+    under every implementation)."""
+    def model_step(ids, labels):
         with torch.autocast(dev_type, dtype=amp_dtype):
             loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
         return loss.detach()
 
+    def optimizer_step():
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def step(ids, labels):
+        loss = model_step(ids, labels)
+        optimizer_step()
+        return loss
+
+    step.model_step, step.optimizer_step = model_step, optimizer_step
     return step
 
 
@@ -316,7 +338,8 @@ class _Run:
         times, steps, counts = self.timer.times_ms(), len(self.losses), self.counts
         last = self.batches[-1]
         step = lambda: self._own_rng(self.step, *last)  # noqa: E731
-        prof = profile_step(step) if self.cuda else None
+        parts = {"model": lambda: self._own_rng(self.step.model_step, *last), "optimizer": self.step.optimizer_step}
+        prof = profile_step(parts) if self.cuda else None
         traffic = kernel_traffic(step) if self.impl == "pyfuser" else {}
         host = cprofiled(lambda: [step() for _ in range(3)]) if self.profile_host else None
         return {
@@ -331,6 +354,9 @@ class _Run:
             "pyfuser_launches_per_step": counts.get("launches", 0) / steps,
             "gpu_kernels_per_step": prof["gpu_kernels"] if prof else None,
             "kernel_ms_per_step": prof["kernel_ms"] if prof else None,
+            # the same split by part: "model" (forward + backward, the compiled graphs'
+            # work) and "optimizer" (AdamW, eager and the same under every implementation)
+            "kernel_ms_per_part": prof["kernel_ms_parts"] if prof else None,
             "top_other_kernels": prof["top_other"] if prof else None,
             "top_matmul_kernels": prof["top_matmul"] if prof else None,
             # pyfuser's kernels among the top non-matmul ones: MB per step and GB/s
@@ -383,19 +409,21 @@ def markdown_table(batch, seq, results) -> str:
     lines = [f"BERT MLM training step (fp16 autocast, AdamW), batch {batch} x seq {seq}", "",
              "| implementation | median step (ms) | host ms in step | vs eager | vs torch.compile | fusions "
              "| regions/step "
-             "| pyfuser launches/step | GPU kernels/step | matmul kernel ms | non-matmul kernel ms | fallbacks "
-             "| first loss | last loss |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| pyfuser launches/step | GPU kernels/step | matmul kernel ms | non-matmul kernel ms "
+             "| of which forward + backward | fallbacks | first loss | last loss |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for impl, r in results.items():
         t = r["median_ms"]
         vs = lambda ref: f"{ref / t:.2f}x" if ref else "-"  # noqa: E731
         kernels = "-" if r["gpu_kernels_per_step"] is None else str(r["gpu_kernels_per_step"])
         kms = r.get("kernel_ms_per_step")
         mm, other = ("-", "-") if not kms else (f"{kms['matmul']:.2f}", f"{kms['other'] + kms['copy']:.2f}")
+        model = (r.get("kernel_ms_per_part") or {}).get("model")
+        model = f"{model['other'] + model['copy']:.2f}" if model else "-"
         host = f"{statistics.median(r['host_ms']):.2f}" if r.get("host_ms") else "-"
         lines.append(f"| {impl} | {t:.2f} | {host} | {vs(base)} | {vs(ind)} | {r['fusions']} | "
                      f"{r['region_calls_per_step']:.0f} | {r['pyfuser_launches_per_step']:.0f} | {kernels} | "
-                     f"{mm} | {other} | {r['fallbacks']} | {r['losses'][0]:.4f} | {r['losses'][-1]:.4f} |")
+                     f"{mm} | {other} | {model} | {r['fallbacks']} | {r['losses'][0]:.4f} | {r['losses'][-1]:.4f} |")
     ref = results.get("inductor", {}).get("times_ms")
     for impl, r in results.items():
         if ref and impl != "inductor":
