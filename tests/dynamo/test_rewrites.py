@@ -112,3 +112,44 @@ def test_casts_between_the_selection_and_its_sum_apply_to_the_row_value():
     got, want = gm(g, target), fn(g, target)
     assert got.dtype == want.dtype == torch.float32
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+# -- the embedding's weight gradient ---------------------------------------------------------
+def test_the_embedding_gradient_is_an_index_add_of_its_rows():
+    from pyfuser.dynamo.decompositions import embedding_dense_backward
+
+    g = torch.Generator().manual_seed(0)
+    grad = torch.randn(4, 6, 5, generator=g)
+    ids = torch.randint(0, 9, (4, 6), generator=g)
+    ids[0, :3] = 2  # repeated rows, some of them the padding row
+    for padding_idx in (-1, 2):
+        want = aten.embedding_dense_backward(grad, ids, 9, padding_idx, False)
+        got = embedding_dense_backward(grad, ids, 9, padding_idx, False)
+        torch.testing.assert_close(got, want)
+    assert embedding_dense_backward(grad, ids, 9, -1, True) is NotImplemented  # scaled by frequency: ATen's
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert embedding_dense_backward(grad, ids, 9, -1, False) is NotImplemented  # atomics: not deterministic
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def test_an_index_add_into_fresh_zeros_runs_in_place():
+    from pyfuser.dynamo.in_place import index_add_in_place
+
+    def grad(rows, ids):
+        return rows.new_zeros((9, 5)).index_add(0, ids, rows)
+
+    def shared(rows, ids):  # the zeros are read again: the copy stays
+        z = rows.new_zeros((9, 5))
+        return z.index_add(0, ids, rows), z + 1
+
+    rows, ids = torch.randn(7, 5), torch.tensor([0, 3, 3, 8, 1, 0, 3])
+    gm = traced(grad, rows, ids)
+    assert index_add_in_place(gm) == 1
+    assert aten.index_add_.default in targets(gm) and aten.index_add.default not in targets(gm)
+    torch.testing.assert_close(gm(rows, ids), grad(rows, ids))
+    gm = traced(shared, rows, ids)
+    assert index_add_in_place(gm) == 0
+    for got, want in zip(gm(rows, ids), shared(rows, ids)):
+        torch.testing.assert_close(got, want)

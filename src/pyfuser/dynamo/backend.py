@@ -25,6 +25,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from .decompositions import decomposition_table
+from .in_place import index_add_in_place
 from .one_hot import one_hot_sums
 from .pad_matmuls import pad_matmuls, propagate_meta
 from .partition import fuse_regions
@@ -71,7 +72,8 @@ def _padded(gm):
 
 
 # Rewrites that give the partitioner fewer, larger regions, in order: (name, pass).
-REWRITES = (("one_hot", one_hot_sums), ("sink_views", sink_views), ("sum_views", sums_through_views))
+REWRITES = (("one_hot", one_hot_sums), ("sink_views", sink_views), ("sum_views", sums_through_views),
+            ("index_add_in_place", index_add_in_place))
 
 
 def _rewritten(gm):
