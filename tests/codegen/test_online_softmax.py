@@ -57,10 +57,11 @@ def test_online_statistics_of_fp16_rows(align, block_j):
 
 @pytest.mark.parametrize("align", [1, 8])
 @pytest.mark.parametrize("block_j", [16, 64])
-def test_online_log_softmax_of_fp16_rows_written_backwards(align, block_j):
+@pytest.mark.parametrize("out_reversed", [False, True])
+def test_online_log_softmax_of_fp16_rows(align, block_j, out_reversed):
     """The report's log-softmax (fp16 rows of 1001 -> fp32), online: the statistics pass
-    walks each row forwards, the output pass backwards (the chunks read last first),
-    with and without the peeled head and tail; every element is written once."""
+    walks each row forwards, the output pass forwards or backwards (the chunks read
+    last first), with and without the peeled head and tail; every element is written."""
     from pyfuser.bench.seeds import SEEDS
 
     case = SEEDS["log_softmax_sub"]
@@ -70,8 +71,8 @@ def test_online_log_softmax_of_fp16_rows_written_backwards(align, block_j):
     x[1, 9] = float("nan")
     x[3, 600:] = float("-inf")
     want = fd.reference([x])
-    with override(persistent=False, block_j=block_j, block_k=1, online=True, align=align):
+    with override(persistent=False, block_j=block_j, block_k=1, online=True, align=align, out_reversed=out_reversed):
         got = fd.execute([x])
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5, equal_nan=True)
     (src, _), = fd._runtime.kernels.values()
-    assert "for i0 in range(0, nb" in src.source  # the output pass, backwards
+    assert ("for i0 in range(0, nb" in src.source) == out_reversed  # the output pass, backwards

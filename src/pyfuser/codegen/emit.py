@@ -305,11 +305,9 @@ class _chunk_scope:
         w = self.low.w
         if self.c in ("j", "b"):
             lo, hi = (("jlo", "jhi") if self.tile.split > 1 else ("0", "J")) if self.c == "j" else ("bstart", "bend")
-            if self.tile.last_pass:
-                # The output pass walks the row backwards: its first reads are the chunks
-                # the statistics pass loaded last, the likeliest to be still in L2.  H200,
-                # log-softmax [8192, 50257] bf16: 528.6 -> 498.1 us; [8192, 30522] fp16 ->
-                # fp32 (a row that stays in L2 either way) 431.8 -> 434.2.
+            if self.tile.last_pass and self.tile.out_reversed:
+                # Backwards: the first reads are the chunks the statistics pass loaded
+                # last, the likeliest to be still in L2 (``ReductionParams.out_reversed``).
                 nb = w.tmp(f"({hi} - {lo} + BLOCK_J - 1) // BLOCK_J", "nb")
                 w.line(f"for i0 in range(0, {nb}):")
                 w.indent += 1

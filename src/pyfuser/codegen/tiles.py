@@ -182,7 +182,7 @@ _IDENT = {"sum": 0, "prod": 1}
 class ReductionTile:
     def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
                  quad_rng: bool = False, align: int = 1, online: bool = False, split: int = 1,
-                 aligned_rows: bool = False, stages: int = 1):
+                 aligned_rows: bool = False, stages: int = 1, out_reversed: bool = False):
         if split > 1 and (inner or persistent):
             raise Unsupported("a split reduction needs an outer, multi-pass tile")
         self.split = split  # programs along the reduced extent (see the module docstring)
@@ -212,6 +212,7 @@ class ReductionTile:
         # scalars (sm_90, offline).
         self.scalar_rows = inner and block_k == 1 and split == 1
         self.last_pass = False  # set while emitting a multi-pass row's output pass
+        self.out_reversed = out_reversed  # that pass walks the chunks last to first
 
     # -- cache hints --------------------------------------------------------------------
     @property

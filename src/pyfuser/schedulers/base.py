@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from dataclasses import dataclass
+
+import torch
 
 from ..codegen.emit import live_exprs_for
 from ..ir.ops import OPS
@@ -85,3 +88,25 @@ def apply_overrides(params):
 
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+# The device the heuristics plan for: the current GPU's, the H200's without one (a plan
+# made offline by benchmarks/regcheck.py).
+H200_SMS = 132
+H200_L2_BYTES = 50 * 2**20
+
+
+def sm_count() -> int:
+    """SMs of the current GPU."""
+    return _props(torch.cuda.current_device())[0] if torch.cuda.is_available() else H200_SMS
+
+
+def l2_bytes() -> int:
+    """L2 cache bytes of the current GPU."""
+    return _props(torch.cuda.current_device())[1] if torch.cuda.is_available() else H200_L2_BYTES
+
+
+@functools.lru_cache(maxsize=None)
+def _props(index: int) -> tuple:
+    p = torch.cuda.get_device_properties(index)
+    return p.multi_processor_count, p.L2_cache_size

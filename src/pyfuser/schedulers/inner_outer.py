@@ -13,17 +13,14 @@ reduction, the second reading the full-size inputs again.
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, replace
-
-import torch
 
 from ..codegen.emit import emit_kernel
 from ..codegen.inner_outer import InnerOuterTile
 from ..codegen.lower import Unsupported, compute_dtype
 from ..ir.dtypes import DataType
-from .base import Reject, Segment, apply_overrides, next_pow2
+from .base import Reject, Segment, apply_overrides, next_pow2, sm_count
 from .reduction import kept_and_reduced
 
 NAME = "inner_outer"
@@ -100,22 +97,8 @@ def can_schedule(seg: Segment) -> Reject | None:
     return None
 
 
-H200_SMS = 132
 # Rows per block on the GPU (one where two do not fit the register budget: ``fallbacks``).
 ROWS_PER_BLOCK = 2
-
-
-def _sm_count() -> int:
-    """SMs of the current GPU; the H200's when there is none (planned offline by
-    benchmarks/regcheck.py)."""
-    if not torch.cuda.is_available():
-        return H200_SMS
-    return _sms_of(torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _sms_of(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def heuristics(seg: Segment) -> InnerOuterParams:
@@ -152,7 +135,7 @@ def heuristics(seg: Segment) -> InnerOuterParams:
     per_thread = 8 if bj <= 1024 else 16
     warps = max(1, min(16, bj // (32 * per_thread)))
     bk = min(ROWS_PER_BLOCK, next_pow2(K))
-    nprog = max(1, min(-(-K // bk), _sm_count() * programs_per_sm(warps)))
+    nprog = max(1, min(-(-K // bk), sm_count() * programs_per_sm(warps)))
     return _sized(apply_overrides(InnerOuterParams(bk, bj, warps, nprog, 0, 0, int64, J % 4 == 0, stages=3)))
 
 
@@ -168,7 +151,7 @@ def max_registers(seg: Segment, params: InnerOuterParams) -> int | None:
     GPU).  None on the CPU."""
     if seg.device_type != "cuda":
         return None
-    sms = _sm_count()
+    sms = sm_count()
     per_sm = -(-params.nprog // sms)
     return 65536 // (per_sm * 32 * params.num_warps)
 
@@ -202,7 +185,7 @@ def fallbacks(seg: Segment, params: InnerOuterParams) -> list:
     if p.block_k > 1:
         p = replace(p, block_k=1)
         out.append(p)
-    sms = _sm_count()
+    sms = sm_count()
     while p.nprog // 2 >= sms:
         p = replace(p, nprog=p.nprog // 2, group=0, fold_rows=0)
         out.append(_sized(p))

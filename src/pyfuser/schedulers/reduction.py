@@ -24,7 +24,7 @@ from ..codegen.emit import emit_kernel, online_softmax_pairs, reduction_levels, 
 from ..codegen.tiles import ReductionTile
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS
-from .base import Reject, Segment, apply_overrides, next_pow2
+from .base import Reject, Segment, apply_overrides, l2_bytes, next_pow2, sm_count
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,9 @@ class ReductionParams:
     # Outer multi-pass only: the chunk loop's num_stages (``tl.range``): loads of the next
     # chunks are issued before this one is summed.
     stages: int = 1
+    # Inner multi-pass only: the output pass walks each row's chunks last to first, so
+    # it starts with those the statistics pass read last (``_wide_row_params``).
+    out_reversed: bool = False
 
 
 def analyse(seg: Segment):
@@ -173,7 +176,7 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
             return apply_overrides(ReductionParams(True, True, bk, bj, 4, int64))
         return apply_overrides(ReductionParams(True, False, 1, 4096, 4, int64))
     if J > WIDE_ROW:
-        wide = _wide_row_params(seg, ref, int64, persistent_fits=bj <= 1 << 15)
+        wide = _wide_row_params(seg, ref, J, int64, persistent_fits=bj <= 1 << 15)
         if wide is not None:
             return wide
     # Rows up to 32768 elements stay on chip (persistent).  Elements per thread grow
@@ -198,7 +201,7 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
 WIDE_ROW = 8192
 
 
-def _wide_row_params(seg: Segment, ref, int64: bool, persistent_fits: bool) -> ReductionParams | None:
+def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bool) -> ReductionParams | None:
     """Multi-pass chunks for a row too wide to hold with more than one program per SM.
 
     A persistent row of up to 32768 elements takes 32 warps, one program per SM: it
@@ -215,6 +218,17 @@ def _wide_row_params(seg: Segment, ref, int64: bool, persistent_fits: bool) -> R
       while the writes leave it there: chunks when the stored bytes per element are at
       most twice the loaded ones.  [8192, 50257] bf16 log-softmax (too wide to hold):
       online 587 us, two separate statistics passes 717 us.
+    * chunks of 16384 where the output pass stores twice the bytes it loads (fp16 ->
+      fp32): log-softmax [8192, 30522] 436.7 -> 427.5 us, [8192, 50257] 781.7 ->
+      769.3; where it stores what it loads, 8192 stay (softmax [8192, 30522] bf16:
+      307.5 vs 330.9 us);
+    * the output pass walks the row backwards (``out_reversed``) when the rows in
+      flight (4 programs of 16 warps per SM) outgrow L2: then the chunks the
+      statistics pass read last are the ones still there.  [8192, 50257] (100 KB rows,
+      53 MB in flight): log-softmax bf16 528.6 -> 498.1 us, fp16 -> fp32 821.1 ->
+      781.7; [8192, 30522] (61 KB, 32 MB): forwards is faster, softmax bf16 309.4 vs
+      312.0, log-softmax fp16 -> fp32 433.9 vs 436.4
+      (``benchmarks/results/2026-11-30-nvidia-h200-variants_rows_615915f.txt``).
 
     None: keep the persistent row."""
     online = bool(online_softmax_pairs(reduction_levels(seg.exprs())))
@@ -228,8 +242,14 @@ def _wide_row_params(seg: Segment, ref, int64: bool, persistent_fits: bool) -> R
     # spilled 58 registers (offline, sm_90); chunks can be peeled.  Not yet timed on
     # the GPU: BERT's loss backward took 0.71 ms in unpeeled chunks.
     if not persistent_fits or (online and stored <= 2 * loaded) or _compares_integers_along_rows(seg, ref):
-        return ReductionParams(True, False, 1, 8192, 16, int64, online=online)
+        in_flight = ROWS_IN_FLIGHT_PER_SM * sm_count() * J * loaded
+        return ReductionParams(True, False, 1, 16384 if stored >= 2 * loaded else 8192, 16, int64, online=online,
+                               out_reversed=in_flight > l2_bytes())
     return None
+
+
+# Programs of 16 warps an SM holds at once (64 warps): the wide rows in flight per SM.
+ROWS_IN_FLIGHT_PER_SM = 4
 
 
 # 32-bit values each thread of an outer tile may hold: its elements of every tensor
@@ -387,7 +407,8 @@ def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: 
     ref, dims = analyse(seg)
     tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64,
                          params.quad_rng, params.align, params.online, effective_split(seg, params),
-                         params.aligned_rows, params.stages if not (params.inner or params.persistent) else 1)
+                         params.aligned_rows, params.stages if not (params.inner or params.persistent) else 1,
+                         params.out_reversed and params.inner and not params.persistent)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
 
 
