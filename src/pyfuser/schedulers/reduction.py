@@ -223,8 +223,8 @@ def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bo
       769.3; where it stores what it loads, 8192 stay (softmax [8192, 30522] bf16:
       307.5 vs 330.9 us);
     * the output pass walks the row backwards (``out_reversed``) when the rows in
-      flight (4 programs of 16 warps per SM) outgrow L2: then the chunks the
-      statistics pass read last are the ones still there.  [8192, 50257] (100 KB rows,
+      flight (4 programs of 16 warps per SM) fill most of L2 (``L2_SHARE_OF_ROWS``):
+      then the chunks the statistics pass read last are the ones still there.  [8192, 50257] (100 KB rows,
       53 MB in flight): log-softmax bf16 528.6 -> 498.1 us, fp16 -> fp32 821.1 ->
       781.7; [8192, 30522] (61 KB, 32 MB): forwards is faster, softmax bf16 309.4 vs
       312.0, log-softmax fp16 -> fp32 433.9 vs 436.4
@@ -244,12 +244,17 @@ def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bo
     if not persistent_fits or (online and stored <= 2 * loaded) or _compares_integers_along_rows(seg, ref):
         in_flight = ROWS_IN_FLIGHT_PER_SM * sm_count() * J * loaded
         return ReductionParams(True, False, 1, 16384 if stored >= 2 * loaded else 8192, 16, int64, online=online,
-                               out_reversed=in_flight > l2_bytes())
+                               out_reversed=in_flight > L2_SHARE_OF_ROWS * l2_bytes())
     return None
 
 
 # Programs of 16 warps an SM holds at once (64 warps): the wide rows in flight per SM.
 ROWS_IN_FLIGHT_PER_SM = 4
+# The part of L2 the rows in flight may fill before the output pass walks backwards:
+# the output lines streaming through and the two partitions' copies take the rest.
+# H200 (L2 60 MB as CUDA reports it): 53 MB of 50257-wide rows in flight, backwards 5%
+# faster; 32 MB of 30522-wide rows, forwards 0.7% faster.
+L2_SHARE_OF_ROWS = 0.75
 
 
 # 32-bit values each thread of an outer tile may hold: its elements of every tensor
