@@ -126,6 +126,14 @@ def test_the_embedding_gradient_is_an_index_add_of_its_rows():
         want = aten.embedding_dense_backward(grad, ids, 9, padding_idx, False)
         got = embedding_dense_backward(grad, ids, 9, padding_idx, False)
         torch.testing.assert_close(got, want)
+    # 16-bit gradients summed in fp32 and rounded once (600 rows into one; ATen's CUDA
+    # kernel sums in fp32 too, its CPU one in fp16)
+    many = torch.randn(600, 5, generator=g).half()
+    same = torch.zeros(600, dtype=torch.long)
+    got = embedding_dense_backward(many, same, 3, -1, False)
+    assert got.dtype == torch.float16
+    want = aten.embedding_dense_backward(many.float(), same, 3, -1, False).half()
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
     assert embedding_dense_backward(grad, ids, 9, -1, True) is NotImplemented  # scaled by frequency: ATen's
     torch.use_deterministic_algorithms(True)
     try:
