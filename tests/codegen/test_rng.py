@@ -252,3 +252,53 @@ def test_implicit_state_matches_reference(nth):
     want = run_reference(fd.ir, [x], rng_state=state)
     for g, w in zip(got, want):
         assert torch.equal(g, w)
+
+
+# -- a uniform draw compared with a constant tests its integers ------------------------------
+_CONSTANTS = (0.1, 0.5, 0.25, 1 / 3, 0.0, 1.0, -0.3, 1.5, 2.0**-24, 1 - 2.0**-24, 7)
+
+
+def test_integer_comparison_has_the_float_comparisons_truth():
+    """n > floor(x) and its kin against (n * 2**-24) op fp32(c), for every n at the
+    thresholds and around them, each op, the draw on either side."""
+    from pyfuser.codegen.random import integer_comparison
+
+    ops = {"gt": torch.gt, "ge": torch.ge, "lt": torch.lt, "le": torch.le}
+    for c in _CONSTANTS:
+        c32 = torch.tensor(c, dtype=torch.float32)
+        x = int(c32.double().item() * 2**24)
+        lo, hi = min(max(0, x - 3), 2**24), min(max(0, x + 4), 2**24)
+        n = torch.cat([torch.arange(lo, hi), torch.tensor([0, 1, 2**24 - 1])])
+        u = n.to(torch.float32) * 2.0**-24  # exact
+        for op, fn in ops.items():
+            for left in (True, False):
+                expr = integer_comparison(op, "n", c, random_left=left)
+                got = eval(expr, {"n": n})  # noqa: S307 - the emitted comparison, on torch ints
+                want = fn(u, c32) if left else fn(c32, u)
+                assert torch.equal(got, want), (c, op, left, expr)
+
+
+@pytest.mark.parametrize("op", ["gt", "ge", "lt", "le"])
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("c", [0.1, 0.25, 1.5])
+def test_dropout_keep_test_on_integers_matches_reference(op, left, c):
+    """rand_like(x) op c (and c op rand_like(x)) in a kernel: the comparison is made on
+    the draw's integers (the generated code has no float compare with c) and keeps
+    the reference's mask bit for bit."""
+    x = make_tensor((33, 256), torch.float32, gen_for("keep test", op, left, c))  # an fp32 draw
+
+    def build(fd):
+        xi = define_input(fd, x)
+        u = fd.ops.rand_like(xi, rng_seed=fd.define_scalar(dtype=DataType.Int), rng_offset=fd.define_scalar(dtype=DataType.Int))
+        k = fd.define_scalar(c)
+        keep = getattr(fd.ops, op)(u, k) if left else getattr(fd.ops, op)(k, u)
+        fd.add_output(keep)
+        fd.add_output(fd.ops.where(keep, xi, 0.0))
+
+    fd = fusion(build)
+    got = fd.execute([x, 4242, 16])
+    want = fd.reference([x, 4242, 16])
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    (src, _), = [v for v in fd._runtime.kernels.values()]
+    assert f"> {c!r})" not in src.source and f"< {c!r})" not in src.source

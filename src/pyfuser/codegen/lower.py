@@ -25,7 +25,7 @@ from ..ir.ops import OPS
 from ..ir.shapes import reshape_groups, slice_shape
 from ..ir.values import ScalarVal, TensorVal
 from .index import ZERO, Coord, Index, plain_div, ravel, unravel
-from .random import random_quads, random_value
+from .random import integer_comparison, random_quads, random_value
 
 
 class Unsupported(Exception):
@@ -106,6 +106,8 @@ class Lowering:
         self.expr_axes: dict = {}
         # fusion input -> per dim, the tile axes its coordinate varied along (the probe's)
         self.load_axes: dict = {}
+        # a uniform [0, 1) draw's value -> its 24-bit integers (``random.random_value``)
+        self.random_ints: dict = {}
 
     # -- scopes (loop bodies) -------------------------------------------------------
     def push(self):
@@ -331,6 +333,8 @@ class Lowering:
                 lo = next(it) if e.attrs["has_min"] else None
                 hi = next(it) if e.attrs["has_max"] else None
                 code = row.emit(w, conv[0], lo, hi)
+            elif (e.op in ("gt", "ge", "lt", "le") and (cmp := self._random_comparison(e, conv)) is not None):
+                code = cmp
             elif row.emit_uniform_rhs is not None and arg_axes[1] < axes:
                 code = row.emit_uniform_rhs(w, *conv, constant=_constant_of(e.inputs[1]))
             else:
@@ -343,6 +347,18 @@ class Lowering:
         if v.dtype is not result_cdt:
             code = f"({code}).to({TRITON_NAME[v.dtype]})"
         return w.tmp(code), axes
+
+    def _random_comparison(self, e, conv):
+        """A uniform draw compared with a finite constant, as a test of the draw's
+        integers (``random.integer_comparison``); None otherwise."""
+        for i in (0, 1):
+            ints = self.random_ints.get(conv[i])
+            other = e.inputs[1 - i]
+            if ints is not None and isinstance(other, ScalarVal) and other.is_constant \
+                    and isinstance(other.value, (int, float)) and not isinstance(other.value, bool) \
+                    and math.isfinite(other.value) and abs(other.value) < 2.0**100:
+                return integer_comparison(e.op, ints, float(other.value), random_left=i == 0)
+        return None
 
     # -- layout ops -------------------------------------------------------------------------
     def lower_broadcast_in_dim(self, e, v, idx):
@@ -548,9 +564,9 @@ class Lowering:
         quads = self.tile.quads(lin)
         if quads is not None:
             sub, shape = quads
-            r = random_quads(w, a["dist"], sub, shape, p0, p1, seed_lo, seed_hi, off_lo, off_hi)
+            r = random_quads(w, a["dist"], sub, shape, p0, p1, seed_lo, seed_hi, off_lo, off_hi, self.random_ints)
         else:
-            r = random_value(w, a["dist"], lin.code, p0, p1, seed_lo, seed_hi, off_lo, off_hi)
+            r = random_value(w, a["dist"], lin.code, p0, p1, seed_lo, seed_hi, off_lo, off_hi, self.random_ints)
         if v.dtype is not DataType.Float:
             r = w.tmp(f"({r}).to({TRITON_NAME[v.dtype]})")
         return r, lin.axes

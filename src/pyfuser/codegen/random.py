@@ -6,6 +6,9 @@ element ``i`` depends only on (seed, offset, i), so any tiling gives the same bi
 """
 from __future__ import annotations
 
+import math
+import struct
+
 from .. import rng as R
 
 
@@ -37,6 +40,11 @@ def _uniform(w, word: str) -> str:
     return w.tmp(f"({word} >> 8).to(tl.float32) * {R.TWO_POW_M24!r}", "r")
 
 
+def _unit(w, ints: str) -> str:
+    """The uniform floats of the 24-bit integers ``ints`` (exact: n * 2**-24)."""
+    return w.tmp(f"{ints}.to(tl.float32) * {R.TWO_POW_M24!r}", "r")
+
+
 def _box_muller(w, a: str, b: str) -> tuple[str, str]:
     """The two normals of the word pair (a, b): r cos(theta), r sin(theta)."""
     u1 = w.tmp(f"(({a} >> 8) + 1).to(tl.float32) * {R.TWO_POW_M24!r}", "r")
@@ -54,13 +62,20 @@ def _scale(w, dist: str, z: str, p0: str, p1: str) -> str:
     return w.tmp(f"{p0} + {p1} * {z}", "r")
 
 
-def random_value(w, dist: str, lin: str, p0: str, p1: str, seed_lo, seed_hi, off_lo, off_hi) -> str:
-    """fp32 random value of the element with logical index ``lin``."""
+def random_value(w, dist: str, lin: str, p0: str, p1: str, seed_lo, seed_hi, off_lo, off_hi, ints=None) -> str:
+    """fp32 random value of the element with logical index ``lin``.  ``ints``: a dict
+    that gets value -> its 24-bit integers n (the value is n * 2**-24), for a uniform
+    draw on [0, 1), so a comparison with a constant can test n instead."""
     sub = w.tmp(f"{lin} // 4", "r")
     word = w.tmp(f"{lin} % 4", "r")
     c0, c1, c2, c3 = philox_words(w, sub, seed_lo, seed_hi, off_lo, off_hi)
     if dist == "uniform":
         bits = w.tmp(f"tl.where({word} == 0, {c0}, tl.where({word} == 1, {c1}, tl.where({word} == 2, {c2}, {c3})))", "r")
+        if (p0, p1) == ("0.0", "1.0") and ints is not None:
+            n = w.tmp(f"({bits} >> 8).to(tl.int32)", "r")
+            z = _unit(w, n)
+            ints[z] = n
+            return z
         return _scale(w, dist, _uniform(w, bits), p0, p1)
     a = w.tmp(f"tl.where({word} < 2, {c0}, {c2})", "r")
     b = w.tmp(f"tl.where({word} < 2, {c1}, {c3})", "r")
@@ -69,14 +84,35 @@ def random_value(w, dist: str, lin: str, p0: str, p1: str, seed_lo, seed_hi, off
     return _scale(w, dist, z, p0, p1)
 
 
-def random_quads(w, dist: str, sub: str, shape: str, p0: str, p1: str, seed_lo, seed_hi, off_lo, off_hi) -> str:
+def random_quads(w, dist: str, sub: str, shape: str, p0: str, p1: str, seed_lo, seed_hi, off_lo, off_hi,
+                 ints=None) -> str:
     """The same values as ``random_value``, one Philox call per 4 consecutive elements:
     ``sub`` is a block of subsequence indices (a quarter of the tile); the four words
     of each call are interleaved back into the tile of shape ``shape``."""
     c0, c1, c2, c3 = philox_words(w, sub, seed_lo, seed_hi, off_lo, off_hi)
+    if dist == "uniform" and (p0, p1) == ("0.0", "1.0") and ints is not None:
+        n0, n1, n2, n3 = (w.tmp(f"({c} >> 8).to(tl.int32)", "r") for c in (c0, c1, c2, c3))
+        n = w.tmp(f"tl.reshape(tl.join(tl.join({n0}, {n2}), tl.join({n1}, {n3})), {shape})", "r")
+        z = _unit(w, n)
+        ints[z] = n
+        return z
     if dist == "uniform":
         v0, v1, v2, v3 = (_uniform(w, c) for c in (c0, c1, c2, c3))
     else:
         (v0, v1), (v2, v3) = _box_muller(w, c0, c1), _box_muller(w, c2, c3)
     z = w.tmp(f"tl.reshape(tl.join(tl.join({v0}, {v2}), tl.join({v1}, {v3})), {shape})", "r")
     return _scale(w, dist, z, p0, p1)
+
+
+def integer_comparison(op: str, ints: str, constant: float, random_left: bool) -> str:
+    """``u op c`` (or ``c op u``) for a uniform draw u = n * 2**-24 with its integers
+    ``ints`` (n in [0, 2**24)) and a constant compared in fp32: the same truth as the
+    float comparison, without converting each n.  With x = fp32(c) * 2**24 (exact),
+    u > c iff n > floor(x), u >= c iff n >= ceil(x), and so on.  Dropout's keep test."""
+    if not random_left:
+        op = {"gt": "lt", "lt": "gt", "ge": "le", "le": "ge"}[op]
+    x = struct.unpack("f", struct.pack("f", constant))[0] * 2.0**24
+    bound = math.floor(x) if op in ("gt", "le") else math.ceil(x)
+    bound = min(max(bound, -1), 2**24 + 1)  # the same truth for every n in range
+    sym = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}[op]
+    return f"({ints} {sym} {bound})"
