@@ -305,19 +305,19 @@ class _chunk_scope:
         w = self.low.w
         if self.c in ("j", "b"):
             lo, hi = (("jlo", "jhi") if self.tile.split > 1 else ("0", "J")) if self.c == "j" else ("bstart", "bend")
-            if self.tile.last_pass and self.tile.out_reversed:
-                # Backwards: the first reads are the chunks the statistics pass loaded
-                # last, the likeliest to be still in L2 (``ReductionParams.out_reversed``).
+            backwards = self.tile.last_pass and self.tile.out_reversed
+            if backwards:
+                # The first reads are the chunks the statistics pass loaded last, the
+                # likeliest to be still in L2 (``ReductionParams.out_reversed``).
                 nb = w.tmp(f"({hi} - {lo} + BLOCK_J - 1) // BLOCK_J", "nb")
                 w.line(f"for i0 in range(0, {nb}):")
-                w.indent += 1
-                w.line(f"j0 = {lo} + ({nb} - 1 - i0) * BLOCK_J")
             elif self.tile.stages > 1:
                 w.line(f"for j0 in tl.range({lo}, {hi}, BLOCK_J, num_stages={self.tile.stages}):")
-                w.indent += 1
             else:
                 w.line(f"for j0 in range({lo}, {hi}, BLOCK_J):")
-                w.indent += 1
+            w.indent += 1
+            if backwards:
+                w.line(f"j0 = {lo} + ({nb} - 1 - i0) * BLOCK_J")
         self.low.push()
         self.tile.open_chunk(self.low, self.c, "j0")
         return self

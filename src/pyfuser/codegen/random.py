@@ -36,13 +36,13 @@ def philox_words(w, sub: str, seed_lo: str, seed_hi: str, off_lo: str, off_hi: s
     return c0, c1, c2, c3
 
 
-def _uniform(w, word: str) -> str:
-    return w.tmp(f"({word} >> 8).to(tl.float32) * {R.TWO_POW_M24!r}", "r")
-
-
 def _unit(w, ints: str) -> str:
     """The uniform floats of the 24-bit integers ``ints`` (exact: n * 2**-24)."""
     return w.tmp(f"{ints}.to(tl.float32) * {R.TWO_POW_M24!r}", "r")
+
+
+def _uniform(w, word: str) -> str:
+    return _unit(w, f"({word} >> 8)")
 
 
 def _box_muller(w, a: str, b: str) -> tuple[str, str]:
