@@ -20,6 +20,7 @@ For each implementation (pyfuser, inductor by default), after a warm-up:
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import statistics
 import sys
@@ -31,7 +32,9 @@ import torch
 from pyfuser.dynamo import bert_bench as bb
 
 
-def probe(impl, batch, seq, steps=10):
+def warmed_step(impl, batch, seq):
+    """(training step, batches) of BERT under ``impl`` ("pyfuser", "inductor", "eager"),
+    compiled and run for three steps; batches[3] is left for probing."""
     config = bb._bert_config(True, None)
     torch.manual_seed(0)
     model = bb._new_model(config).cuda().train()
@@ -45,6 +48,37 @@ def probe(impl, batch, seq, steps=10):
     for ids, labels in batches[:3]:
         step(ids, labels)
     torch.cuda.synchronize()
+    return step, batches
+
+
+@contextlib.contextmanager
+def region_calls_timed(record=None, keep=200):
+    """pyfuser's fused-region calls timed in place while the block runs: yields
+    ``[seconds, calls]``; ``record`` (a list) gets (region, args) of the first ``keep``."""
+    from pyfuser.dynamo import region as R
+
+    total = [0.0, 0]
+    plain = R.FusedRegion.__call__
+
+    def in_place(self, *args):
+        t0 = time.perf_counter()
+        try:
+            return plain(self, *args)
+        finally:
+            total[0] += time.perf_counter() - t0
+            total[1] += 1
+            if record is not None and len(record) < keep:
+                record.append((self, args))
+
+    R.FusedRegion.__call__ = in_place
+    try:
+        yield total
+    finally:
+        R.FusedRegion.__call__ = plain
+
+
+def probe(impl, batch, seq, steps=10):
+    step, batches = warmed_step(impl, batch, seq)
     gc.collect()
     ids, labels = batches[3]
 
@@ -79,26 +113,9 @@ def probe(impl, batch, seq, steps=10):
 
     region_us = None
     if impl == "pyfuser":
-        from pyfuser.dynamo import region as R
-
-        calls, spent, recorded = [0], [0.0], []
-        plain = R.FusedRegion.__call__
-
-        def in_place(self, *args):
-            t0 = time.perf_counter()
-            try:
-                return plain(self, *args)
-            finally:
-                spent[0] += time.perf_counter() - t0
-                calls[0] += 1
-                if len(recorded) < calls[0] <= 200:
-                    recorded.append((self, args))
-
-        R.FusedRegion.__call__ = in_place
-        try:
+        recorded = []
+        with region_calls_timed(recorded) as spent:
             timed(False)
-        finally:
-            R.FusedRegion.__call__ = plain
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(5):
@@ -106,7 +123,7 @@ def probe(impl, batch, seq, steps=10):
                 r(*args)
         replayed = (time.perf_counter() - t0) / (5 * len(recorded))
         torch.cuda.synchronize()
-        region_us = (spent[0] / calls[0] * 1e6, replayed * 1e6)
+        region_us = (spent[0] / spent[1] * 1e6, replayed * 1e6)
     out = {"sync": syncs, "free": timed(False), "drained": timed(True), "region_us": region_us}
     gc.disable()
     try:
