@@ -14,7 +14,9 @@ pyfuser, everything else stays an ATen call.  Before that, matmuls with sizes th
 are not multiples of 8 are padded (``pad_matmuls.py``: BERT's vocabulary of 30522),
 and ``REWRITES`` give the partitioner fewer, larger regions (one-hot sums per row,
 reshapes moved below pointwise ops, sums through views); after it, the views left between regions are built from their traced strides
-(``views.py``) instead of going through ATen's dispatcher.
+(``views.py``) instead of going through ATen's dispatcher.  A backward graph that
+draws no random numbers and computes on the GPU alone is replayed as one CUDA graph
+(``graphs.py``), which checks on every call that a replay is safe.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+from . import graphs
 from .decompositions import decomposition_table
 from .in_place import index_add_in_place
 from .one_hot import one_hot_sums
@@ -92,8 +95,9 @@ def _rewritten(gm):
     return gm
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs):
-    """AOTAutograd's forward / backward / inference compiler."""
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False):
+    """AOTAutograd's forward / backward / inference compiler; a ``backward`` graph that
+    can be replayed as a CUDA graph is (``graphs.py``)."""
     from functorch.compile import make_boxed_func
 
     try:
@@ -110,6 +114,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         gm = fast
     except Exception as err:  # an optimization of host time only: keep ATen's views
         warn_once(f"views: {type(err).__name__}", f"rewriting views failed ({type(err).__name__}); ATen takes them")
+    if backward and graphs.enabled() and graphs.not_graphable(gm) is None:
+        return graphs.GraphedBackward(gm.forward)
     return make_boxed_func(gm.forward)
 
 
@@ -137,7 +143,8 @@ def partition_joint(joint_module, joint_inputs, **kwargs):
 
 @functools.lru_cache(maxsize=None)
 def _aot_backend():
-    return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, inference_compiler=compile_graph,
+    return aot_autograd(fw_compiler=compile_graph, bw_compiler=functools.partial(compile_graph, backward=True),
+                        inference_compiler=compile_graph,
                         partition_fn=partition_joint, decompositions=decomposition_table())
 
 

@@ -32,6 +32,9 @@ AdamW, no loss scaling.  Per implementation ``run_bert_benchmark`` returns:
   tensor arguments address per step and the GB/s that makes (``kernel_traffic``: the
   launches of one step recorded); the kernels far from the copy bandwidth are where
   the non-matmul time can still shrink;
+  ``graph_replays_per_step`` and ``graph_misses_per_step``: backward graphs replayed
+  as CUDA graphs (``graphs.py``; their regions and launches are not counted in the
+  two numbers before) and backward calls that ran uncaptured after a capture;
   ``fallbacks``: regions that ran in ATen;
   ``first_step_s``: the first step, compilation included.
 
@@ -40,9 +43,11 @@ transformers is imported lazily, so this module imports on machines without it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
 import json
+import os
 import re
 import statistics
 import sys
@@ -51,6 +56,9 @@ import time
 import torch
 
 IMPLEMENTATIONS = ("eager", "inductor", "pyfuser")
+# Also accepted: pyfuser with its backward graphs never captured as CUDA graphs
+# (``PYFUSER_CUDA_GRAPHS=0`` while it compiles), to measure what the capture buys.
+UNCAPTURED = "pyfuser_uncaptured"
 CONFIGS = ((64, 128), (16, 512))
 
 
@@ -258,11 +266,13 @@ class _Run:
 
         if impl == "pyfuser":
             model = torch.compile(model, backend="pyfuser", dynamic=False)
+        elif impl == UNCAPTURED:  # its own backend object: Dynamo would reuse pyfuser's graphs
+            model = torch.compile(model, backend=_uncaptured_backend, dynamic=False)
         elif impl == "inductor":
             model = torch.compile(model, dynamic=False)
         elif impl != "eager":
             raise ValueError(f"run_bert_benchmark: unknown implementation {impl!r}; expected one of "
-                             f"{IMPLEMENTATIONS}")
+                             f"{IMPLEMENTATIONS + (UNCAPTURED,)}")
         self.impl, self.device, self.batches, self.profile_host = impl, device, batches, profile_host
         self.cuda = torch.device(device).type == "cuda"
         params = [p for p in model.parameters() if p.requires_grad]
@@ -279,7 +289,8 @@ class _Run:
                 torch.cuda.synchronize()
 
         # With profile_host: where the first steps (compilation) spend their time.
-        self.compile_prof = cprofiled(warm_up, "cumulative", 45) if profile_host else warm_up()
+        with _graphs_off(impl == UNCAPTURED):  # read when the backward compiles
+            self.compile_prof = cprofiled(warm_up, "cumulative", 45) if profile_host else warm_up()
         self.first_step_s = time.perf_counter() - t0
         self._count(stats0, launches0, "warmup_")
         self.timer, self.losses, self.host_ms = _Timer(device), [], []
@@ -340,7 +351,7 @@ class _Run:
         step = lambda: self._own_rng(self.step, *last)  # noqa: E731
         parts = {"model": lambda: self._own_rng(self.step.model_step, *last), "optimizer": self.step.optimizer_step}
         prof = profile_step(parts) if self.cuda else None
-        traffic = kernel_traffic(step) if self.impl == "pyfuser" else {}
+        traffic = kernel_traffic(step) if self.impl.startswith("pyfuser") else {}
         host = cprofiled(lambda: [step() for _ in range(3)]) if self.profile_host else None
         return {
             "host_profile": host,
@@ -352,6 +363,10 @@ class _Run:
             "fusions": counts.get("warmup_fusions_created", 0) + counts.get("fusions_created", 0),
             "region_calls_per_step": counts.get("region_calls", 0) / steps,
             "pyfuser_launches_per_step": counts.get("launches", 0) / steps,
+            # backward graphs replayed as CUDA graphs (their regions and launches are not
+            # counted above: no Python runs), and calls that ran uncaptured after capture
+            "graph_replays_per_step": counts.get("graph_replays", 0) / steps,
+            "graph_misses_per_step": counts.get("graph_misses", 0) / steps,
             "gpu_kernels_per_step": prof["gpu_kernels"] if prof else None,
             "kernel_ms_per_step": prof["kernel_ms"] if prof else None,
             # the same split by part: "model" (forward + backward, the compiled graphs'
@@ -364,6 +379,27 @@ class _Run:
             "fallbacks": counts.get("warmup_fallbacks", 0) + counts.get("fallbacks", 0),
             "first_step_s": self.first_step_s,
         }
+
+
+def _uncaptured_backend(gm, example_inputs, **kwargs):
+    from .backend import pyfuser_backend
+
+    return pyfuser_backend(gm, example_inputs, **kwargs)
+
+
+@contextlib.contextmanager
+def _graphs_off(off: bool):
+    saved = os.environ.get("PYFUSER_CUDA_GRAPHS")
+    if off:
+        os.environ["PYFUSER_CUDA_GRAPHS"] = "0"
+    try:
+        yield
+    finally:
+        if off:
+            if saved is None:
+                del os.environ["PYFUSER_CUDA_GRAPHS"]
+            else:
+                os.environ["PYFUSER_CUDA_GRAPHS"] = saved
 
 
 def run_bert_benchmark(batch, seq, steps=20, device="cuda", dropout=True, *, implementations=IMPLEMENTATIONS,
@@ -408,10 +444,10 @@ def markdown_table(batch, seq, results) -> str:
     ind = results.get("inductor", {}).get("median_ms")
     lines = [f"BERT MLM training step (fp16 autocast, AdamW), batch {batch} x seq {seq}", "",
              "| implementation | median step (ms) | host ms in step | vs eager | vs torch.compile | fusions "
-             "| regions/step "
+             "| regions/step | backward graph replays/step "
              "| pyfuser launches/step | GPU kernels/step | matmul kernel ms | non-matmul kernel ms "
              "| of which forward + backward | fallbacks | first loss | last loss |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for impl, r in results.items():
         t = r["median_ms"]
         vs = lambda ref: f"{ref / t:.2f}x" if ref else "-"  # noqa: E731
@@ -422,7 +458,8 @@ def markdown_table(batch, seq, results) -> str:
         model = f"{model['other'] + model['copy']:.2f}" if model else "-"
         host = f"{statistics.median(r['host_ms']):.2f}" if r.get("host_ms") else "-"
         lines.append(f"| {impl} | {t:.2f} | {host} | {vs(base)} | {vs(ind)} | {r['fusions']} | "
-                     f"{r['region_calls_per_step']:.0f} | {r['pyfuser_launches_per_step']:.0f} | {kernels} | "
+                     f"{r['region_calls_per_step']:.0f} | {r.get('graph_replays_per_step', 0):.2f} | "
+                     f"{r['pyfuser_launches_per_step']:.0f} | {kernels} | "
                      f"{mm} | {other} | {model} | {r['fallbacks']} | {r['losses'][0]:.4f} | {r['losses'][-1]:.4f} |")
     ref = results.get("inductor", {}).get("times_ms")
     for impl, r in results.items():
@@ -447,7 +484,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--no-dropout", action="store_true")
-    p.add_argument("--impl", default=",".join(IMPLEMENTATIONS), help="comma-separated: eager,inductor,pyfuser")
+    p.add_argument("--impl", default=",".join(IMPLEMENTATIONS),
+                   help=f"comma-separated: eager,inductor,pyfuser (and {UNCAPTURED}: no backward CUDA graphs)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--json", default=None, help="also write the results to this file (after each implementation, "
                                                  "so a run cut short keeps what it measured)")

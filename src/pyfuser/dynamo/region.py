@@ -15,6 +15,7 @@ the backend warns once per distinct cause (``FallbackWarning``).
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from collections import Counter
@@ -30,6 +31,19 @@ from .translate import InputSpec, Translation, translate
 STATS: Counter = Counter()  # fusions_created, regions, fallbacks, translation_cache_hits, region_calls
 _TRANSLATIONS: dict = {}  # (region text, input specs) -> Translation | Unsupported
 _warned: set = set()
+_capturing = [False]  # a CUDA graph is being recorded (``graphs.py``): errors propagate
+
+
+@contextlib.contextmanager
+def capturing():
+    """While a CUDA graph records a graph's run, a region that fails raises instead of
+    falling back to ATen for good: the failure is the recording's (an operation a
+    graph cannot hold), and the caller gives up the graph, not the region."""
+    _capturing[0] = True
+    try:
+        yield
+    finally:
+        _capturing[0] = False
 
 
 class FallbackWarning(UserWarning):
@@ -195,9 +209,13 @@ class FusedRegion(torch.nn.Module):
                 outs = entry.fd.execute(list(inputs), device=device)
                 fast = None
         except Unsupported as err:
+            if _capturing[0]:
+                raise
             self._give_up(err.cause, str(err))
             return self.fallback(*args)
         except Exception as err:
+            if _capturing[0]:
+                raise
             msg = str(err).splitlines()[0] if str(err) else ""
             # Numbers (kernel names, sizes) differ between regions failing for one reason.
             self._give_up(f"execute: {type(err).__name__}: {re.sub(r'[0-9]+', 'N', msg)[:160]}",

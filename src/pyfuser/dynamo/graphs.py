@@ -1,0 +1,250 @@
+"""A compiled backward graph replayed as one CUDA graph, when that is safe.
+
+Why: a BERT-base training step is host-bound.  On the H200 machine of 2026-11-30 the
+forward and backward launch about 15.7 ms of kernels from 31 ms of host time, and
+the backward is the larger half: some 90 fused-region calls, 200 matmuls and their
+views, each a few microseconds of Python and a CUDA launch.  Replayed as a CUDA
+graph, the whole backward is one launch; the GPU then runs it while the host goes
+on to the optimizer and the next forward.
+
+Only backward graphs (AOTAutograd's ``bw_compiler``) are graphed, and only those
+that draw no random numbers (pyfuser draws dropout's seeds on the host, so a replay
+would repeat one mask; the backward reads the forward's saved mask instead) and
+whose every input and value is a CUDA tensor (a CPU computation would not be
+replayed).  The forward runs as before.
+
+A replay computes into the addresses the capture used, so three things are checked
+on every call, and any that fails runs the graph as usual (``misses``), never a
+stale or overwritten result:
+
+* **inputs**: every input must be at the address and strides it had at capture.
+  The forward runs eagerly, and PyTorch's caching allocator hands a repeated
+  sequence of requests the same blocks, so a training loop's saved tensors land
+  where the captured step's did (two models of one architecture, trained in turns,
+  even share one graph: their activations take the same blocks).  Inputs of at most
+  ``SMALL_INPUT_BYTES`` are not checked but copied into buffers of the graph, in one
+  ``_foreach_copy_`` per replay: small blocks move between steps as soon as the loop
+  keeps something small (its losses), and letting each small input move once before
+  copying it used up the captures on BERT (0.15 replays per step instead of 0.95).
+  After ``MISSES_BEFORE_RECAPTURE`` calls in a row with a large input elsewhere the
+  graph is captured again; at most ``MAX_CAPTURES`` captures, then it runs as usual.
+* **outputs**: the graph's outputs (the parameters' gradients) are handed out as
+  fresh views of its buffers, which autograd may keep as ``.grad``.  The next replay
+  overwrites those buffers, so it waits until nothing but the graph holds them: the
+  buffers' storage use counts must be back to what they were right after capture
+  (``zero_grad(set_to_none=True)``, PyTorch's default, releases them; gradient
+  accumulation, or a kept view of a gradient, makes the step run as usual).
+* an output that is an input (or a view of one) is rebuilt from this call's input.
+
+The first ``WARMUP_CALLS`` calls run as usual (kernels compile, launchers settle);
+the next is captured on a side stream and replayed.  ``PYFUSER_CUDA_GRAPHS=0``
+turns graphing off.  ``stats()`` counts ``graph_captures``, ``graph_replays`` and
+``graph_misses``.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .region import STATS, capturing, warn_once
+
+SMALL_INPUT_BYTES = 1 << 20
+WARMUP_CALLS = 2
+MISSES_BEFORE_RECAPTURE = 2
+MAX_CAPTURES = 4
+
+_views = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+_reinterpret = getattr(_views, "_reinterpret_tensor", None) or (
+    lambda x, size, stride, offset: x.as_strided(size, stride, offset))
+_use_count = torch._C._storage_Use_Count
+
+
+def enabled() -> bool:
+    """Whether backward graphs may be captured (``PYFUSER_CUDA_GRAPHS``, default on)."""
+    return os.environ.get("PYFUSER_CUDA_GRAPHS", "1") != "0" and torch.cuda.is_available()
+
+
+def _vals(node):
+    v = node.meta.get("val")
+    return v if isinstance(v, (tuple, list)) else (v,)
+
+
+def not_graphable(gm: torch.fx.GraphModule) -> str | None:
+    """Why ``gm`` cannot be replayed as a CUDA graph, or None.  Looks at its nodes and
+    those of its submodules (the fused regions' ATen graphs)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if not placeholders:
+        return "no inputs"
+    for n in placeholders:
+        v = n.meta.get("val")
+        if not isinstance(v, torch.Tensor) or v.device.type != "cuda":
+            return f"input {n.name} is not a CUDA tensor"
+    for mod in gm.modules():
+        graph = getattr(mod, "graph", None)
+        if not isinstance(graph, torch.fx.Graph):
+            continue
+        for n in graph.nodes:
+            if n.op != "call_function":
+                continue
+            tags = getattr(n.target, "tags", ())
+            if torch.Tag.nondeterministic_seeded in tags:
+                return f"{n.name} draws random numbers"
+            for v in _vals(n):
+                if isinstance(v, torch.Tensor) and v.device.type != "cuda" and v.dim() > 0:
+                    return f"{n.name} computes on {v.device}"
+    return None
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+class _Capture:
+    """One captured graph and what a replay needs: the inputs that must be in place,
+    the buffers small inputs are copied into, how to build each output."""
+
+    def __init__(self, graph, fixed, buffers, copied, outputs, storages):
+        self.graph = graph
+        self.fixed = fixed  # (input position, data_ptr, strides)
+        self.buffers = buffers  # the graph's copies of the inputs at positions ``copied``
+        self.copied = copied
+        self.outputs = outputs  # ("graph", tensor) | ("input", position, size, stride, offset delta) | ("value", v)
+        self.storages = storages  # (storage handle, use count right after capture)
+
+
+def _cuda_capture(fn, args, stream):
+    """``(graph, outputs)``: ``fn(*args)`` recorded into a CUDA graph on ``stream``
+    (nothing runs; ``graph.replay()`` computes)."""
+    graph = torch.cuda.CUDAGraph()
+    cur = torch.cuda.current_stream()
+    stream.wait_stream(cur)
+    with torch.cuda.stream(stream):
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            outs = fn(*args)
+        finally:
+            graph.capture_end()
+    cur.wait_stream(stream)
+    return graph, outs
+
+
+class GraphedBackward:
+    """A boxed callable (AOTAutograd's convention: one list of arguments) running
+    ``fn`` (a compiled backward graph's ``forward``) through a CUDA graph when the
+    module docstring's checks pass, else as usual.  ``capture(fn, args, stream)``
+    makes the graph (tests pass their own)."""
+
+    def __init__(self, fn, capture=_cuda_capture):
+        self._boxed_call = True  # an instance attribute: Dynamo's wrappers copy __dict__
+        self.fn = fn
+        self._capture_fn = capture
+        self.calls = 0
+        self.captures = 0
+        self.misses_in_row = 0
+        self.cap: _Capture | None = None
+        self.off = False
+        self._stream = None
+
+    def __call__(self, args):
+        self.calls += 1
+        if self.off or self.calls <= WARMUP_CALLS:
+            return self.fn(*args)
+        if self.cap is None:
+            if self.captures >= MAX_CAPTURES:
+                self.off = True
+                return self.fn(*args)
+            return self._capture(args)
+        outs = self._replay(args)
+        if outs is None:
+            STATS["graph_misses"] += 1
+            return self.fn(*args)
+        return outs
+
+    # -- capture ---------------------------------------------------------------------
+    def _capture(self, args):
+        args = list(args)
+        copied, fixed, static = [], [], list(args)
+        for i, x in enumerate(args):
+            if x.numel() * x.element_size() <= SMALL_INPUT_BYTES:
+                buf = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
+                buf.copy_(x)
+                static[i] = buf
+                copied.append((i, buf))
+            else:
+                fixed.append((i, x.data_ptr(), tuple(x.stride())))
+        copied_at = {i for i, _ in copied}
+        if self._stream is None and args and args[0].is_cuda:
+            self._stream = torch.cuda.Stream(args[0].device)
+        self.captures += 1
+        try:
+            with capturing():
+                graph, outs = self._capture_fn(self.fn, static, self._stream)
+        except Exception as err:  # an optimization: the graph runs as usual from now on
+            self.off = True
+            msg = str(err).splitlines()[0] if str(err) else ""
+            warn_once(f"cuda graph: {type(err).__name__}", f"capturing a backward graph failed "
+                                                           f"({type(err).__name__}: {msg[:160]}); it runs uncaptured")
+            return self.fn(*args)
+        by_storage = {}
+        for pos, x in enumerate(static):
+            by_storage.setdefault(_storage_key(x), []).append(pos)
+        outputs = []
+        for o in outs:
+            if not isinstance(o, torch.Tensor):
+                outputs.append(("value", o))
+                continue
+            inputs = by_storage.get(_storage_key(o), [])
+            pos = next((p for p in inputs if p not in copied_at), None)
+            if pos is not None:  # a (view of a) fixed input: rebuilt from the call's own
+                x = static[pos]
+                outputs.append(("input", pos, tuple(o.size()), tuple(o.stride()),
+                                o.storage_offset() - x.storage_offset()))
+            else:
+                outputs.append(("graph", o))
+        del outs, static
+        storages = {}
+        for out in outputs:
+            if out[0] == "graph":
+                storages[_storage_key(out[1])] = None
+        storages = tuple((k, _use_count(k)) for k in storages)
+        self.cap = _Capture(graph, tuple(fixed), tuple(b for _, b in copied), tuple(i for i, _ in copied),
+                            tuple(outputs), storages)
+        self.misses_in_row = 0
+        STATS["graph_captures"] += 1
+        outs = self._replay(args)
+        if outs is None:  # cannot happen: inputs were just recorded in place
+            self.cap, self.off = None, True
+            return self.fn(*args)
+        return outs
+
+    # -- replay ----------------------------------------------------------------------
+    def _replay(self, args):
+        cap = self.cap
+        for i, ptr, stride in cap.fixed:
+            x = args[i]
+            if x.data_ptr() != ptr or x.stride() != stride:
+                self.misses_in_row += 1
+                if self.misses_in_row >= MISSES_BEFORE_RECAPTURE:
+                    self.cap = None  # capture again at the next call
+                return None
+        for key, count in cap.storages:
+            if _use_count(key) != count:  # a previous output is still held
+                return None
+        self.misses_in_row = 0
+        if cap.copied:
+            torch._foreach_copy_(list(cap.buffers), [args[i] for i in cap.copied])
+        cap.graph.replay()
+        STATS["graph_replays"] += 1
+        outs = []
+        for out in cap.outputs:
+            kind = out[0]
+            if kind == "graph":
+                outs.append(out[1].detach())
+            elif kind == "input":
+                _, pos, size, stride, delta = out
+                x = args[pos]
+                outs.append(_reinterpret(x, size, stride, x.storage_offset() + delta))
+            else:
+                outs.append(out[1])
+        return outs
