@@ -147,6 +147,20 @@ def test_an_output_that_is_an_input_is_the_call_s_own():
     assert pd.stats()["graph_replays"] == 5 - graphs.WARMUP_CALLS
 
 
+def test_dumps_and_profiles_see_every_call(monkeypatch):
+    pd.reset()
+    w, saved, _ = fresh()
+    wrapped = graphs.GraphedBackward(backward_like, capture=fake_capture)
+    run_steps(wrapped, w, saved, steps=SETTLED + 1)
+    replays = pd.stats()["graph_replays"]
+    monkeypatch.setenv("PYFUSER_DUMP", "segmented_fusion")
+    run_steps(wrapped, w, saved, steps=2)
+    assert pd.stats()["graph_replays"] == replays
+    monkeypatch.delenv("PYFUSER_DUMP")
+    run_steps(wrapped, w, saved, steps=1)
+    assert pd.stats()["graph_replays"] == replays + 1
+
+
 def test_a_failed_capture_warns_once_and_runs_as_usual():
     pd.reset()
     w, saved, _ = fresh()

@@ -11,10 +11,11 @@ Files, in processing order:
 * ``rules.py``: ATen op -> ``fd.ops`` rules, and which nodes are supported;
 * ``translate.py``: a region's graph -> FusionDefinition, checked against ATen's shapes and dtypes;
 * ``region.py``: a region at run time, its translation cache and ATen fallback;
+* ``graphs.py``: a backward graph replayed as one CUDA graph when that is safe;
 * ``bert_bench.py``: BERT training steps, eager vs torch.compile vs pyfuser.
 
 ``stats()`` counts what the backend did (FusionDefinitions created, regions,
-fallbacks); ``FallbackWarning`` is warned once per distinct reason a region runs in
+fallbacks, backward graphs captured, replayed and run uncaptured); ``FallbackWarning`` is warned once per distinct reason a region runs in
 ATen.
 """
 from __future__ import annotations

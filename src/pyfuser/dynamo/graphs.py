@@ -37,8 +37,9 @@ stale or overwritten result:
 * an output that is an input (or a view of one) is rebuilt from this call's input.
 
 The first ``WARMUP_CALLS`` calls run as usual (kernels compile, launchers settle);
-the next is captured on a side stream and replayed.  ``PYFUSER_CUDA_GRAPHS=0``
-turns graphing off.  ``stats()`` counts ``graph_captures``, ``graph_replays`` and
+the next is captured on a side stream and replayed.  While ``PYFUSER_DUMP`` or
+``PYFUSER_PROF`` is set, or a scheduler override is on, calls run as usual, so the
+dumps and profiles see every region.  ``PYFUSER_CUDA_GRAPHS=0`` turns graphing off.  ``stats()`` counts ``graph_captures``, ``graph_replays`` and
 ``graph_misses``.
 """
 from __future__ import annotations
@@ -47,6 +48,7 @@ import os
 
 import torch
 
+from ..runtime.executor import fast_path_allowed
 from .region import STATS, capturing, warn_once
 
 SMALL_INPUT_BYTES = 1 << 20
@@ -148,8 +150,8 @@ class GraphedBackward:
 
     def __call__(self, args):
         self.calls += 1
-        if self.off or self.calls <= WARMUP_CALLS:
-            return self.fn(*args)
+        if self.off or self.calls <= WARMUP_CALLS or not fast_path_allowed():
+            return self.fn(*args)  # a dump or profile asked for sees every region run
         if self.cap is None:
             if self.captures >= MAX_CAPTURES:
                 self.off = True

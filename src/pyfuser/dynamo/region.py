@@ -61,7 +61,9 @@ def stats() -> dict:
     """Counters of the backend: ``fusions_created`` (FusionDefinitions translated),
     ``regions`` (fused regions compiled), ``fallbacks`` (regions running in ATen),
     ``translation_cache_hits`` (regions that reused a translation), ``region_calls``
-    (regions run, pyfuser or fallback)."""
+    (regions run, pyfuser or fallback; not those inside a replayed CUDA graph), and
+    from ``graphs.py`` ``graph_captures``, ``graph_replays`` and ``graph_misses``
+    (backward calls that ran uncaptured after a capture)."""
     return dict(STATS)
 
 
