@@ -8,17 +8,12 @@ the host's time in the forward + backward (``model_step``) and in the optimizer 
 spent inside its fused-region calls (``step_probe.region_calls_timed``, in place).  Then
 cProfile of 3 steps of each, by own time.
 """
-import cProfile, io, pstats, statistics, sys, time, gc
+import statistics, sys, time
 import torch
 
-from step_probe import region_calls_timed, warmed_step
+from step_probe import own_time_profile, region_calls_timed, warmed_pair
 
-B, S = (int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "64x128").split("x"))
-steps = {}
-for impl in ("pyfuser", "inductor"):
-    steps[impl], batches = warmed_step(impl, B, S)
-ids, labels = batches[3]
-gc.collect()
+steps, (ids, labels) = warmed_pair(sys.argv)
 
 rows = []
 for rnd in range(2):
@@ -39,14 +34,10 @@ print("| round | impl | model_step host ms | optimizer host ms | in region calls
 print("|---|---|---|---|---|---|")
 print("\n".join(rows))
 for impl, st in steps.items():
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(3):
-        st.model_step(ids, labels)
-        st.optimizer_step()
-    torch.cuda.synchronize()
-    prof.disable()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(32)
+    def three_steps():
+        for _ in range(3):
+            st.model_step(ids, labels)
+            st.optimizer_step()
+
     print(f"==== {impl}: cProfile of 3 steps, by own time")
-    print("\n".join(l[:160] for l in out.getvalue().splitlines()[:60]))
+    print(own_time_profile(three_steps, rows=32, width=160))

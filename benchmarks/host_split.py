@@ -13,17 +13,12 @@ Both models compiled and warmed up in one process (``step_probe.warmed_step``), 
    kernel launches replaced by no-ops (the difference is the launches' host cost),
    and the output allocations alone.
 """
-import cProfile, gc, io, pstats, sys, time
+import sys, time
 import torch
 
-from step_probe import region_calls_timed, warmed_step
+from step_probe import own_time_profile, region_calls_timed, warmed_pair
 
-B, S = (int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "64x128").split("x"))
-steps = {}
-for impl in ("pyfuser", "inductor"):
-    steps[impl], batches = warmed_step(impl, B, S)
-ids, labels = batches[3]
-gc.collect()
+steps, (ids, labels) = warmed_pair(sys.argv)
 
 # 1. ATen ops and CUDA runtime calls per step
 tables = {}
@@ -49,16 +44,8 @@ for impl, t in tables.items():
 
 # 2. Python functions
 for impl, st in steps.items():
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(3):
-        st.model_step(ids, labels)
-    torch.cuda.synchronize()
-    prof.disable()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(40)
     print(f"\n## {impl}: cProfile of 3 forward + backward steps, by own time")
-    print("\n".join(l[:170] for l in out.getvalue().splitlines()[:62]))
+    print(own_time_profile(lambda: [st.model_step(ids, labels) for _ in range(3)]))
 
 # 3. pyfuser's region calls replayed
 from pyfuser.dynamo import region as R

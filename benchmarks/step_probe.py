@@ -51,6 +51,35 @@ def warmed_step(impl, batch, seq):
     return step, batches
 
 
+def warmed_pair(argv):
+    """``(steps, (ids, labels))``: pyfuser's and torch.compile's warmed-up steps
+    (``steps["pyfuser"]``, ``steps["inductor"]``) at the BATCHxSEQ of ``argv[1]``
+    (default 64x128), and the batch left for probing; garbage collected after."""
+    batch, seq = (int(x) for x in (argv[1] if len(argv) > 1 else "64x128").split("x"))
+    steps = {}
+    for impl in ("pyfuser", "inductor"):
+        steps[impl], batches = warmed_step(impl, batch, seq)
+    gc.collect()
+    return steps, batches[3]
+
+
+def own_time_profile(fn, rows=40, width=170) -> str:
+    """cProfile of ``fn()`` (the GPU drained before the profile stops), its ``rows``
+    functions of most own time, lines cut at ``width``."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    torch.cuda.synchronize()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(rows)
+    return "\n".join(line[:width] for line in out.getvalue().splitlines()[:rows + 22])
+
+
 @contextlib.contextmanager
 def region_calls_timed(record=None, keep=200):
     """pyfuser's fused-region calls timed in place while the block runs: yields

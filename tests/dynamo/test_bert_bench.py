@@ -77,3 +77,20 @@ def test_kernel_traffic_counts_each_argument_once():
 def test_paired_speedup_is_the_median_of_the_turns_ratios():
     speedup, faster = bert_bench.paired_speedup([10.0, 20.0, 30.0], [12.0, 18.0, 36.0])
     assert speedup == pytest.approx(1.2) and faster == 2
+
+
+def test_bench_model_bert_runs_the_bert_benchmark(tmp_path, capsys):
+    """``python -m pyfuser.bench --model bert``: the issue's command line, here with a
+    tiny BERT on CPU."""
+    import json
+
+    pytest.importorskip("transformers")
+    from pyfuser.bench.__main__ import main
+
+    out = tmp_path / "bert.json"
+    assert main(["--model", "bert", "--device", "cpu", "--tiny", "--configs", "2x8", "--steps", "2", "--warmup", "1",
+                 "--impl", "eager,pyfuser", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "batch 2 x seq 8" in text and "| pyfuser |" in text and "| eager |" in text
+    ours = json.loads(out.read_text())["2x8"]["pyfuser"]
+    assert len(ours["losses"]) == 2 and ours["fusions"] > 0 and ours["fallbacks"] == 0

@@ -5,6 +5,8 @@
     python -m pyfuser.bench --quick --no-compile           # fewer repetitions, no torch.compile
     python -m pyfuser.bench --dry-run                      # no GPU: tiny sizes on CPU, checks only
     python -m pyfuser.bench --from-json FILE               # table/PNG/docs from a saved run's JSON
+    python -m pyfuser.bench --model bert [OPTIONS]         # BERT training steps (pyfuser.dynamo.bert_bench;
+                                                           # its options: --model bert --help)
 
 On the lent GPU machine (a copy of the tree, no .git): PYFUSER_COMMIT=<hash>
 PYTHONPATH=src python -m pyfuser.bench --out $OUT, then here
@@ -42,7 +44,9 @@ def parse(argv):
     p.add_argument("--out", default=None, help="folder for the JSON and PNG (default: benchmarks/results; "
                                                "a dry run writes nothing unless --out is given)")
     p.add_argument("--no-compile", action="store_true", help="do not time torch.compile")
-    p.add_argument("--model", default=None, help="whole-model benchmark (reserved: bert)")
+    p.add_argument("--model", default=None, choices=("bert",),
+                   help="whole-model benchmark: BERT training steps, eager vs torch.compile vs pyfuser "
+                        "(the other options are then pyfuser.dynamo.bert_bench's)")
     p.add_argument("--dry-run", action="store_true",
                    help="build every case at tiny sizes on CPU (Triton interpreter) and check it; no timing")
     p.add_argument("--scale", type=float, default=None,
@@ -130,11 +134,25 @@ def from_json(args) -> int:
     return 0
 
 
+def _model(argv):
+    """(model name, the other arguments) when ``argv`` asks for a whole-model
+    benchmark (``--model NAME`` or ``--model=NAME``), else (None, argv)."""
+    for i, a in enumerate(argv):
+        if a == "--model" and i + 1 < len(argv):
+            return argv[i + 1], argv[:i] + argv[i + 2:]
+        if a.startswith("--model="):
+            return a.split("=", 1)[1], argv[:i] + argv[i + 1:]
+    return None, argv
+
+
 def main(argv=None) -> int:
-    args = parse(sys.argv[1:] if argv is None else argv)
-    if args.model is not None:
-        print(f"--model {args.model}: not implemented yet", flush=True)
-        return 2
+    argv = sys.argv[1:] if argv is None else list(argv)
+    model, rest = _model(argv)
+    if model == "bert":
+        from ..dynamo import bert_bench
+
+        return bert_bench.main(rest)
+    args = parse(argv)
     if args.from_json:
         return from_json(args)
 

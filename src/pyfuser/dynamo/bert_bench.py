@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python -m pyfuser.dynamo.bert_bench                 # 64x128 and 16x512, on the GPU
     PYTHONPATH=src python -m pyfuser.dynamo.bert_bench --configs 64x128 --steps 10 --no-dropout
+    PYTHONPATH=src python -m pyfuser.bench --model bert [same options]  # the same, from the bench
 
 The model is ``BertForMaskedLM`` built from ``transformers.BertConfig()`` (bert-base,
 random weights, nothing downloaded, eager attention).  Each implementation starts
@@ -60,6 +61,8 @@ IMPLEMENTATIONS = ("eager", "inductor", "pyfuser")
 # (``PYFUSER_CUDA_GRAPHS=0`` while it compiles), to measure what the capture buys.
 UNCAPTURED = "pyfuser_uncaptured"
 CONFIGS = ((64, 128), (16, 512))
+TINY_CONFIG = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                   vocab_size=300, max_position_embeddings=32)  # ``--tiny``
 
 
 def _bert_config(dropout: bool, overrides: dict | None):
@@ -484,6 +487,9 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--no-dropout", action="store_true")
+    p.add_argument("--tiny", action="store_true",
+                   help="a 1-layer BERT of hidden size 32 and 300 words instead of bert-base: a smoke test of "
+                        "the run on CPU, not a benchmark")
     p.add_argument("--impl", default=",".join(IMPLEMENTATIONS),
                    help=f"comma-separated: eager,inductor,pyfuser (and {UNCAPTURED}: no backward CUDA graphs)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -506,6 +512,7 @@ def main(argv=None):
         batch, seq = (int(x) for x in cfg.lower().split("x"))
         results = run_bert_benchmark(batch, seq, args.steps, args.device, not args.no_dropout,
                                      implementations=tuple(args.impl.split(",")), warmup=args.warmup,
+                                     config_overrides=TINY_CONFIG if args.tiny else None,
                                      profile_host=tuple(filter(None, args.profile_host.split(","))),
                                      on_result=lambda r, cfg=cfg: save(r, cfg))
         save(results, cfg)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import warnings
 from collections import Counter
 
@@ -31,19 +32,20 @@ from .translate import InputSpec, Translation, translate
 STATS: Counter = Counter()  # fusions_created, regions, fallbacks, translation_cache_hits, region_calls
 _TRANSLATIONS: dict = {}  # (region text, input specs) -> Translation | Unsupported
 _warned: set = set()
-_capturing = [False]  # a CUDA graph is being recorded (``graphs.py``): errors propagate
+_capture = threading.local()  # ``on``: this thread records a CUDA graph (``graphs.py``)
 
 
 @contextlib.contextmanager
 def capturing():
-    """While a CUDA graph records a graph's run, a region that fails raises instead of
+    """While this thread records a CUDA graph of a graph's run (autograd runs the
+    backward on a device thread of its own), a region that fails raises instead of
     falling back to ATen for good: the failure is the recording's (an operation a
     graph cannot hold), and the caller gives up the graph, not the region."""
-    _capturing[0] = True
+    _capture.on = True
     try:
         yield
     finally:
-        _capturing[0] = False
+        _capture.on = False
 
 
 class FallbackWarning(UserWarning):
@@ -211,12 +213,12 @@ class FusedRegion(torch.nn.Module):
                 outs = entry.fd.execute(list(inputs), device=device)
                 fast = None
         except Unsupported as err:
-            if _capturing[0]:
+            if getattr(_capture, "on", False):
                 raise
             self._give_up(err.cause, str(err))
             return self.fallback(*args)
         except Exception as err:
-            if _capturing[0]:
+            if getattr(_capture, "on", False):
                 raise
             msg = str(err).splitlines()[0] if str(err) else ""
             # Numbers (kernel names, sizes) differ between regions failing for one reason.
