@@ -28,12 +28,12 @@ class FakeGraph:
                 o.copy_(new)
 
 
-def fake_capture(fn, args, stream):
+def fake_capture(fn, args):
     outs = fn(*args)
     return FakeGraph(fn, list(args), outs), outs
 
 
-def failing_capture(fn, args, stream):
+def failing_capture(fn, args):
     raise RuntimeError("operation not permitted when stream is capturing")
 
 

@@ -21,6 +21,7 @@ draws no random numbers and computes on the GPU alone is replayed as one CUDA gr
 from __future__ import annotations
 
 import functools
+import logging
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
@@ -74,6 +75,8 @@ def _padded(gm):
         return _copy(gm)
 
 
+_log = logging.getLogger("pyfuser.dynamo.graphs")
+
 # Rewrites that give the partitioner fewer, larger regions, in order: (name, pass).
 REWRITES = (("one_hot", one_hot_sums), ("sink_views", sink_views), ("sum_views", sums_through_views),
             ("index_add_in_place", index_add_in_place))
@@ -114,8 +117,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False):
         gm = fast
     except Exception as err:  # an optimization of host time only: keep ATen's views
         warn_once(f"views: {type(err).__name__}", f"rewriting views failed ({type(err).__name__}); ATen takes them")
-    if backward and graphs.enabled() and graphs.not_graphable(gm) is None:
-        return graphs.GraphedBackward(gm.forward)
+    if backward and graphs.enabled():
+        why_not = graphs.not_graphable(gm)
+        if why_not is None:
+            return graphs.GraphedBackward(gm.forward)
+        _log.debug("backward graph not captured: %s", why_not)
     return make_boxed_func(gm.forward)
 
 

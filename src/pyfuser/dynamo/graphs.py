@@ -39,8 +39,8 @@ stale or overwritten result:
 The first ``WARMUP_CALLS`` calls run as usual (kernels compile, launchers settle);
 the next is captured on a side stream and replayed.  While ``PYFUSER_DUMP`` or
 ``PYFUSER_PROF`` is set, or a scheduler override is on, calls run as usual, so the
-dumps and profiles see every region.  ``PYFUSER_CUDA_GRAPHS=0`` turns graphing off.  ``stats()`` counts ``graph_captures``, ``graph_replays`` and
-``graph_misses``.
+dumps and profiles see every region.  ``PYFUSER_CUDA_GRAPHS=0`` turns graphing
+off.  ``stats()`` counts ``graph_captures``, ``graph_replays`` and ``graph_misses``.
 """
 from __future__ import annotations
 
@@ -50,15 +50,13 @@ import torch
 
 from ..runtime.executor import fast_path_allowed
 from .region import STATS, capturing, warn_once
+from .views import _reinterpret
 
 SMALL_INPUT_BYTES = 1 << 20
 WARMUP_CALLS = 2
 MISSES_BEFORE_RECAPTURE = 2
 MAX_CAPTURES = 4
 
-_views = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
-_reinterpret = getattr(_views, "_reinterpret_tensor", None) or (
-    lambda x, size, stride, offset: x.as_strided(size, stride, offset))
 _use_count = torch._C._storage_Use_Count
 
 
@@ -115,9 +113,18 @@ class _Capture:
         self.storages = storages  # (storage handle, use count right after capture)
 
 
-def _cuda_capture(fn, args, stream):
-    """``(graph, outputs)``: ``fn(*args)`` recorded into a CUDA graph on ``stream``
-    (nothing runs; ``graph.replay()`` computes)."""
+_SIDE_STREAMS: dict = {}  # device index -> the stream captures record on
+
+
+def _cuda_capture(fn, args):
+    """``(graph, outputs)``: ``fn(*args)`` recorded into a CUDA graph on a side stream
+    of the current device (nothing runs; ``graph.replay()`` computes).  Not
+    ``torch.cuda.graph``: it empties the caching allocator first, which moves the
+    next steps' saved tensors away from the addresses just captured."""
+    device = torch.cuda.current_device()
+    stream = _SIDE_STREAMS.get(device)
+    if stream is None:
+        stream = _SIDE_STREAMS[device] = torch.cuda.Stream()
     graph = torch.cuda.CUDAGraph()
     cur = torch.cuda.current_stream()
     stream.wait_stream(cur)
@@ -134,8 +141,8 @@ def _cuda_capture(fn, args, stream):
 class GraphedBackward:
     """A boxed callable (AOTAutograd's convention: one list of arguments) running
     ``fn`` (a compiled backward graph's ``forward``) through a CUDA graph when the
-    module docstring's checks pass, else as usual.  ``capture(fn, args, stream)``
-    makes the graph (tests pass their own)."""
+    module docstring's checks pass, else as usual.  ``capture(fn, args)`` makes the
+    graph (tests pass their own)."""
 
     def __init__(self, fn, capture=_cuda_capture):
         self._boxed_call = True  # an instance attribute: Dynamo's wrappers copy __dict__
@@ -146,7 +153,6 @@ class GraphedBackward:
         self.misses_in_row = 0
         self.cap: _Capture | None = None
         self.off = False
-        self._stream = None
 
     def __call__(self, args):
         self.calls += 1
@@ -166,6 +172,9 @@ class GraphedBackward:
     # -- capture ---------------------------------------------------------------------
     def _capture(self, args):
         args = list(args)
+        if not all(isinstance(x, torch.Tensor) for x in args):
+            self.off = True  # (not_graphable saw tensors only; the call disagrees)
+            return self.fn(*args)
         copied, fixed, static = [], [], list(args)
         for i, x in enumerate(args):
             if x.numel() * x.element_size() <= SMALL_INPUT_BYTES:
@@ -176,12 +185,10 @@ class GraphedBackward:
             else:
                 fixed.append((i, x.data_ptr(), tuple(x.stride())))
         copied_at = {i for i, _ in copied}
-        if self._stream is None and args and args[0].is_cuda:
-            self._stream = torch.cuda.Stream(args[0].device)
         self.captures += 1
         try:
             with capturing():
-                graph, outs = self._capture_fn(self.fn, static, self._stream)
+                graph, outs = self._capture_fn(self.fn, static)
         except Exception as err:  # an optimization: the graph runs as usual from now on
             self.off = True
             msg = str(err).splitlines()[0] if str(err) else ""
@@ -225,6 +232,8 @@ class GraphedBackward:
         cap = self.cap
         for i, ptr, stride in cap.fixed:
             x = args[i]
+            if x.__class__ is not torch.Tensor and not isinstance(x, torch.Tensor):
+                return None
             if x.data_ptr() != ptr or x.stride() != stride:
                 self.misses_in_row += 1
                 if self.misses_in_row >= MISSES_BEFORE_RECAPTURE:
@@ -235,7 +244,10 @@ class GraphedBackward:
                 return None
         self.misses_in_row = 0
         if cap.copied:
-            torch._foreach_copy_(list(cap.buffers), [args[i] for i in cap.copied])
+            small = [args[i] for i in cap.copied]
+            if not all(isinstance(x, torch.Tensor) for x in small):
+                return None
+            torch._foreach_copy_(list(cap.buffers), small)
         cap.graph.replay()
         STATS["graph_replays"] += 1
         outs = []
