@@ -48,7 +48,7 @@ for impl, st in steps.items():
     print(own_time_profile(lambda: [st.model_step(ids, labels) for _ in range(3)]))
 
 # 3. pyfuser's region calls replayed
-from pyfuser.dynamo import region as R
+from pyfuser.dynamo.host_bench import prepared_programs, stub_launches
 
 recorded = []
 st = steps["pyfuser"]
@@ -72,12 +72,7 @@ def replay(n=5):
     return dt * 1e6
 
 
-allocs = []
-for t in R._TRANSLATIONS.values():
-    if hasattr(t, "fd") and t.fd._runtime is not None:
-        for p in t.fd._runtime.prepared.values():
-            for la in p.launches:
-                allocs.extend(la[4])
+allocs = [a for p in prepared_programs() for la in p.launches for a in la.alloc]
 full = replay()
 from pyfuser.runtime.prepared import _allocator
 empty = _allocator(torch.device("cuda"))
@@ -88,21 +83,7 @@ for _ in range(200):
         empty(shape, strides, dtype)
 alloc_us = (time.perf_counter() - t0) / (200 * len(shapes)) * 1e6
 
-
-def _noop(*a, **k):
-    pass
-
-
-class _Stub:
-    def __getitem__(self, grid):
-        return _noop
-
-
-for t in R._TRANSLATIONS.values():
-    if hasattr(t, "fd") and t.fd._runtime is not None:
-        for p in t.fd._runtime.prepared.values():
-            p.launches = [(la[0], _Stub()) + tuple(la[2:]) for la in p.launches]
-            p.forget_launchers()
+stub_launches()
 for r, a in recorded:
     r(*a)
 stubbed = replay()

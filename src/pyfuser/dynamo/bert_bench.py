@@ -44,7 +44,6 @@ transformers is imported lazily, so this module imports on machines without it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import gc
 import json
@@ -53,6 +52,7 @@ import re
 import statistics
 import sys
 import time
+from unittest import mock
 
 import torch
 
@@ -390,19 +390,9 @@ def _uncaptured_backend(gm, example_inputs, **kwargs):
     return pyfuser_backend(gm, example_inputs, **kwargs)
 
 
-@contextlib.contextmanager
 def _graphs_off(off: bool):
-    saved = os.environ.get("PYFUSER_CUDA_GRAPHS")
-    if off:
-        os.environ["PYFUSER_CUDA_GRAPHS"] = "0"
-    try:
-        yield
-    finally:
-        if off:
-            if saved is None:
-                del os.environ["PYFUSER_CUDA_GRAPHS"]
-            else:
-                os.environ["PYFUSER_CUDA_GRAPHS"] = saved
+    """The environment with backward CUDA graphs turned off, while the block runs."""
+    return mock.patch.dict(os.environ, {"PYFUSER_CUDA_GRAPHS": "0"} if off else {})
 
 
 def run_bert_benchmark(batch, seq, steps=20, device="cuda", dropout=True, *, implementations=IMPLEMENTATIONS,

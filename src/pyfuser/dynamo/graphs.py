@@ -107,7 +107,7 @@ class _Capture:
     def __init__(self, graph, fixed, buffers, copied, outputs, storages):
         self.graph = graph
         self.fixed = fixed  # (input position, data_ptr, strides)
-        self.buffers = buffers  # the graph's copies of the inputs at positions ``copied``
+        self.buffers = buffers  # list: the graph's copies of the inputs at positions ``copied``
         self.copied = copied
         self.outputs = outputs  # ("graph", tensor) | ("input", position, size, stride, offset delta) | ("value", v)
         self.storages = storages  # (storage handle, use count right after capture)
@@ -163,7 +163,10 @@ class GraphedBackward:
                 self.off = True
                 return self.fn(*args)
             return self._capture(args)
-        outs = self._replay(args)
+        try:
+            outs = self._replay(args)
+        except (AttributeError, TypeError):  # an argument that is not a tensor (not_graphable saw tensors)
+            outs = None
         if outs is None:
             STATS["graph_misses"] += 1
             return self.fn(*args)
@@ -178,13 +181,10 @@ class GraphedBackward:
         copied, fixed, static = [], [], list(args)
         for i, x in enumerate(args):
             if x.numel() * x.element_size() <= SMALL_INPUT_BYTES:
-                buf = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
-                buf.copy_(x)
-                static[i] = buf
-                copied.append((i, buf))
+                static[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+                copied.append(i)
             else:
                 fixed.append((i, x.data_ptr(), tuple(x.stride())))
-        copied_at = {i for i, _ in copied}
         self.captures += 1
         try:
             with capturing():
@@ -204,21 +204,18 @@ class GraphedBackward:
                 outputs.append(("value", o))
                 continue
             inputs = by_storage.get(_storage_key(o), [])
-            pos = next((p for p in inputs if p not in copied_at), None)
+            pos = next((p for p in inputs if p not in copied), None)
             if pos is not None:  # a (view of a) fixed input: rebuilt from the call's own
                 x = static[pos]
                 outputs.append(("input", pos, tuple(o.size()), tuple(o.stride()),
                                 o.storage_offset() - x.storage_offset()))
             else:
                 outputs.append(("graph", o))
+        buffers = [static[i] for i in copied]
         del outs, static
-        storages = {}
-        for out in outputs:
-            if out[0] == "graph":
-                storages[_storage_key(out[1])] = None
+        storages = dict.fromkeys(_storage_key(out[1]) for out in outputs if out[0] == "graph")
         storages = tuple((k, _use_count(k)) for k in storages)
-        self.cap = _Capture(graph, tuple(fixed), tuple(b for _, b in copied), tuple(i for i, _ in copied),
-                            tuple(outputs), storages)
+        self.cap = _Capture(graph, tuple(fixed), buffers, tuple(copied), tuple(outputs), storages)
         self.misses_in_row = 0
         STATS["graph_captures"] += 1
         outs = self._replay(args)
@@ -232,8 +229,6 @@ class GraphedBackward:
         cap = self.cap
         for i, ptr, stride in cap.fixed:
             x = args[i]
-            if x.__class__ is not torch.Tensor and not isinstance(x, torch.Tensor):
-                return None
             if x.data_ptr() != ptr or x.stride() != stride:
                 self.misses_in_row += 1
                 if self.misses_in_row >= MISSES_BEFORE_RECAPTURE:
@@ -244,10 +239,7 @@ class GraphedBackward:
                 return None
         self.misses_in_row = 0
         if cap.copied:
-            small = [args[i] for i in cap.copied]
-            if not all(isinstance(x, torch.Tensor) for x in small):
-                return None
-            torch._foreach_copy_(list(cap.buffers), small)
+            torch._foreach_copy_(cap.buffers, [args[i] for i in cap.copied])
         cap.graph.replay()
         STATS["graph_replays"] += 1
         outs = []

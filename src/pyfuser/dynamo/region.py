@@ -32,7 +32,11 @@ from .translate import InputSpec, Translation, translate
 STATS: Counter = Counter()  # fusions_created, regions, fallbacks, translation_cache_hits, region_calls
 _TRANSLATIONS: dict = {}  # (region text, input specs) -> Translation | Unsupported
 _warned: set = set()
-_capture = threading.local()  # ``on``: this thread records a CUDA graph (``graphs.py``)
+class _Capture(threading.local):
+    on = False  # this thread records a CUDA graph (``graphs.py``)
+
+
+_capture = _Capture()
 
 
 @contextlib.contextmanager
@@ -213,12 +217,12 @@ class FusedRegion(torch.nn.Module):
                 outs = entry.fd.execute(list(inputs), device=device)
                 fast = None
         except Unsupported as err:
-            if getattr(_capture, "on", False):
+            if _capture.on:
                 raise
             self._give_up(err.cause, str(err))
             return self.fallback(*args)
         except Exception as err:
-            if getattr(_capture, "on", False):
+            if _capture.on:
                 raise
             msg = str(err).splitlines()[0] if str(err) else ""
             # Numbers (kernel names, sizes) differ between regions failing for one reason.
