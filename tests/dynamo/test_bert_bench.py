@@ -42,6 +42,17 @@ def test_turns_keep_each_implementation_s_random_stream():
     assert together["eager"]["fusions"] == 0 and together["eager"]["region_calls_per_step"] == 0
 
 
+def test_each_pyfuser_implementation_counts_its_own_fusions():
+    """The uncaptured backend runs after pyfuser's and reuses nothing it reports: its
+    fusions are counted, not taken from pyfuser's translation cache as 0."""
+    pytest.importorskip("transformers")
+    results = bert_bench.run_bert_benchmark(2, 8, steps=1, device="cpu", dropout=True, warmup=1,
+                                            implementations=("pyfuser", bert_bench.UNCAPTURED),
+                                            config_overrides=TINY)
+    ours, uncaptured = results["pyfuser"], results[bert_bench.UNCAPTURED]
+    assert ours["fusions"] > 0 and uncaptured["fusions"] == ours["fusions"]
+
+
 def test_kernel_class_separates_matmuls_from_fused_work():
     assert bert_bench.kernel_class("sm90_xmma_gemm_f16f16_f32f16_tn_n_tilesize128x128x64") == "matmul"
     assert bert_bench.kernel_class("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNT") == "matmul"

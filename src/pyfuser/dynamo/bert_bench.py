@@ -291,6 +291,11 @@ class _Run:
             if self.cuda:
                 torch.cuda.synchronize()
 
+        if impl.startswith("pyfuser"):
+            # Each backend translates its own regions, so ``fusions`` counts them even when
+            # another pyfuser implementation ran first (compiled kernels are still shared).
+            from pyfuser.dynamo import region
+            region._TRANSLATIONS.clear()
         # With profile_host: where the first steps (compilation) spend their time.
         with _graphs_off(impl == UNCAPTURED):  # read when the backward compiles
             self.compile_prof = cprofiled(warm_up, "cumulative", 45) if profile_host else warm_up()
