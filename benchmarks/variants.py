@@ -12,7 +12,8 @@ Groups: ``bert`` (the report's attention softmax + dropout and its two halves),
 ``normbwd`` (normalization backwards: one inner-outer kernel, its fold sizes, and the
 two kernels they ran as before), ``outer`` (column sums: strip and chunk sizes, the
 chunk loop pipelined), ``rope`` (the broadcast tile's sizes against the flat tile),
-``pointwise`` (elements per thread of math-heavy flat tiles), ``l2`` (wide rows read
+``pointwise`` (elements per thread of math-heavy flat tiles), ``phases`` (wide rows:
+pipelined chunk loops, the exponentials' share), ``l2`` (wide rows read
 twice: exp2, the online pass's group size; the L2 hints measured as edits are now the
 code's), ``transpose`` (a transposed
 input copied contiguous: the transpose tile's sizes against the flat tile),
@@ -86,6 +87,13 @@ EXP2 = (r"tl\.exp\((red\d+) - (red\d+)\[:, :, None\]\)",
 # (fewer exponentials for the rescale).
 ONLINE8 = [(r"BLOCK_J // 4, 4\]", "BLOCK_J // 8, 8]"), (r"BLOCK_J // 4\]", "BLOCK_J // 8]")]
 ONLINE16 = [(r"BLOCK_J // 4, 4\]", "BLOCK_J // 16, 16]"), (r"BLOCK_J // 4\]", "BLOCK_J // 16]")]
+
+# The statistics pass's chunk loop (its loads keep the row in L2) pipelined 2 deep; the
+# output pass left as it is.
+PASS1_PIPELINED = (r"for j0 in range\((.*), BLOCK_J\):(\n(?:\s+\w+ = [^\n]*\n){4}\s+x\d+ = tl\.load\([^\n]*evict_last)",
+                   r"for j0 in tl.range(\1, BLOCK_J, num_stages=2):\2")
+# Every exponential dropped (timing only: the results are wrong): what the MUFU costs.
+NO_EXP = (r"tl\.exp\(", "(")
 
 _SOURCES: list = []
 
@@ -309,6 +317,20 @@ def main():
                 ("group 16", {}, ONLINE16),
             ], args.dump)
         rows += run("log_softmax_backward_bf16", bench_build("log_softmax_backward_bf16"), [("base", {}, [])])
+    if "phases" in groups:  # where the wide rows' time goes: pipelined chunk loops, exp's share
+        rows += run("log_softmax_sub", bench_build("log_softmax_sub"), [
+            ("base", {}, []),
+            ("pass 1 pipelined 2", {}, [PASS1_PIPELINED]),
+            ("both passes pipelined 2", {}, pipelined(2)),
+            ("both passes pipelined 3", {}, pipelined(3)),
+            ("8192 x 8 warps, pass 1 pipelined 2", dict(block_j=8192, num_warps=8), [PASS1_PIPELINED]),
+            ("no exp (timing only)", {}, [NO_EXP]),
+        ], args.dump)
+        rows += run("log_softmax_full", bench_build("log_softmax_full"), [
+            ("base", {}, []),
+            ("no exp (timing only)", {}, [NO_EXP]),
+            ("16 warps", dict(num_warps=16), []),
+        ], args.dump)
     if "transpose" in groups:  # a transposed input made contiguous (BERT's K^T): the transpose tile
         from pyfuser import DataType
 
