@@ -40,8 +40,9 @@ def check(name, launch, two):
 
 for two in (True, False):
     for prefetch in (True, False):  # 2 programs over 5 rows: the last prefetch runs past the end
-        check(f"rows two={two} prefetch={prefetch}", lambda a, b: P.log_softmax_rows[(2,)](
-            x, a, b, R, J, BLOCK_J=64, ALIGN=8, TWO=two, PREFETCH=prefetch), two)
+        for reload in (True, False):
+            check(f"rows two={two} prefetch={prefetch} reload={reload}", lambda a, b: P.log_softmax_rows[(2,)](
+                x, a, b, R, J, BLOCK_J=64, ALIGN=8, TWO=two, PREFETCH=prefetch, RELOAD=reload), two)
     check(f"online two={two}", lambda a, b: P.log_softmax_online_rows[(R,)](
         x, a, b, R, J, BLOCK_J=64, ALIGN=8, TWO=two, GROUP=8), two)
 n = x.numel()
@@ -58,4 +59,4 @@ def test_probe_kernels_match_torch_in_the_interpreter():
     run = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.count("ok ") == 7, run.stdout
+    assert run.stdout.count("ok ") == 11, run.stdout
