@@ -80,6 +80,20 @@ def test_report_table_and_geomean():
     assert s["geomean_speedup_vs_inductor_training"] == 4.0
     assert s["geomean_speedup_vs_inductor_all"] == 1.587  # (2 * 0.5 * 4) ** (1/3)
     assert "geomean speedup vs torch.compile, training fusions (1 cases): 4.00x" in report.summary_lines({}, rows)
+    # held-out cases: their own mean, outside "all", and the ones below torch.compile named
+    rows += [dict(rows[0], case="g1", group="general", speedup_vs_inductor=0.9),
+             dict(rows[0], case="g2", group="general", speedup_vs_inductor=1.6)]
+    s = report.summary(rows)
+    assert s["geomean_speedup_vs_inductor_general"] == 1.2 and s["general_below_inductor"] == ["g1"]
+    assert s["geomean_speedup_vs_inductor_all"] == 1.587
+    assert ("geomean speedup vs torch.compile, held-out fusions (2 cases, not tuned on): 1.20x; below 1.0x: g1"
+            in report.summary_lines({}, rows))
+
+
+def test_held_out_cases_are_their_own_group():
+    general = select("general")
+    assert len(general) >= 15 and all(c.group == "general" for c in general)
+    assert not {c.name for c in general} & {c.name for c in CASES if c.group != "general"}
 
 
 TRAINING = ["layer_norm_backward_bf16", "rms_norm_backward_bf16", "log_softmax_backward_bf16",

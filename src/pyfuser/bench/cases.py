@@ -43,7 +43,7 @@ SHORT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", t
 @dataclass
 class Case:
     name: str
-    group: str  # "seed", "suite", "training" or "host"
+    group: str  # "seed", "suite", "training", "general" (held out) or "host"
     sizes: Callable  # scale -> tuple
     build: Callable  # (fd, sizes) -> None
     make_inputs: Callable  # (sizes, device, gen) -> list (tensors, maybe runtime scalars)
@@ -179,9 +179,9 @@ def eager_softmax(tensors, sizes, keep=None, log=False):
     return ((torch.log_softmax if log else torch.softmax)(tensors[0], dim=-1),)
 
 
-def _rows_case(name, R, V, dt, log=False):
+def _rows_case(name, R, V, dt, log=False, group="suite"):
     return Case(
-        name=name, group="suite",
+        name=name, group=group,
         sizes=lambda scale: (_r(R, scale), _w(V, scale), dt),
         build=lambda fd, s: build_softmax(fd, s, log),
         make_inputs=lambda s, device, gen: [rand((s[0], s[1]), TORCH[s[2]], device, gen)],
@@ -368,6 +368,58 @@ CASES: list[Case] = [
          lambda s, d, g: [rand(s, torch.float32, d, g), rand(s, torch.float32, d, g)], eager_host_pointwise,
          lambda s: f"{_shape(*s)} fp32 (wall us/call)"),
 ]
+
+
+def _held_out(name, R, W, dt, build, make_inputs, eager, what, **kw):
+    """A "general" case on [R, W] rows: ``what`` describes the tensors."""
+    return Case(name, "general", lambda sc: (_r(R, sc), _w(W, sc), dt), build, make_inputs, eager,
+                lambda s: f"{_shape(s[0], s[1])} {what}", **kw)
+
+
+_OUTER_SUM_TOL = {torch.float16: (2e-3, 0.05)}
+
+# Held out: the suite's fusions at widths, row counts and dtypes the schedulers were
+# never tuned on (odd and non-multiple-of-8 widths, rows from 64 to 128256 wide,
+# vocabularies of other models, BERT-base's 768), measured in every run so a rule that
+# fits only the suite shows.  Not part of the suite's geometric mean.
+GENERAL: list[Case] = [
+    _rows_case("softmax_64_fp16", 1048576, 64, H, group="general"),
+    _rows_case("log_softmax_257_fp16", 262144, 257, H, log=True, group="general"),
+    _rows_case("softmax_777_bf16", 65536, 777, BF, group="general"),
+    _rows_case("softmax_2000_fp32", 16384, 2000, F, group="general"),
+    _rows_case("softmax_12000_fp16", 8192, 12000, H, group="general"),
+    _rows_case("log_softmax_32000_bf16", 4096, 32000, BF, log=True, group="general"),
+    _rows_case("log_softmax_128256_bf16", 1024, 128256, BF, log=True, group="general"),
+    _held_out("layer_norm_768_fp16", 65536, 768, H, T.build_layer_norm, T.norm_inputs, T.eager_layer_norm,
+              "fp16, w+b, ->y,mean,rstd"),
+    _held_out("layer_norm_5120_bf16", 16384, 5120, BF, T.build_layer_norm, T.norm_inputs, T.eager_layer_norm,
+              "bf16, w+b, ->y,mean,rstd"),
+    _held_out("rms_norm_2048_fp16", 65536, 2048, H, T.build_rms_norm,
+              lambda s, d, g: T.norm_inputs(s, d, g, bias=False), T.eager_rms_norm, "fp16, w, ->y,rstd"),
+    _held_out("rms_norm_8192_bf16", 16384, 8192, BF, T.build_rms_norm,
+              lambda s, d, g: T.norm_inputs(s, d, g, bias=False), T.eager_rms_norm, "bf16, w, ->y,rstd"),
+    Case("bias_gelu_tanh_3072_fp16", "general", lambda sc: (_r(32768, sc), _w(3072, sc), H), build_bias_gelu,
+         lambda s, d, g: [rand((s[0], s[1]), torch.float16, d, g), rand((s[1],), torch.float16, d, g, 0.05, 0.5)],
+         eager_bias_gelu, lambda s: f"{_shape(s[0], s[1])} fp16 + bias {_shape(s[1])}"),
+    _held_out("softmax_backward_1000_bf16", 32768, 1000, BF, T.build_softmax_backward, T.softmax_backward_inputs,
+              T.eager_softmax_backward, "bf16 grad, y"),
+    Case("bias_grad_sum_dim0_1000_fp16", "general", lambda sc: (_r(65536, sc), _w(1000, sc), H), build_outer_sum,
+         lambda s, d, g: [rand((s[0], s[1]), torch.float16, d, g)], eager_outer_sum,
+         lambda s: f"{_shape(s[0], s[1])} fp16 -> {_shape(s[1])}", tol=_OUTER_SUM_TOL),
+    _held_out("dropout_residual_layer_norm_768_fp16", 65536, 768, H, T.build_dropout_residual_layer_norm,
+              T.dropout_residual_inputs, T.eager_dropout_residual_layer_norm, "fp16 x+res, w+b, seed",
+              keep_output=0),
+    Case("attention_softmax_dropout_1024_fp16", "general",
+         lambda sc: (_r(8, sc, 1), _r(16, sc, 2), _w(1024, sc)), build_attention_softmax_dropout,
+         lambda s, d, g: [rand((s[0], s[1], s[2], s[2]), torch.float16, d, g)], eager_attention_softmax_dropout,
+         lambda s: f"{_shape(*s, s[2])} fp16", keep_output=1),
+    _held_out("layer_norm_backward_768_fp16", 65536, 768, H, T.build_layer_norm_backward,
+              T.layer_norm_backward_inputs, T.eager_layer_norm_backward,
+              "fp16 dy, x, w; fp32 mean, rstd -> dx, dw, db"),
+    _held_out("cross_entropy_50257_bf16", 8192, 50257, BF, T.build_cross_entropy, T.cross_entropy_inputs,
+              T.eager_cross_entropy, "bf16 logits, int64 target -> fp32 mean loss"),
+]
+CASES += GENERAL
 
 BY_NAME = {c.name: c for c in CASES}
 

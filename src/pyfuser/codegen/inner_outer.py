@@ -37,8 +37,9 @@ class InnerOuterTile(ReductionTile):
     column sums ``outer`` (reductions over the kept dims), see the module docstring."""
 
     def __init__(self, ref, red_dims, block_k: int, block_j: int, int64: bool, quad_rng: bool, outer,
-                 nprog: int, group: int, fold_rows: int, stages: int = 1):
-        super().__init__(ref, red_dims, True, True, block_k, block_j, int64, quad_rng)
+                 nprog: int, group: int, fold_rows: int, stages: int = 1, contig_multiple: int = 1):
+        super().__init__(ref, red_dims, True, True, block_k, block_j, int64, quad_rng,
+                         contig_multiple=contig_multiple)
         self.outer = list(outer)  # the column-sum exprs, in slot order
         self.nprog, self.group, self.fold_rows = nprog, group, fold_rows
         self.ngroup = -(-nprog // group)
@@ -51,6 +52,7 @@ class InnerOuterTile(ReductionTile):
                             NGROUP=self.ngroup, FOLD_ROWS=self.fold_rows)
         w.arg("K", "numel", ("numel", self.ref, tuple(self.kept_dims())))
         w.arg("J", "numel", ("numel", self.ref, self.red_dims))
+        self.say_multiple(w)
         w.line(f"pid = {'tl.program_id(0).to(tl.int64)' if self.int64 else 'tl.program_id(0)'}")
 
     # -- column sums ----------------------------------------------------------------------

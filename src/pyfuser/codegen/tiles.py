@@ -91,9 +91,10 @@ class BroadcastTile:
 
     load_hint = store_hint = ""  # see ``ReductionTile.load_hint``
 
-    def __init__(self, ref, outer, block_k: int, block_j: int, int64: bool):
+    def __init__(self, ref, outer, block_k: int, block_j: int, int64: bool, contig_multiple: int = 1):
         self.ref, self.outer = ref, tuple(outer)
         self.block_k, self.block_j, self.int64 = block_k, block_j, int64
+        self.contig_multiple = contig_multiple  # J is a multiple of it (``ReductionTile.say_multiple``)
 
     def inner(self):
         return [d for d in range(len(self.ref.shape)) if d not in self.outer]
@@ -104,6 +105,10 @@ class BroadcastTile:
         w.constexprs["BLOCK_J"] = self.block_j
         K = w.arg("K", "numel", ("numel", self.ref, self.outer))
         J = w.arg("J", "numel", ("numel", self.ref, tuple(self.inner())))
+        if self.contig_multiple > 1:
+            m = self.contig_multiple
+            w.comment(f"{J} is a multiple of {m}: said so, rows and their masks vectorize")
+            w.line(f"{J} = {J} // {m} * {m}")
         cast = ".to(tl.int64)" if self.int64 else ""
         w.line(f"k = tl.program_id(1){cast} * BLOCK_K + tl.arange(0, BLOCK_K)[:, None]")
         w.line(f"j = tl.program_id(0){cast} * BLOCK_J + tl.arange(0, BLOCK_J)[None, :]")
@@ -182,7 +187,7 @@ _IDENT = {"sum": 0, "prod": 1}
 class ReductionTile:
     def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
                  quad_rng: bool = False, align: int = 1, online: bool = False, split: int = 1,
-                 aligned_rows: bool = False, stages: int = 1, out_reversed: bool = False):
+                 aligned_rows: bool = False, stages: int = 1, out_reversed: bool = False, contig_multiple: int = 1):
         if split > 1 and (inner or persistent):
             raise Unsupported("a split reduction needs an outer, multi-pass tile")
         self.split = split  # programs along the reduced extent (see the module docstring)
@@ -213,6 +218,9 @@ class ReductionTile:
         self.scalar_rows = inner and block_k == 1 and split == 1
         self.last_pass = False  # set while emitting a multi-pass row's output pass
         self.out_reversed = out_reversed  # that pass walks the chunks last to first
+        # The contiguous axis's extent (J inner, K outer) is a multiple of this
+        # (``schedulers.base.contiguous_multiple``): the prologue says so to the compiler.
+        self.contig_multiple = contig_multiple
 
     # -- cache hints --------------------------------------------------------------------
     @property
@@ -260,6 +268,7 @@ class ReductionTile:
         w.constexprs["BLOCK_J"] = self.block_j
         K = w.arg("K", "numel", ("numel", self.ref, tuple(self.kept_dims())))
         w.arg("J", "numel", ("numel", self.ref, self.red_dims))
+        self.say_multiple(w)
         pid = "tl.program_id(0).to(tl.int64)" if self.int64 else "tl.program_id(0)"
         w.line(f"pid = {pid}")
         w.line(f"k = pid * BLOCK_K + tl.arange(0, BLOCK_K){self._axis('k')}")
@@ -283,6 +292,15 @@ class ReductionTile:
             w.line("row0 = 0" if self.aligned_rows else "row0 = pid * J")
             w.line("bstart = tl.multiple_of((row0 + ALIGN - 1) // ALIGN * ALIGN, ALIGN)")
             w.line("bend = tl.multiple_of((row0 + J) // ALIGN * ALIGN, ALIGN)")
+
+    def say_multiple(self, w):
+        """Rebind the contiguous axis's extent so the compiler sees its multiple
+        (``schedulers.base.contiguous_multiple``): Triton then vectorizes row starts and
+        masks."""
+        if self.contig_multiple > 1:
+            n, m = ("J" if self.inner else "K"), self.contig_multiple
+            w.comment(f"{n} is a multiple of {m}: said so, rows and their masks vectorize")
+            w.line(f"{n} = {n} // {m} * {m}")
 
     def quads(self, lin: Coord):
         if not (self.quad_rng and self.inner and lin.code == "(k * J + j)" and self.block_j >= 4) or self.peeled:

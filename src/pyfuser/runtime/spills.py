@@ -163,10 +163,16 @@ def parse_ptxas_log(log: str) -> Usage:
 
 def offline_usage(fn, args, kw, arch: int = H200) -> Usage:
     """``ptxas_usage`` of the JIT function ``fn`` compiled for sm_<arch>, on a machine
-    without a GPU.  ``args`` are specialised by Triton's launch binder, as a launch on
-    that GPU would: tensors by dtype and 16-byte alignment of ``data_ptr()`` (meta
-    tensors: address 0, aligned), ints by width, divisibility by 16 and equality to 1.
-    ``kw``: constexprs and ``num_warps``."""
+    without a GPU (``compiled_offline``)."""
+    return ptxas_usage(compiled_offline(fn, args, kw, arch))
+
+
+def compiled_offline(fn, args, kw, arch: int = H200):
+    """The JIT function ``fn`` compiled for sm_<arch> on a machine without a GPU (its
+    ``asm`` holds the PTX).  ``args`` are specialised by Triton's launch binder, as a
+    launch on that GPU would: tensors by dtype and 16-byte alignment of ``data_ptr()``
+    (meta tensors: address 0, aligned), ints by width, divisibility by 16 and equality
+    to 1.  ``kw``: constexprs and ``num_warps``."""
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile, make_backend
@@ -179,4 +185,4 @@ def offline_usage(fn, args, kw, arch: int = H200) -> Usage:
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     bound, specialization, options = binder(*args, **kw)
     options, signature, constexprs, attrs = fn._pack_args(backend, kw, bound, specialization, options)
-    return ptxas_usage(compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__))
+    return compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)

@@ -86,6 +86,26 @@ def apply_overrides(params):
     return dataclasses.replace(params, **chosen) if chosen else params
 
 
+def contiguous_multiple(n: int) -> int:
+    """The largest power of 2 below 16 that divides ``n``, the extent along a tile's
+    contiguous axis, when 16 does not (else 1).
+
+    Triton specializes an integer argument on divisibility by 16 only.  Rows of 1000
+    fp16 elements start 16-byte aligned, but in ``k * J + j`` and ``j < J`` the
+    compiler cannot see it and loads 2 bytes at a time; ``J = J // 8 * 8`` in the
+    kernel (``ReductionTile.say_multiple``, ``BroadcastTile.prologue``) shows it
+    16-byte vectors.  Measured on H200
+    (2026-11-30, ``benchmarks/variants.py --only heldout``, before this): softmax
+    backward [32768, 1000] bf16 59.6 us at any tile size, torch.compile's kernel (the
+    width a constant) 52.3; column sums of [65536, 1000] fp16 62-67 us against 52.2.
+    The plan is made for the exact shape (``executor.fingerprint``), and the kernel's
+    source carries the multiple, so no launch sees another extent."""
+    if n % 16 == 0:
+        return 1
+    m = n & -n
+    return m if m > 1 else 1
+
+
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 

@@ -20,7 +20,7 @@ from ..codegen.emit import emit_kernel
 from ..codegen.inner_outer import InnerOuterTile
 from ..codegen.lower import Unsupported, compute_dtype
 from ..ir.dtypes import DataType
-from .base import Reject, Segment, apply_overrides, next_pow2, sm_count
+from .base import Reject, Segment, apply_overrides, contiguous_multiple, next_pow2, sm_count
 from .reduction import kept_and_reduced
 
 NAME = "inner_outer"
@@ -41,6 +41,7 @@ class InnerOuterParams:
     int64: bool
     quad_rng: bool = False
     stages: int = 1  # the row loop's num_stages (tl.range): 2 loads the next block early
+    contig_multiple: int = 1  # the row length is a multiple of this (``base.contiguous_multiple``)
 
 
 def analyse(seg: Segment):
@@ -131,12 +132,14 @@ def heuristics(seg: Segment) -> InnerOuterParams:
         bk = max(1, min(next_pow2(K), (1 << 12) // bj))
         blocks = -(-K // bk)
         nprog = max(1, min(blocks, 4))
-        return _sized(apply_overrides(InnerOuterParams(bk, bj, 4, nprog, 2, 2, int64, J % 4 == 0)))
+        return _sized(apply_overrides(InnerOuterParams(bk, bj, 4, nprog, 2, 2, int64, J % 4 == 0,
+                                                       contig_multiple=contiguous_multiple(J))))
     per_thread = 8 if bj <= 1024 else 16
     warps = max(1, min(16, bj // (32 * per_thread)))
     bk = min(ROWS_PER_BLOCK, next_pow2(K))
     nprog = max(1, min(-(-K // bk), sm_count() * programs_per_sm(warps)))
-    return _sized(apply_overrides(InnerOuterParams(bk, bj, warps, nprog, 0, 0, int64, J % 4 == 0, stages=3)))
+    return _sized(apply_overrides(InnerOuterParams(bk, bj, warps, nprog, 0, 0, int64, J % 4 == 0, stages=3,
+                                                   contig_multiple=contiguous_multiple(J))))
 
 
 def programs_per_sm(warps: int) -> int:
@@ -170,7 +173,7 @@ def emit(seg: Segment, params: InnerOuterParams, name: str):
     if params.block_j < J:  # e.g. an override meant for the multi-pass tiles
         raise Unsupported(f"{NAME} holds whole rows: block_j {params.block_j} < row of {J}")
     tile = InnerOuterTile(ref, dims, params.block_k, params.block_j, params.int64, params.quad_rng, outer,
-                          params.nprog, params.group, params.fold_rows, params.stages)
+                          params.nprog, params.group, params.fold_rows, params.stages, params.contig_multiple)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"])
 
 

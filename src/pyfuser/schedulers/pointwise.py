@@ -45,7 +45,7 @@ from ..codegen.lower import Lowering, Unsupported
 from ..codegen.tiles import BroadcastTile, FlatTile, ProbeTile
 from ..codegen.writer import KernelWriter
 from ..ir.ops import OPS
-from .base import Reject, Segment, apply_overrides, next_pow2
+from .base import Reject, Segment, apply_overrides, contiguous_multiple, next_pow2
 
 NAME = "pointwise"
 
@@ -57,6 +57,7 @@ class PointwiseParams:
     int64: bool  # index arithmetic in int64 (tensors past 2**30 elements)
     outer: tuple = ()  # reference dims on the broadcast tile's k axis; () = a flat tile
     block_outer: int = 1  # of ``block``, elements along k (a power of 2)
+    contig_multiple: int = 1  # a broadcast tile's J is a multiple of it (``base.contiguous_multiple``)
 
 
 def can_schedule(seg: Segment) -> Reject | None:
@@ -107,7 +108,7 @@ def heuristics(seg: Segment) -> PointwiseParams:
         block = (1 << 14 if seg.device_type == "cpu" else gpu_block)
         block = max(bk * 16, min(block, bk * next_pow2(n // K)))
         if -(-K // bk) <= MAX_GRID_K:
-            return apply_overrides(PointwiseParams(block, 4, int64, outer, bk))
+            return apply_overrides(PointwiseParams(block, 4, int64, outer, bk, contiguous_multiple(n // K) if K else 1))
     if seg.device_type == "cpu":  # the interpreter runs programs one by one: few, large ones
         # Two block sizes only (masked lanes cost little there), so a new size does not
         # compile a new kernel for every power of 2.
@@ -274,7 +275,7 @@ def emit(seg: Segment, params: PointwiseParams, name: str):
     ref = reference(seg)
     if params.outer:
         bk, bj = tile_sizes(params)
-        tile = BroadcastTile(ref, params.outer, bk, bj, params.int64)
+        tile = BroadcastTile(ref, params.outer, bk, bj, params.int64, params.contig_multiple)
     else:
         tile = FlatTile(ref, params.block, params.int64)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"])

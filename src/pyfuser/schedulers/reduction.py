@@ -24,7 +24,7 @@ from ..codegen.emit import emit_kernel, online_softmax_pairs, reduction_levels, 
 from ..codegen.tiles import ReductionTile
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS
-from .base import Reject, Segment, apply_overrides, l2_bytes, next_pow2, sm_count
+from .base import Reject, Segment, apply_overrides, contiguous_multiple, l2_bytes, next_pow2, sm_count
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,9 @@ class ReductionParams:
     # Inner multi-pass only: the output pass walks each row's chunks last to first, so
     # it starts with those the statistics pass read last (``_wide_row_params``).
     out_reversed: bool = False
+    # The extent along the tile's contiguous axis (J inner, K outer) is a multiple of
+    # this many elements, which the kernel tells the compiler (``contiguous_multiple``).
+    contig_multiple: int = 1
 
 
 def analyse(seg: Segment):
@@ -116,7 +119,9 @@ def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     J = kept_and_reduced(seg, ref, dims)[1]
     p = replace(_inner_heuristics(seg, ref, dims), quad_rng=J % 4 == 0)
     align = row_alignment(seg, ref, J, p.persistent)
-    return apply_overrides(replace(p, align=align, aligned_rows=align > 1 and strided_rows_dominate(seg, ref)))
+    return apply_overrides(replace(p, align=align, aligned_rows=align > 1 and strided_rows_dominate(seg, ref),
+                                   contig_multiple=contiguous_multiple(J)))
+
 
 
 _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
@@ -281,7 +286,7 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     if seg.device_type == "cpu":
         bk = min(next_pow2(K), 256)
         bj = min(next_pow2(J), max(1, (1 << 14) // bk))
-        return apply_overrides(ReductionParams(False, J <= bj, bk, bj, 4, int64))
+        return apply_overrides(ReductionParams(False, J <= bj, bk, bj, 4, int64, contig_multiple=contiguous_multiple(K)))
     # Each program starts from a 64-byte strip of kept columns and walks down the
     # reduced rows a chunk at a time, 4 warps; the split (``outer_split``) supplies the
     # programs that narrow strips alone would not.  Measured on H200 (2026-11-30,
@@ -306,7 +311,8 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
             break
         bk, (bj, warps, split) = bk * 2, wider
     stages = OUTER_STAGES if J > bj and _chunk_bytes(seg, K, bk, bj) <= OUTER_STAGE_BYTES else 1
-    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, warps, int64, split=split, stages=stages))
+    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, warps, int64, split=split, stages=stages,
+                                           contig_multiple=contiguous_multiple(K)))
 
 
 def _chunk_bytes(seg: Segment, K: int, bk: int, bj: int) -> int:
@@ -413,7 +419,7 @@ def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: 
     tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64,
                          params.quad_rng, params.align, params.online, effective_split(seg, params),
                          params.aligned_rows, params.stages if not (params.inner or params.persistent) else 1,
-                         params.out_reversed and params.inner and not params.persistent)
+                         params.out_reversed and params.inner and not params.persistent, params.contig_multiple)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
 
 
