@@ -13,8 +13,9 @@ Groups: ``bert`` (the report's attention softmax + dropout and its two halves),
 two kernels they ran as before), ``outer`` (column sums: strip and chunk sizes, the
 chunk loop pipelined), ``rope`` (the broadcast tile's sizes against the flat tile),
 ``pointwise`` (elements per thread of math-heavy flat tiles), ``phases`` (wide rows:
-pipelined chunk loops, the exponentials' share), ``heldout`` (tile sizes of the
-held-out bench cases that torch.compile beat), ``l2`` (wide rows read
+pipelined chunk loops, the exponentials' share), ``heldout``, ``heldout2`` (tile
+sizes of the held-out bench cases that torch.compile beat), ``rows1024`` (rows of
+513-1024 elements: one or several per program), ``l2`` (wide rows read
 twice: exp2, the online pass's group size; the L2 hints measured as edits are now the
 code's), ``transpose`` (a transposed
 input copied contiguous: the transpose tile's sizes against the flat tile),
@@ -346,6 +347,22 @@ def main():
         rows += sweep("bias_grad_sum_dim0_1000_fp16", [dict(block_k=k, split=sp, stages=st) for k, sp, st in (
             (64, 32, 3), (64, 64, 3), (32, 64, 3), (64, 128, 3), (32, 128, 3), (64, 64, 1), (32, 32, 1))])
         rows += sweep("bias_grad_sum_dim0_fp16", [dict(split=sp) for sp in (64, 128)])
+    if "heldout2" in groups:  # the held-out cases still below torch.compile after contiguous_multiple
+        def sweep2(name, configs):
+            return run(name, bench_build(name), [("base", {}, [])] + [
+                (" ".join(f"{k}={v}" for k, v in ov.items()), ov, []) for ov in configs], args.dump)
+
+        rows += sweep2("rms_norm_8192_bf16", [dict(block_k=k, num_warps=w) for k, w in (
+            (2, 16), (2, 32), (4, 32), (2, 8))])
+        rows += sweep2("layer_norm_768_fp16", [dict(block_k=k, num_warps=w) for k, w in (
+            (1, 2), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8))])
+        rows += sweep2("log_softmax_257_fp16", [dict(block_k=k, num_warps=w) for k, w in (
+            (2, 1), (4, 1), (8, 2), (2, 4), (1, 8))])
+    if "rows1024" in groups:  # rows of 513-1024 elements: one row on 2 warps against 2 or 4 rows
+        for name in ("layer_norm_768_fp16", "layer_norm_1024_bf16", "softmax_1024_fp32", "softmax_backward_1000_bf16",
+                     "softmax_777_bf16"):
+            rows += run(name, bench_build(name), [("base", {}, []), ("2 rows, 2 warps", dict(block_k=2, num_warps=2), []),
+                                                  ("4 rows, 4 warps", dict(block_k=4, num_warps=4), [])], args.dump)
     if "transpose" in groups:  # a transposed input made contiguous (BERT's K^T): the transpose tile
         from pyfuser import DataType
 
