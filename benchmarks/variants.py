@@ -15,7 +15,8 @@ chunk loop pipelined), ``rope`` (the broadcast tile's sizes against the flat til
 ``pointwise`` (elements per thread of math-heavy flat tiles), ``phases`` (wide rows:
 pipelined chunk loops, the exponentials' share), ``heldout``, ``heldout2`` (tile
 sizes of the held-out bench cases that torch.compile beat), ``rows1024`` (rows of
-513-1024 elements: one or several per program), ``l2`` (wide rows read
+513-1024 elements: one or several per program), ``waste`` (rows padded far past their
+width: chunks against the persistent row), ``l2`` (wide rows read
 twice: exp2, the online pass's group size; the L2 hints measured as edits are now the
 code's), ``transpose`` (a transposed
 input copied contiguous: the transpose tile's sizes against the flat tile),
@@ -358,6 +359,16 @@ def main():
             (1, 2), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8))])
         rows += sweep2("log_softmax_257_fp16", [dict(block_k=k, num_warps=w) for k, w in (
             (2, 1), (4, 1), (8, 2), (2, 4), (1, 8))])
+    if "waste" in groups:  # rows padded far past their width (5120 -> 8192 lanes): chunks instead
+        for name, configs in (
+                ("layer_norm_5120_bf16", [dict(persistent=False, block_j=bj, num_warps=w) for bj, w in (
+                    (1024, 4), (2048, 4), (2048, 8), (1024, 2))] + [dict(num_warps=8), dict(num_warps=32)]),
+                ("softmax_12000_fp16", [dict(block_j=bj, num_warps=w) for bj, w in ((4096, 8), (4096, 16), (2048, 8),
+                                                                                     (2048, 4))]),
+                ("log_softmax_128256_bf16", [dict(block_j=bj, num_warps=w) for bj, w in ((4096, 8), (16384, 16),
+                                                                                          (2048, 4))])):
+            rows += run(name, bench_build(name), [("base", {}, [])] + [
+                (" ".join(f"{k}={v}" for k, v in ov.items()), ov, []) for ov in configs], args.dump)
     if "rows1024" in groups:  # rows of 513-1024 elements: one row on 2 warps against 2 or 4 rows
         for name in ("layer_norm_768_fp16", "layer_norm_1024_bf16", "softmax_1024_fp32", "softmax_backward_1000_bf16",
                      "softmax_777_bf16"):

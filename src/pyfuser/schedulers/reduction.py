@@ -119,8 +119,9 @@ def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     J = kept_and_reduced(seg, ref, dims)[1]
     p = replace(_inner_heuristics(seg, ref, dims), quad_rng=J % 4 == 0)
     align = row_alignment(seg, ref, J, p.persistent)
+    peeled = align > 1 and p.block_k == 1  # each row's aligned body found in the kernel: no hint needed
     return apply_overrides(replace(p, align=align, aligned_rows=align > 1 and strided_rows_dominate(seg, ref),
-                                   contig_multiple=contiguous_multiple(J)))
+                                   contig_multiple=1 if peeled else contiguous_multiple(J)))
 
 
 
@@ -198,8 +199,39 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
         if bj <= 256 and any(OPS[e.op].kind == "random" for e in seg.exprs()):
             per_thread, bk = 16, max(1, min(next_pow2(K), 64, 2048 // bj))
         warps = max(1, min(32, bk * bj // (32 * per_thread)))
+        if warps >= 16 and 1 - J / bj > MAX_LANE_WASTE:
+            return _padded_row_chunks(seg, int64)
         return ReductionParams(True, True, bk, bj, warps, int64)
     return ReductionParams(True, False, 1, 8192, 16, int64)
+
+
+# The share of a row's lanes that padding to a power of 2 (a persistent row) or to
+# whole chunks (a chunked one) may leave masked.  Masked lanes hold registers and
+# issue instructions but move no bytes, so past this share the rows in flight on an
+# SM carry too few bytes.  Measured on H200 (2026-11-30, ``benchmarks/variants.py
+# --only waste``): layer norm [16384, 5120] bf16, persistent in 8192 lanes on 16
+# warps 143.8 us, in chunks of 1024 on 2 warps 101.0 (2048 on 4: 115.5; persistent on
+# 8 warps 116.5); softmax [8192, 12000] fp16, online chunks of 8192 on 16 warps (27%
+# masked) 140.1 us, 4096 on 8 warps 107.3.  Below it the padding stays: softmax
+# [8192, 30522] bf16 in chunks of 8192 (7% masked) and log-softmax [8192, 50257]
+# fp16 -> fp32 in chunks of 16384 (23%) were measured best as they are (``_wide_row_params``).
+MAX_LANE_WASTE = 0.25
+
+
+def _padded_row_chunks(seg: Segment, int64: bool) -> ReductionParams:
+    """A row whose power-of-2 padding would mask more than ``MAX_LANE_WASTE`` of a
+    16- or 32-warp persistent tile: chunks of 1024 on 2 warps, many programs per SM
+    (the layer norm measured above; softmax-like rows take the online pass)."""
+    online = bool(online_softmax_pairs(reduction_levels(seg.exprs())))
+    return ReductionParams(True, False, 1, 1024, 2, int64, online=online)
+
+
+def _fit_chunks(J: int, chunk: int, warps: int) -> tuple[int, int]:
+    """Halve a wide row's chunk (and its warps, keeping the elements per thread) while
+    padding the row to whole chunks masks more than ``MAX_LANE_WASTE`` of the lanes."""
+    while chunk > 2048 and 1 - J / (-(-J // chunk) * chunk) > MAX_LANE_WASTE:
+        chunk, warps = chunk // 2, max(1, warps // 2)
+    return chunk, warps
 
 
 # Rows wider than this are walked in chunks (``_wide_row_params``) rather than held.
@@ -248,7 +280,8 @@ def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bo
     # the GPU: BERT's loss backward took 0.71 ms in unpeeled chunks.
     if not persistent_fits or (online and stored <= 2 * loaded) or _compares_integers_along_rows(seg, ref):
         in_flight = ROWS_IN_FLIGHT_PER_SM * sm_count() * J * loaded
-        return ReductionParams(True, False, 1, 16384 if stored >= 2 * loaded else 8192, 16, int64, online=online,
+        chunk, warps = _fit_chunks(J, 16384 if stored >= 2 * loaded else 8192, 16)
+        return ReductionParams(True, False, 1, chunk, warps, int64, online=online,
                                out_reversed=in_flight > L2_SHARE_OF_ROWS * l2_bytes())
     return None
 
