@@ -31,22 +31,9 @@ from pyfuser.bench.harness import Options, copy_bandwidth
 
 
 @triton.jit
-def _row_loads(X, r, R, J, BLOCK_J: tl.constexpr, ALIGN: tl.constexpr):
-    row0 = r * J
-    bstart = tl.multiple_of((row0 + ALIGN - 1) // ALIGN * ALIGN, ALIGN)
-    bend = tl.multiple_of((row0 + J) // ALIGN * ALIGN, ALIGN)
-    edge = tl.arange(0, 2 * ALIGN)
-    le = tl.where(edge < ALIGN, row0 + edge, bend + edge - ALIGN)
-    live = r < R
-    me = live & tl.where(edge < ALIGN, le < tl.minimum(bstart, row0 + J), (le >= bstart) & (le < row0 + J))
-    lb = bstart + tl.arange(0, BLOCK_J)
-    mb = live & (lb < bend)
-    return tl.load(X + le, mask=me), tl.load(X + lb, mask=mb)
-
-
-@triton.jit
-def _row_store(xe, xb, X, r, J, Y16, Y32, BLOCK_J: tl.constexpr, ALIGN: tl.constexpr, TWO: tl.constexpr,
-               RELOAD: tl.constexpr = False):
+def _row_geometry(r, J, BLOCK_J: tl.constexpr, ALIGN: tl.constexpr):
+    """Row ``r``'s peeled edges (head and tail lanes, ``le``/``me``) and aligned body
+    (``lb``/``mb``), as the code generator lays out a misaligned row."""
     row0 = r * J
     bstart = tl.multiple_of((row0 + ALIGN - 1) // ALIGN * ALIGN, ALIGN)
     bend = tl.multiple_of((row0 + J) // ALIGN * ALIGN, ALIGN)
@@ -54,7 +41,20 @@ def _row_store(xe, xb, X, r, J, Y16, Y32, BLOCK_J: tl.constexpr, ALIGN: tl.const
     le = tl.where(edge < ALIGN, row0 + edge, bend + edge - ALIGN)
     me = tl.where(edge < ALIGN, le < tl.minimum(bstart, row0 + J), (le >= bstart) & (le < row0 + J))
     lb = bstart + tl.arange(0, BLOCK_J)
-    mb = lb < bend
+    return le, me, lb, lb < bend
+
+
+@triton.jit
+def _row_loads(X, r, R, J, BLOCK_J: tl.constexpr, ALIGN: tl.constexpr):
+    le, me, lb, mb = _row_geometry(r, J, BLOCK_J, ALIGN)
+    live = r < R
+    return tl.load(X + le, mask=live & me), tl.load(X + lb, mask=live & mb)
+
+
+@triton.jit
+def _row_store(xe, xb, X, r, J, Y16, Y32, BLOCK_J: tl.constexpr, ALIGN: tl.constexpr, TWO: tl.constexpr,
+               RELOAD: tl.constexpr = False):
+    le, me, lb, mb = _row_geometry(r, J, BLOCK_J, ALIGN)
     fe, fb = xe.to(tl.float32), xb.to(tl.float32)
     m = tl.maximum(tl.max(tl.where(me, fe, float("-inf"))), tl.max(tl.where(mb, fb, float("-inf"))))
     s = tl.sum(tl.where(me, tl.exp(fe - m), 0.0)) + tl.sum(tl.where(mb, tl.exp(fb - m), 0.0))
@@ -87,14 +87,7 @@ def _row_store_online(xe, xb, r, J, Y16, Y32, BLOCK_J: tl.constexpr, ALIGN: tl.c
     contiguous elements (one thread's) takes its own max and sum of exponentials as its
     loads arrive, and one block reduction combines the (max, sum) pairs, so no warp
     waits for the row's max before its exponentials."""
-    row0 = r * J
-    bstart = tl.multiple_of((row0 + ALIGN - 1) // ALIGN * ALIGN, ALIGN)
-    bend = tl.multiple_of((row0 + J) // ALIGN * ALIGN, ALIGN)
-    edge = tl.arange(0, 2 * ALIGN)
-    le = tl.where(edge < ALIGN, row0 + edge, bend + edge - ALIGN)
-    me = tl.where(edge < ALIGN, le < tl.minimum(bstart, row0 + J), (le >= bstart) & (le < row0 + J))
-    lb = bstart + tl.arange(0, BLOCK_J)
-    mb = lb < bend
+    le, me, lb, mb = _row_geometry(r, J, BLOCK_J, ALIGN)
     fe, fb = xe.to(tl.float32), xb.to(tl.float32)
     ve = tl.where(me, fe, float("-inf"))
     em = tl.max(ve)

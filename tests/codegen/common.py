@@ -3,7 +3,10 @@ kernels, count launches, and compare every output with the reference executor.""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import os
 
+import pytest
 import torch
 
 import pyfuser
@@ -13,7 +16,8 @@ from pyfuser.ir.dtypes import from_torch
 from ..helpers import assert_matches, gen_for, make_tensor
 
 __all__ = ["DataType", "FusionDefinition", "assert_matches", "gen_for", "make_tensor", "from_torch",
-           "tol_for", "BF16_CHAIN", "launches", "check", "kernels_of", "define_input", "fusion"]
+           "tol_for", "BF16_CHAIN", "launches", "check", "kernels_of", "define_input", "fusion", "regcheck",
+           "need_ptxas"]
 
 # fp32: 1e-5 relative as the design asks, with an absolute floor for results near 0;
 # fp16/bf16 outputs: about two units in the last place of their own precision (the
@@ -90,3 +94,23 @@ def check(fd, inputs, *, tol=None, atol_scale=1.0, n_launches=None, scheduler=No
     for field, value in params.items():  # e.g. persistent=False: the variant really ran
         assert built and all(getattr(p, field) == value for _, p in built), f"{what}: kernels {built}, expected {field}={value}"
     return got
+
+
+def regcheck():
+    """``benchmarks/regcheck.py`` as a module: plans bench cases with the CUDA
+    heuristics on meta tensors, for offline checks of what a GPU run would choose."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location("regcheck", os.path.join(root, "benchmarks", "regcheck.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def need_ptxas():
+    """Skip unless Triton's NVIDIA backend brings its ptxas (offline sm_90 compiles)."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        get_ptxas(90).path
+    except Exception as err:  # a Triton build without the NVIDIA backend's tools
+        pytest.skip(f"no ptxas: {err}")

@@ -14,7 +14,7 @@ import torch
 from pyfuser.bench import training as T
 from pyfuser.schedulers.base import contiguous_multiple
 
-from .common import DataType, check, define_input, fusion, gen_for, make_tensor
+from .common import DataType, check, define_input, fusion, gen_for, make_tensor, need_ptxas, regcheck
 
 WIDTHS = {1000: 8, 1004: 4, 1002: 2, 1001: 1, 1024: 1}
 
@@ -86,30 +86,15 @@ def test_broadcast_tile_rows(width):
     assert _hinted(fd, "J", WIDTHS[width])
 
 
-def _need_ptxas():
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
-
-        get_ptxas(90).path
-    except Exception as err:  # a Triton build without the NVIDIA backend's tools
-        pytest.skip(f"no ptxas: {err}")
-
-
 def test_the_hint_gives_16_byte_loads_on_sm90():
     """The held-out bench case softmax_backward_1000_bf16 at full size, planned with the
     CUDA heuristics on meta tensors and compiled offline: 16-byte vector loads with the
     hint, 2-byte loads without it."""
-    import importlib.util
-    import os
-
-    from pyfuser.schedulers import override
     from pyfuser.runtime.spills import compiled_offline
+    from pyfuser.schedulers import override
 
-    _need_ptxas()
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    spec = importlib.util.spec_from_file_location("regcheck", os.path.join(root, "benchmarks", "regcheck.py"))
-    rc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rc)
+    need_ptxas()
+    rc = regcheck()
     case = rc.select("softmax_backward_1000_bf16")[0]
     sizes = case.sizes(1.0)
 

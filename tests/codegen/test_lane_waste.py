@@ -5,9 +5,6 @@ checked on the bench cases planned offline (meta tensors), the chunked kernels a
 the reference executor on CPU."""
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 import torch
 
@@ -15,17 +12,11 @@ from pyfuser.bench import training as T
 from pyfuser.schedulers import override
 from pyfuser.schedulers.reduction import MAX_LANE_WASTE, _fit_chunks
 
-from .common import check, fusion, gen_for, make_tensor
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
+from .common import check, fusion, gen_for, make_tensor, regcheck
 
 @pytest.fixture(scope="module")
 def rc():
-    spec = importlib.util.spec_from_file_location("regcheck", os.path.join(ROOT, "benchmarks", "regcheck.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return regcheck()
 
 
 def _cuda_params(rc, name):

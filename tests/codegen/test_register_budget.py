@@ -3,9 +3,6 @@ arithmetic, the spill fallbacks, reading ptxas's report, and one offline sm_90 c
 (``spills.offline_usage``, the machinery of benchmarks/regcheck.py)."""
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 import torch
 
@@ -15,10 +12,9 @@ from pyfuser.runtime import spills
 from pyfuser.schedulers import Segment, outer_reduction, override, pointwise
 from pyfuser.schedulers.reduction import OUTER_VALUES_PER_THREAD, outer_values, reduction_fallbacks
 
-from .common import DataType, fusion
+from .common import DataType, fusion, need_ptxas, regcheck
 
 BF = DataType.BFloat16
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 def cuda_segment(build, shapes_dtypes):
@@ -190,27 +186,11 @@ def test_ptxas_log_separates_spills_from_local_arrays():
     assert spills.parse_ptxas_log(log) == spills.Usage(regs=128, spills=1, local=2)
 
 
-def _regcheck():
-    spec = importlib.util.spec_from_file_location("regcheck", os.path.join(ROOT, "benchmarks", "regcheck.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _need_ptxas():
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
-
-        get_ptxas(90).path
-    except Exception as err:  # a Triton build without the NVIDIA backend's tools
-        pytest.skip(f"no ptxas: {err}")
-
-
 def test_offline_compile_of_a_bench_case():
     """benchmarks/regcheck.py on the bias gradient at full size: planned with the CUDA
     heuristics on meta tensors and compiled for sm_90 with Triton's ptxas."""
-    _need_ptxas()
-    rc = _regcheck()
+    need_ptxas()
+    rc = regcheck()
     [row] = rc.check_case(rc.select("bias_grad")[0], log=lambda s: None)
     assert row["scheduler"] == "outer_reduction" and row["path"] == "fast"
     usage = dict(row["tried"])[row["chosen"]]
@@ -220,8 +200,8 @@ def test_offline_compile_of_a_bench_case():
 
 def test_cos_has_local_memory_but_no_spills():
     """What the driver calls 8 spills in any kernel using cos is a local array."""
-    _need_ptxas()
-    rc = _regcheck()
+    need_ptxas()
+    rc = regcheck()
 
     def build(fd):
         fd.add_output(fd.ops.cos(T.tensor(fd, 1)))

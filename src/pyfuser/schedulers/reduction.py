@@ -124,7 +124,6 @@ def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
                                    contig_multiple=1 if peeled else contiguous_multiple(J)))
 
 
-
 _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 
 
