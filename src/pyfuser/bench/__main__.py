@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python -m pyfuser.bench                 # every case, on the GPU
     python -m pyfuser.bench --cases softmax,layer_norm     # cases whose name contains a substring
+    python -m pyfuser.bench --cases general                # a group: the held-out cases
     python -m pyfuser.bench --quick --no-compile           # fewer repetitions, no torch.compile
     python -m pyfuser.bench --dry-run                      # no GPU: tiny sizes on CPU, checks only
     python -m pyfuser.bench --from-json FILE               # table/PNG/docs from a saved run's JSON

@@ -15,8 +15,11 @@ A ``Case`` holds
   ``keep`` is None and use ``keep`` (pyfuser's mask output) when given, so the
   correctness check compares pyfuser's outputs with eager's for the same mask;
 * ``keep_output``: for dropout cases, the position of the keep-mask output;
-* ``group`` ("seed", "suite", "training", "host") and ``tags``: ``--cases`` selects
-  by either as well as by name; the report's geomeans are per group.
+* ``group`` ("seed", "suite", "training", "general", "host") and ``tags``: ``--cases``
+  selects by either as well as by name; the report's geomeans are per group.  The
+  "general" cases are held out: the same kinds of fusion at widths, row counts and
+  dtypes the schedulers' rules were not tuned on (``GENERAL``), so a rule fitted to
+  the suite alone shows in every run.
 
 The training step's fusions are defined in ``training.py`` (shared with the tests
 against torch autograd); the cases here give them their sizes.
