@@ -4,12 +4,21 @@ poisoned first.  Its timings are the GPU's; this keeps the kernels they time hon
 
 The kernels call Triton's standard library (``tl.max``, ``tl.sum``), which the
 interpreter runs only when TRITON_INTERPRET is set before Triton is imported, so
-the check runs in a fresh interpreter process."""
+the check runs in a fresh interpreter process.  ``RECONVERT`` widens through inline
+PTX, which the interpreter cannot run: its register claim is checked by an offline
+sm_90 compile instead."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
+
+import torch
+
+from pyfuser.runtime.spills import offline_usage
+
+from ..codegen.common import need_ptxas
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -60,3 +69,18 @@ def test_probe_kernels_match_torch_in_the_interpreter():
                          timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.count("ok ") == 11, run.stdout
+
+
+def test_reconverting_prefetch_fits_its_registers_on_sm90():
+    """The docstring's claim: log_softmax_sub's prefetching kernel on 16 warps spills
+    nothing once each pass converts the fp16 row for itself (it spilled 39 registers
+    holding the row as fp32)."""
+    need_ptxas()
+    spec = importlib.util.spec_from_file_location("prefetch_probe", os.path.join(ROOT, "benchmarks", "prefetch_probe.py"))
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    x = torch.empty(8192, 30522, dtype=torch.float16, device="meta")
+    y16, y32 = torch.empty_like(x), torch.empty(8192, 30522, device="meta")
+    usage = offline_usage(probe.log_softmax_rows, [x, y16, y32, 8192, 30522],
+                          dict(BLOCK_J=32768, ALIGN=8, TWO=False, PREFETCH=True, RECONVERT=True, num_warps=16))
+    assert usage.spills == 0 and usage.regs <= 128
