@@ -284,10 +284,46 @@ def _seed_case(name, eager=None, describe=None, keep_output=None, tol=None):
 TOKENS, HIDDEN, VOCAB = 16384, 1024, 30522
 
 
-def _training(name, width, dt, build, make_inputs, eager, what, **kw):
-    """A "training" case on [TOKENS, width] rows; ``what`` describes the tensors."""
-    return Case(name, "training", lambda sc: (_r(TOKENS, sc), _w(width, sc), dt), build, make_inputs, eager,
+def _sized(name, group, R, W, dt, build, make_inputs, eager, what, **kw):
+    """A case on [R, W] rows of ``dt``; ``what`` describes the tensors."""
+    return Case(name, group, lambda sc: (_r(R, sc), _w(W, sc), dt), build, make_inputs, eager,
                 lambda s: f"{_shape(s[0], s[1])} {what}", **kw)
+
+
+def _training(name, width, dt, build, make_inputs, eager, what, **kw):
+    """A "training" case on [TOKENS, width] rows."""
+    return _sized(name, "training", TOKENS, width, dt, build, make_inputs, eager, what, **kw)
+
+
+def _layer_norm_case(name, group, R, W, dt):
+    return _sized(name, group, R, W, dt, T.build_layer_norm, T.norm_inputs, T.eager_layer_norm,
+                  f"{SHORT[TORCH[dt]]}, w+b, ->y,mean,rstd")
+
+
+def _rms_norm_case(name, group, R, W, dt):
+    return _sized(name, group, R, W, dt, T.build_rms_norm, lambda s, d, g: T.norm_inputs(s, d, g, bias=False),
+                  T.eager_rms_norm, f"{SHORT[TORCH[dt]]}, w, ->y,rstd")
+
+
+def _bias_gelu_case(name, group, R, W):
+    return Case(name, group, lambda sc: (_r(R, sc), _w(W, sc), H), build_bias_gelu,
+                lambda s, d, g: [rand((s[0], s[1]), torch.float16, d, g),
+                                 rand((s[1],), torch.float16, d, g, 0.05, 0.5)],
+                eager_bias_gelu, lambda s: f"{_shape(s[0], s[1])} fp16 + bias {_shape(s[1])}")
+
+
+def _outer_sum_case(name, group, R, W):
+    return Case(name, group, lambda sc: (_r(R, sc), _w(W, sc), H), build_outer_sum,
+                lambda s, d, g: [rand((s[0], s[1]), torch.float16, d, g)], eager_outer_sum,
+                lambda s: f"{_shape(s[0], s[1])} fp16 -> {_shape(s[1])}",
+                # an fp32 sum of R terms of magnitude <= 4, in a different order, then rounded to fp16
+                tol={torch.float16: (2e-3, 0.05)})
+
+
+def _attention_case(name, group, B, heads, S):
+    return Case(name, group, lambda sc: (_r(B, sc, 1), _r(heads, sc, 2), _w(S, sc)), build_attention_softmax_dropout,
+                lambda s, d, g: [rand((s[0], s[1], s[2], s[2]), torch.float16, d, g)],
+                eager_attention_softmax_dropout, lambda s: f"{_shape(*s, s[2])} fp16", keep_output=1)
 
 
 def _rows_desc(s):
@@ -315,24 +351,14 @@ CASES: list[Case] = [
     _rows_case("softmax_30522_bf16", 8192, 30522, BF),
     _rows_case("log_softmax_4096_fp16", 32768, 4096, H, log=True),
     _rows_case("log_softmax_50257_bf16", 8192, 50257, BF, log=True),
-    Case("layer_norm_1024_bf16", "suite", lambda sc: (_r(65536, sc), _w(1024, sc), BF), T.build_layer_norm,
-         T.norm_inputs, T.eager_layer_norm, lambda s: f"{_shape(s[0], s[1])} bf16, w+b, ->y,mean,rstd"),
-    Case("layer_norm_4096_fp16", "suite", lambda sc: (_r(32768, sc), _w(4096, sc), H), T.build_layer_norm,
-         T.norm_inputs, T.eager_layer_norm, lambda s: f"{_shape(s[0], s[1])} fp16, w+b, ->y,mean,rstd"),
-    Case("rms_norm_4096_bf16", "suite", lambda sc: (_r(32768, sc), _w(4096, sc), BF), T.build_rms_norm,
-         lambda s, d, g: T.norm_inputs(s, d, g, bias=False), T.eager_rms_norm,
-         lambda s: f"{_shape(s[0], s[1])} bf16, w, ->y,rstd"),
-    Case("bias_gelu_tanh_fp16", "suite", lambda sc: (_r(16384, sc), _w(4096, sc), H), build_bias_gelu,
-         lambda s, d, g: [rand((s[0], s[1]), torch.float16, d, g), rand((s[1],), torch.float16, d, g, 0.05, 0.5)],
-         eager_bias_gelu, lambda s: f"{_shape(s[0], s[1])} fp16 + bias {_shape(s[1])}"),
+    _layer_norm_case("layer_norm_1024_bf16", "suite", 65536, 1024, BF),
+    _layer_norm_case("layer_norm_4096_fp16", "suite", 32768, 4096, H),
+    _rms_norm_case("rms_norm_4096_bf16", "suite", 32768, 4096, BF),
+    _bias_gelu_case("bias_gelu_tanh_fp16", "suite", 16384, 4096),
     Case("softmax_backward_fp16", "suite", lambda sc: (_r(16 * 16 * 512, sc), _w(512, sc), H),
          T.build_softmax_backward, T.softmax_backward_inputs, T.eager_softmax_backward,
          lambda s: f"{_shape(s[0], s[1])} fp16 grad, y", tags=("training",)),
-    Case("bias_grad_sum_dim0_fp16", "suite", lambda sc: (_r(16384, sc), _w(4096, sc), H), build_outer_sum,
-         lambda s, d, g: [rand((s[0], s[1]), torch.float16, d, g)], eager_outer_sum,
-         lambda s: f"{_shape(s[0], s[1])} fp16 -> {_shape(s[1])}",
-         # an fp32 sum of R terms of magnitude <= 4, in a different order, then rounded to fp16
-         tol={torch.float16: (2e-3, 0.05)}),
+    _outer_sum_case("bias_grad_sum_dim0_fp16", "suite", 16384, 4096),
     Case("dropout_residual_layer_norm_bf16", "suite", lambda sc: (_r(32768, sc), _w(1024, sc), BF),
          T.build_dropout_residual_layer_norm, T.dropout_residual_inputs, T.eager_dropout_residual_layer_norm,
          lambda s: f"{_shape(s[0], s[1])} bf16 x+res, w+b, seed", keep_output=0, tags=("training",),
@@ -340,10 +366,7 @@ CASES: list[Case] = [
          # output is 1 ulp off (up to 0.03 at |x| < 4.5), and h = res + d cancels, so on CPU
          # h, y, mean and rstd carry that absolute error.  On the GPU the default tolerances hold.
          cpu_tol={torch.bfloat16: (1.6e-2, 0.07), torch.float32: (1e-4, 2e-2)}),
-    Case("attention_softmax_dropout_fp16", "suite",
-         lambda sc: (_r(16, sc, 1), _r(16, sc, 2), _w(512, sc)), build_attention_softmax_dropout,
-         lambda s, d, g: [rand((s[0], s[1], s[2], s[2]), torch.float16, d, g)], eager_attention_softmax_dropout,
-         lambda s: f"{_shape(*s, s[2])} fp16", keep_output=1),
+    _attention_case("attention_softmax_dropout_fp16", "suite", 16, 16, 512),
     _training("layer_norm_backward_bf16", HIDDEN, BF, T.build_layer_norm_backward,
               T.layer_norm_backward_inputs, T.eager_layer_norm_backward,
               "bf16 dy, x, w; fp32 mean, rstd -> dx, dw, db"),
@@ -372,15 +395,6 @@ CASES: list[Case] = [
          lambda s: f"{_shape(*s)} fp32 (wall us/call)"),
 ]
 
-
-def _held_out(name, R, W, dt, build, make_inputs, eager, what, **kw):
-    """A "general" case on [R, W] rows: ``what`` describes the tensors."""
-    return Case(name, "general", lambda sc: (_r(R, sc), _w(W, sc), dt), build, make_inputs, eager,
-                lambda s: f"{_shape(s[0], s[1])} {what}", **kw)
-
-
-_OUTER_SUM_TOL = {torch.float16: (2e-3, 0.05)}
-
 # Held out: the suite's fusions at widths, row counts and dtypes the schedulers were
 # never tuned on (odd and non-multiple-of-8 widths, rows from 64 to 128256 wide,
 # vocabularies of other models, BERT-base's 768), measured in every run so a rule that
@@ -393,34 +407,21 @@ GENERAL: list[Case] = [
     _rows_case("softmax_12000_fp16", 8192, 12000, H, group="general"),
     _rows_case("log_softmax_32000_bf16", 4096, 32000, BF, log=True, group="general"),
     _rows_case("log_softmax_128256_bf16", 1024, 128256, BF, log=True, group="general"),
-    _held_out("layer_norm_768_fp16", 65536, 768, H, T.build_layer_norm, T.norm_inputs, T.eager_layer_norm,
-              "fp16, w+b, ->y,mean,rstd"),
-    _held_out("layer_norm_5120_bf16", 16384, 5120, BF, T.build_layer_norm, T.norm_inputs, T.eager_layer_norm,
-              "bf16, w+b, ->y,mean,rstd"),
-    _held_out("rms_norm_2048_fp16", 65536, 2048, H, T.build_rms_norm,
-              lambda s, d, g: T.norm_inputs(s, d, g, bias=False), T.eager_rms_norm, "fp16, w, ->y,rstd"),
-    _held_out("rms_norm_8192_bf16", 16384, 8192, BF, T.build_rms_norm,
-              lambda s, d, g: T.norm_inputs(s, d, g, bias=False), T.eager_rms_norm, "bf16, w, ->y,rstd"),
-    Case("bias_gelu_tanh_3072_fp16", "general", lambda sc: (_r(32768, sc), _w(3072, sc), H), build_bias_gelu,
-         lambda s, d, g: [rand((s[0], s[1]), torch.float16, d, g), rand((s[1],), torch.float16, d, g, 0.05, 0.5)],
-         eager_bias_gelu, lambda s: f"{_shape(s[0], s[1])} fp16 + bias {_shape(s[1])}"),
-    _held_out("softmax_backward_1000_bf16", 32768, 1000, BF, T.build_softmax_backward, T.softmax_backward_inputs,
-              T.eager_softmax_backward, "bf16 grad, y"),
-    Case("bias_grad_sum_dim0_1000_fp16", "general", lambda sc: (_r(65536, sc), _w(1000, sc), H), build_outer_sum,
-         lambda s, d, g: [rand((s[0], s[1]), torch.float16, d, g)], eager_outer_sum,
-         lambda s: f"{_shape(s[0], s[1])} fp16 -> {_shape(s[1])}", tol=_OUTER_SUM_TOL),
-    _held_out("dropout_residual_layer_norm_768_fp16", 65536, 768, H, T.build_dropout_residual_layer_norm,
-              T.dropout_residual_inputs, T.eager_dropout_residual_layer_norm, "fp16 x+res, w+b, seed",
-              keep_output=0),
-    Case("attention_softmax_dropout_1024_fp16", "general",
-         lambda sc: (_r(8, sc, 1), _r(16, sc, 2), _w(1024, sc)), build_attention_softmax_dropout,
-         lambda s, d, g: [rand((s[0], s[1], s[2], s[2]), torch.float16, d, g)], eager_attention_softmax_dropout,
-         lambda s: f"{_shape(*s, s[2])} fp16", keep_output=1),
-    _held_out("layer_norm_backward_768_fp16", 65536, 768, H, T.build_layer_norm_backward,
-              T.layer_norm_backward_inputs, T.eager_layer_norm_backward,
-              "fp16 dy, x, w; fp32 mean, rstd -> dx, dw, db"),
-    _held_out("cross_entropy_50257_bf16", 8192, 50257, BF, T.build_cross_entropy, T.cross_entropy_inputs,
-              T.eager_cross_entropy, "bf16 logits, int64 target -> fp32 mean loss"),
+    _layer_norm_case("layer_norm_768_fp16", "general", 65536, 768, H),
+    _layer_norm_case("layer_norm_5120_bf16", "general", 16384, 5120, BF),
+    _rms_norm_case("rms_norm_2048_fp16", "general", 65536, 2048, H),
+    _rms_norm_case("rms_norm_8192_bf16", "general", 16384, 8192, BF),
+    _bias_gelu_case("bias_gelu_tanh_3072_fp16", "general", 32768, 3072),
+    _sized("softmax_backward_1000_bf16", "general", 32768, 1000, BF, T.build_softmax_backward,
+           T.softmax_backward_inputs, T.eager_softmax_backward, "bf16 grad, y"),
+    _outer_sum_case("bias_grad_sum_dim0_1000_fp16", "general", 65536, 1000),
+    _sized("dropout_residual_layer_norm_768_fp16", "general", 65536, 768, H, T.build_dropout_residual_layer_norm,
+           T.dropout_residual_inputs, T.eager_dropout_residual_layer_norm, "fp16 x+res, w+b, seed", keep_output=0),
+    _attention_case("attention_softmax_dropout_1024_fp16", "general", 8, 16, 1024),
+    _sized("layer_norm_backward_768_fp16", "general", 65536, 768, H, T.build_layer_norm_backward,
+           T.layer_norm_backward_inputs, T.eager_layer_norm_backward, "fp16 dy, x, w; fp32 mean, rstd -> dx, dw, db"),
+    _sized("cross_entropy_50257_bf16", "general", 8192, 50257, BF, T.build_cross_entropy, T.cross_entropy_inputs,
+           T.eager_cross_entropy, "bf16 logits, int64 target -> fp32 mean loss"),
 ]
 CASES += GENERAL
 

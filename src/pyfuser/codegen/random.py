@@ -41,6 +41,14 @@ def _unit(w, ints: str) -> str:
     return w.tmp(f"{ints}.to(tl.float32) * {R.TWO_POW_M24!r}", "r")
 
 
+def _unit_noting_ints(w, ints_code: str, ints: dict) -> str:
+    """``_unit`` of ``ints_code``, noted in ``ints`` (value -> its integers) so that a
+    comparison with a constant can test the integers (``integer_comparison``)."""
+    z = _unit(w, ints_code)
+    ints[z] = ints_code
+    return z
+
+
 def _uniform(w, word: str) -> str:
     return _unit(w, f"({word} >> 8)")
 
@@ -72,10 +80,7 @@ def random_value(w, dist: str, lin: str, p0: str, p1: str, seed_lo, seed_hi, off
     if dist == "uniform":
         bits = w.tmp(f"tl.where({word} == 0, {c0}, tl.where({word} == 1, {c1}, tl.where({word} == 2, {c2}, {c3})))", "r")
         if (p0, p1) == ("0.0", "1.0") and ints is not None:
-            n = w.tmp(f"({bits} >> 8).to(tl.int32)", "r")
-            z = _unit(w, n)
-            ints[z] = n
-            return z
+            return _unit_noting_ints(w, w.tmp(f"({bits} >> 8).to(tl.int32)", "r"), ints)
         return _scale(w, dist, _uniform(w, bits), p0, p1)
     a = w.tmp(f"tl.where({word} < 2, {c0}, {c2})", "r")
     b = w.tmp(f"tl.where({word} < 2, {c1}, {c3})", "r")
@@ -93,9 +98,7 @@ def random_quads(w, dist: str, sub: str, shape: str, p0: str, p1: str, seed_lo, 
     if dist == "uniform" and (p0, p1) == ("0.0", "1.0") and ints is not None:
         n0, n1, n2, n3 = (w.tmp(f"({c} >> 8).to(tl.int32)", "r") for c in (c0, c1, c2, c3))
         n = w.tmp(f"tl.reshape(tl.join(tl.join({n0}, {n2}), tl.join({n1}, {n3})), {shape})", "r")
-        z = _unit(w, n)
-        ints[z] = n
-        return z
+        return _unit_noting_ints(w, n, ints)
     if dist == "uniform":
         v0, v1, v2, v3 = (_uniform(w, c) for c in (c0, c1, c2, c3))
     else:

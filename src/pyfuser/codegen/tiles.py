@@ -80,6 +80,15 @@ class FlatTile:
         return "(pid * (BLOCK // 4) + tl.arange(0, BLOCK // 4))", "[BLOCK]"
 
 
+def say_multiple(w, name: str, m: int):
+    """Rebind the extent ``name`` so the compiler sees that it is a multiple of ``m``
+    (``schedulers.base.contiguous_multiple``): Triton then vectorizes the row starts
+    and masks built from it."""
+    if m > 1:
+        w.comment(f"{name} is a multiple of {m}: said so, rows and their masks vectorize")
+        w.line(f"{name} = {name} // {m} * {m}")
+
+
 class BroadcastTile:
     """A 2-D pointwise tile: ``k`` over the reference's ``outer`` dims, ``j`` over the
     others (the contiguous last dim among them, so loads still vectorize along ``j``).
@@ -94,7 +103,7 @@ class BroadcastTile:
     def __init__(self, ref, outer, block_k: int, block_j: int, int64: bool, contig_multiple: int = 1):
         self.ref, self.outer = ref, tuple(outer)
         self.block_k, self.block_j, self.int64 = block_k, block_j, int64
-        self.contig_multiple = contig_multiple  # J is a multiple of it (``ReductionTile.say_multiple``)
+        self.contig_multiple = contig_multiple  # J is a multiple of it (``say_multiple``)
 
     def inner(self):
         return [d for d in range(len(self.ref.shape)) if d not in self.outer]
@@ -105,10 +114,7 @@ class BroadcastTile:
         w.constexprs["BLOCK_J"] = self.block_j
         K = w.arg("K", "numel", ("numel", self.ref, self.outer))
         J = w.arg("J", "numel", ("numel", self.ref, tuple(self.inner())))
-        if self.contig_multiple > 1:
-            m = self.contig_multiple
-            w.comment(f"{J} is a multiple of {m}: said so, rows and their masks vectorize")
-            w.line(f"{J} = {J} // {m} * {m}")
+        say_multiple(w, J, self.contig_multiple)
         cast = ".to(tl.int64)" if self.int64 else ""
         w.line(f"k = tl.program_id(1){cast} * BLOCK_K + tl.arange(0, BLOCK_K)[:, None]")
         w.line(f"j = tl.program_id(0){cast} * BLOCK_J + tl.arange(0, BLOCK_J)[None, :]")
@@ -294,13 +300,7 @@ class ReductionTile:
             w.line("bend = tl.multiple_of((row0 + J) // ALIGN * ALIGN, ALIGN)")
 
     def say_multiple(self, w):
-        """Rebind the contiguous axis's extent so the compiler sees its multiple
-        (``schedulers.base.contiguous_multiple``): Triton then vectorizes row starts and
-        masks."""
-        if self.contig_multiple > 1:
-            n, m = ("J" if self.inner else "K"), self.contig_multiple
-            w.comment(f"{n} is a multiple of {m}: said so, rows and their masks vectorize")
-            w.line(f"{n} = {n} // {m} * {m}")
+        say_multiple(w, "J" if self.inner else "K", self.contig_multiple)
 
     def quads(self, lin: Coord):
         if not (self.quad_rng and self.inner and lin.code == "(k * J + j)" and self.block_j >= 4) or self.peeled:

@@ -295,7 +295,7 @@ class _Run:
             # Each backend translates its own regions, so ``fusions`` counts them even when
             # another pyfuser implementation ran first (compiled kernels are still shared).
             from pyfuser.dynamo import region
-            region._TRANSLATIONS.clear()
+            region.forget_translations()
         # With profile_host: where the first steps (compilation) spend their time.
         with _graphs_off(impl == UNCAPTURED):  # read when the backward compiles
             self.compile_prof = cprofiled(warm_up, "cumulative", 45) if profile_host else warm_up()

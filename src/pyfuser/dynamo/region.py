@@ -76,8 +76,14 @@ def stats() -> dict:
 def reset():
     """Forget the translation cache, counters and warnings (tests; a fresh benchmark)."""
     STATS.clear()
-    _TRANSLATIONS.clear()
+    forget_translations()
     _warned.clear()
+
+
+def forget_translations():
+    """Forget the translation cache only: the next backend to compile a region
+    translates it afresh (and counts it in ``fusions_created``)."""
+    _TRANSLATIONS.clear()
 
 
 def region_text(graph) -> str:

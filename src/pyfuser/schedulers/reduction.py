@@ -198,7 +198,7 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
         if bj <= 256 and any(OPS[e.op].kind == "random" for e in seg.exprs()):
             per_thread, bk = 16, max(1, min(next_pow2(K), 64, 2048 // bj))
         warps = max(1, min(32, bk * bj // (32 * per_thread)))
-        if warps >= 16 and 1 - J / bj > MAX_LANE_WASTE:
+        if warps >= 16 and _too_padded(J, bj):
             return _padded_row_chunks(seg, int64)
         return ReductionParams(True, True, bk, bj, warps, int64)
     return ReductionParams(True, False, 1, 8192, 16, int64)
@@ -217,18 +217,27 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
 MAX_LANE_WASTE = 0.25
 
 
+def _too_padded(J: int, lanes: int) -> bool:
+    """Whether ``lanes`` (J padded) leave more than ``MAX_LANE_WASTE`` of them masked."""
+    return 1 - J / lanes > MAX_LANE_WASTE
+
+
 def _padded_row_chunks(seg: Segment, int64: bool) -> ReductionParams:
     """A row whose power-of-2 padding would mask more than ``MAX_LANE_WASTE`` of a
     16- or 32-warp persistent tile: chunks of 1024 on 2 warps, many programs per SM
     (the layer norm measured above; softmax-like rows take the online pass)."""
-    online = bool(online_softmax_pairs(reduction_levels(seg.exprs())))
-    return ReductionParams(True, False, 1, 1024, 2, int64, online=online)
+    return ReductionParams(True, False, 1, 1024, 2, int64, online=_has_online_pair(seg))
+
+
+def _has_online_pair(seg: Segment) -> bool:
+    """A max and a sum of exp(x - max) that one multi-pass sweep can take together."""
+    return bool(online_softmax_pairs(reduction_levels(seg.exprs())))
 
 
 def _fit_chunks(J: int, chunk: int, warps: int) -> tuple[int, int]:
     """Halve a wide row's chunk (and its warps, keeping the elements per thread) while
     padding the row to whole chunks masks more than ``MAX_LANE_WASTE`` of the lanes."""
-    while chunk > 2048 and 1 - J / (-(-J // chunk) * chunk) > MAX_LANE_WASTE:
+    while chunk > 2048 and _too_padded(J, -(-J // chunk) * chunk):
         chunk, warps = chunk // 2, max(1, warps // 2)
     return chunk, warps
 
@@ -267,7 +276,7 @@ def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bo
       (``benchmarks/results/2026-11-30-nvidia-h200-variants_rows_615915f.txt``).
 
     None: keep the persistent row."""
-    online = bool(online_softmax_pairs(reduction_levels(seg.exprs())))
+    online = _has_online_pair(seg)
     if not is_normalization(seg, ref):
         return ReductionParams(True, False, 1, 2048, 4, int64, online=online)
     n = seg.numel(ref)
