@@ -140,7 +140,7 @@ def short(p) -> str:
     keep = ("block", "num_warps") if "block" in d else ("persistent", "block_k", "block_j", "num_warps")
     parts = [f"{k}={d[k]}" for k in keep if k in d]
     parts += [f"{k}={v}" for k, v in d.items()
-              if k in ("align", "online", "split", "stages", "outer", "block_outer", "out_reversed")
+              if k in ("align", "online", "split", "stages", "outer", "block_outer", "out_reversed", "prefetch", "rewiden")
               and not (v is False or v == () or (type(v) is int and v == 1))]  # True == 1: shown
     parts += [f"{k}={v}" for k, v in d.items() if k in ("nprog", "group")]
     return " ".join(parts)

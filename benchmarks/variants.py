@@ -14,7 +14,7 @@ two kernels they ran as before), ``outer`` (column sums: strip and chunk sizes, 
 chunk loop pipelined), ``rope`` (the broadcast tile's sizes against the flat tile),
 ``pointwise`` (elements per thread of math-heavy flat tiles), ``phases`` (wide rows:
 pipelined chunk loops, the exponentials' share), ``heldout``, ``heldout2`` (tile
-sizes of the held-out bench cases that torch.compile beat), ``rows1024`` (rows of
+sizes of the held-out bench cases that torch.compile beat), ``prefetch`` (rows walked with the next one loaded ahead, against the tiles without), ``rows1024`` (rows of
 513-1024 elements: one or several per program), ``waste`` (rows padded far past their
 width: chunks against the persistent row), ``l2`` (wide rows read
 twice: exp2, the online pass's group size; the L2 hints measured as edits are now the
@@ -50,6 +50,26 @@ NO_SMALL_STORE = (r"\n\s+tl\.store\(T\d+_out \+ i\d+, .*== 0\)\)", "")
 NO_RNG = (r"(r\d+) = tl\.reshape\(tl\.join\(.*\), \[BLOCK_K, BLOCK_J\]\)",
           r"\1 = tl.full([BLOCK_K, BLOCK_J], 0.5, tl.float32)")
 
+
+
+# A prefetching row's max taken of the fp32 values, not the 16-bit ones.
+WIDE_MAX = (r"tl\.reduce\(tl\.where\((mask_[eb]), (c\d+), float\('-inf'\)\), None, _pyfuser_max_nan\w*\)\.to\(tl\.float32\)",
+            r"tl.reduce(tl.where(\1, (\2).to(tl.float32), float('-inf')), None, _pyfuser_max_nan)")
+# A prefetching row's output pass reusing the statistics passes' conversion (no inline PTX).
+ONE_WIDEN = (r'tl\.inline_asm_elementwise\("cvt\.f32\.b?f16 \$0, \$1;", "=r,h", \[(c\d+)\], dtype=tl\.float32, '
+             r'is_pure=True, pack=1\)', r"(\1).to(tl.float32)")
+
+
+@contextlib.contextmanager
+def spills_allowed():
+    """Plan as if no kernel spilled (time a spilling candidate instead of its fallback)."""
+    from pyfuser.runtime import spills
+    original = spills.rejection
+    spills.rejection = lambda *a: None
+    try:
+        yield
+    finally:
+        spills.rejection = original
 
 
 def pipelined(stages):
@@ -369,6 +389,18 @@ def main():
                                                                                           (2048, 4))])):
             rows += run(name, bench_build(name), [("base", {}, [])] + [
                 (" ".join(f"{k}={v}" for k, v in ov.items()), ov, []) for ov in configs], args.dump)
+    if "prefetch" in groups:  # rows walked by one program per SM, the next row loaded ahead
+        plain = {"log_softmax_full": dict(block_j=32768, num_warps=32),
+                 "log_softmax_sub": dict(persistent=False, block_j=16384, num_warps=16, online=True),
+                 "softmax_30522_bf16": dict(persistent=False, block_j=8192, num_warps=16, online=True)}
+        for name, ov in plain.items():
+            rows += run(name, bench_build(name), [
+                ("base", {}, []),
+                ("without prefetch", dict(ov, prefetch=False), []),
+                ("base, spills allowed", {}, [], spills_allowed()),
+                ("max of fp32 (spills allowed)", {}, [WIDE_MAX], spills_allowed()),
+                ("one conversion (spills allowed)", {}, [ONE_WIDEN], spills_allowed()),
+                ("both (spills allowed)", {}, [WIDE_MAX, ONE_WIDEN], spills_allowed())], args.dump)
     if "rows1024" in groups:  # rows of 513-1024 elements: one row on 2 warps against 2 or 4 rows
         for name in ("layer_norm_768_fp16", "layer_norm_1024_bf16", "softmax_1024_fp32", "softmax_backward_1000_bf16",
                      "softmax_777_bf16"):

@@ -166,17 +166,24 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
         return
     levels = reduction_levels(live_exprs_for(outputs))
     if tile.persistent:  # peeled: all chunks stay live, in registers, for the whole program
+        if tile.prefetch:
+            before = tile.open_rows(low)
         for c in tile.chunk_names():
             tile.open_chunk(low, c, "bstart")
+        top = len(w.lines)  # where a prefetching tile's loads go
         for lvl in sorted(set(levels.values())):
-            for e in [e for e, l in levels.items() if l == lvl]:
-                acc = tile.init_accumulators(low, e)
-                for c in tile.chunk_names():
-                    tile.chunk(low, e, acc, c=c)
-                tile.results[e] = tile.finish(low, e, acc)
-        store_kept()
-        for c in tile.chunk_names():
-            store_chunk(c)
+            with _pass_scope(low, tile, last=False):
+                for e in [e for e, l in levels.items() if l == lvl]:
+                    acc = tile.init_accumulators(low, e)
+                    for c in tile.chunk_names():
+                        tile.chunk(low, e, acc, c=c)
+                    tile.results[e] = tile.finish(low, e, acc)
+        with _pass_scope(low, tile, last=True):
+            store_kept()
+            for c in tile.chunk_names():
+                store_chunk(c)
+        if tile.prefetch:
+            tile.close_rows(low, before, top)
         return
     # Pointwise outputs that need no reduction result (a gradient stored beside its
     # column sum) are written in the first pass, from the values it loads anyway,
@@ -291,6 +298,28 @@ def online_softmax_pairs(levels: dict) -> dict:
             continue
         pairs[s_expr] = (m_expr, a)
     return pairs
+
+
+class _pass_scope:
+    """A pass over a prefetching tile's row (``last``: the output pass): values
+    computed in a pass are forgotten after it, so the output pass reads the carried
+    row afresh (``tiles`` module docstring: it must not reuse the statistics passes'
+    widened row).  A no-op for other tiles."""
+
+    def __init__(self, low, tile, last: bool):
+        self.low, self.tile, self.last = low, tile, last
+
+    def __enter__(self):
+        if self.tile.prefetch:
+            self.tile.last_pass = self.last
+            self.low.push()
+        return self
+
+    def __exit__(self, *exc):
+        if self.tile.prefetch:
+            self.low.pop()
+            self.tile.last_pass = False
+        return False
 
 
 class _chunk_scope:

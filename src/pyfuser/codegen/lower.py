@@ -249,6 +249,11 @@ class Lowering:
         # of the columns is read once per row, not once per element.
         preds = tuple(p for p, a in zip(idx.pred, idx.pred_each, strict=True) if a <= off.axes)
         mask = self.tile.mask(off.axes, preds)
+        # A row loaded one iteration ahead (``tiles``, prefetch) is a loop-carried value.
+        carried = getattr(self.tile, "carried_load", None)
+        held = carried(w, ptr, off.code, mask, v.dtype) if carried is not None else None
+        if held is not None:
+            return held, off.axes
         m = f", mask={mask}" if mask else ""
         return w.tmp(f"tl.load({ptr} + {off.code}{m}{self.tile.load_hint})", "x"), off.axes
 

@@ -23,6 +23,20 @@ the outputs and resets the counter for the next launch.  Sums, products, max and
 min load all SPLIT partials as one block and reduce it as a tree (``_fold_block``);
 var_mean's Chan steps fold them one by one.  Pointwise outputs that
 need no reduction result are written by every program for its own rows.
+
+Prefetch (``prefetch``, peeled persistent rows only): a row of 30522 fp16 held on
+16-32 warps is one program per SM, which loads, reduces, then stores, so while its
+stores drain and its reductions run the SM has no loads in flight.  With ``prefetch``
+the grid has one program per SM, each walking rows ``pid, pid + G, ...``; the loads
+of the next row's aligned body are issued at the top of each iteration and carried
+into the next one as loop values (``carried_load``), so they arrive while this row
+is reduced and stored.  Two rows then share the registers.  For some fusions they fit
+only if the fp32 row the statistics passes convert is not also held through the
+output pass (``rewiden``): there the carried fp16/bf16 row is widened again by
+inline PTX, which the compiler cannot merge with the first conversion; for others
+that second conversion is what spills.  Which is which is left to the spill check
+(H200, [8192, 30522] rows on 16 warps: log-softmax fp16 -> fp32 fits only with it,
+softmax bf16 only without it; ``reduction.prefetch_pays``).
 """
 from __future__ import annotations
 
@@ -190,10 +204,15 @@ class ProbeTile:
 _IDENT = {"sum": 0, "prod": 1}
 
 
+# PTX that widens a 16-bit float to fp32 (``ReductionTile.carried_load``).
+_WIDEN = {DataType.Half: "cvt.f32.f16", DataType.BFloat16: "cvt.f32.bf16"}
+
+
 class ReductionTile:
     def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
                  quad_rng: bool = False, align: int = 1, online: bool = False, split: int = 1,
-                 aligned_rows: bool = False, stages: int = 1, out_reversed: bool = False, contig_multiple: int = 1):
+                 aligned_rows: bool = False, stages: int = 1, out_reversed: bool = False, contig_multiple: int = 1,
+                 prefetch: bool = False, rewiden: bool = False, asm: bool = False):
         if split > 1 and (inner or persistent):
             raise Unsupported("a split reduction needs an outer, multi-pass tile")
         self.split = split  # programs along the reduced extent (see the module docstring)
@@ -227,6 +246,16 @@ class ReductionTile:
         # The contiguous axis's extent (J inner, K outer) is a multiple of this
         # (``schedulers.base.contiguous_multiple``): the prologue says so to the compiler.
         self.contig_multiple = contig_multiple
+        # Rows walked by one program per SM, the next row's body loaded ahead (module
+        # docstring): carried loads, (pointer, dtype) -> loop-carried name, in first-use order.
+        self.prefetch = prefetch
+        if prefetch and not (self.peeled and persistent and not self.aligned_rows):
+            raise Unsupported("prefetching the next row needs a peeled persistent row of contiguous tensors")
+        # The output pass widens the carried 16-bit row again (inline PTX: the kernel
+        # runs compiled, the interpreter cannot run it); else it reuses the fp32 row
+        # the statistics passes made.
+        self.rewiden = rewiden and asm
+        self.carried: dict = {}
 
     # -- cache hints --------------------------------------------------------------------
     @property
@@ -277,6 +306,11 @@ class ReductionTile:
         self.say_multiple(w)
         pid = "tl.program_id(0).to(tl.int64)" if self.int64 else "tl.program_id(0)"
         w.line(f"pid = {pid}")
+        if self.prefetch:  # the rows' coordinates are set per iteration (``open_rows``)
+            w.line("G = tl.num_programs(0)")
+            w.line("kmask = tl.full([1, 1], True, tl.int1)")
+            w.constexprs["ALIGN"] = self.align
+            return
         w.line(f"k = pid * BLOCK_K + tl.arange(0, BLOCK_K){self._axis('k')}")
         if self.block_k == 1:
             # The grid has one program per kept index (none when there is none:
@@ -301,6 +335,75 @@ class ReductionTile:
 
     def say_multiple(self, w):
         say_multiple(w, "J" if self.inner else "K", self.contig_multiple)
+
+    # -- rows walked with the next one loaded ahead (``prefetch``) ----------------------
+    def open_rows(self, low):
+        """Open the loop over this program's rows (row ``r``'s coordinates and aligned
+        body); ``close_rows`` ends it.  Returns where the loop starts."""
+        w = low.w
+        before = len(w.lines)
+        w.line("for r in range(pid, K, G):")
+        w.indent += 1
+        w.line(f"k = r + tl.arange(0, BLOCK_K){self._axis('k')}")
+        for stmt in self._row_body("r", ""):
+            w.line(stmt)
+        return before
+
+    @staticmethod
+    def _row_body(r: str, s: str) -> list[str]:
+        """Statements for row ``r``'s aligned body [bstart, bend), names suffixed ``s``."""
+        return [f"row0{s} = {r} * J",
+                f"bstart{s} = tl.multiple_of((row0{s} + ALIGN - 1) // ALIGN * ALIGN, ALIGN)",
+                f"bend{s} = tl.multiple_of((row0{s} + J) // ALIGN * ALIGN, ALIGN)"]
+
+    @staticmethod
+    def _row_chunks(s: str, live: str | None) -> list[str]:
+        """Statements for the head and tail lanes (``le``) and the aligned body (``lb``)
+        of the row whose coordinates are suffixed ``s``, and their masks; ``live``: the
+        condition that the row exists."""
+        guard = f" & ({live})" if live else ""
+        return [f"le{s} = tl.where(edge < ALIGN, row0{s} + edge, bend{s} + edge - ALIGN)",
+                f"mask_e{s} = tl.where(edge < ALIGN, le{s} < tl.minimum(bstart{s}, row0{s} + J), "
+                f"(le{s} >= bstart{s}) & (le{s} < row0{s} + J)){guard}",
+                f"lb{s} = bstart{s} + tl.arange(0, BLOCK_J)[None, :]",
+                f"mask_b{s} = (lb{s} < bend{s}){guard}"]
+
+    def carried_load(self, w, ptr: str, off: str, mask: str | None, dt: DataType) -> str | None:
+        """The loop-carried value standing for ``tl.load(ptr + off, mask)``, as this
+        pass reads it, if it loads the row's head and tail or its aligned body; else
+        None (load it).  The output pass reads a 16-bit float row widened to fp32 afresh
+        (module docstring); every use of such a value computes in fp32
+        (``compute_dtype``) or stores it, so the wider value changes no result."""
+        if not self.prefetch or (off, mask) not in (("le", "mask_e"), ("lb", "mask_b")):
+            return None
+        name = self.carried.setdefault((ptr, dt, off[1]), f"c{len(self.carried)}")
+        if not (self.last_pass and self.rewiden and dt in _WIDEN):
+            return name
+        return w.tmp(f'tl.inline_asm_elementwise("{_WIDEN[dt]} $0, $1;", "=r,h", [{name}], dtype=tl.float32, '
+                     "is_pure=True, pack=1)", "x")
+
+    def close_rows(self, low, before: int, top: int):
+        """End the row loop: pass each next-row load on to the next iteration, and put
+        the loads in place, the next row's at ``top`` and the first row's before the
+        loop (known only now that the body has asked for them).  The head and tail are
+        carried as the body is: loaded in the loop, after the next row's loads had been
+        issued, they made every pass wait for those (ptxas gives the loads a shared
+        scoreboard): log-softmax [8192, 30522] fp16 -> fp32 495 us, 421 without
+        prefetching (H200)."""
+        w = low.w
+        for name in self.carried.values():
+            w.line(f"{name} = n{name}")
+        w.indent -= 1
+        inside, outside = "    " * (w.indent + 1), "    " * w.indent
+        ahead = ["# the next row, loaded now: it arrives while this row is reduced and stored",
+                 *self._row_body("(r + G)", "_n"), *self._row_chunks("_n", "r + G < K")]
+        first = ["# this program's first row", *self._row_body("pid", ""), "edge = tl.arange(0, 2 * ALIGN)[None, :]",
+                 *self._row_chunks("", None)]
+        for (ptr, _, c), name in self.carried.items():
+            ahead.append(f"n{name} = tl.load({ptr} + l{c}_n, mask=mask_{c}_n)")
+            first.append(f"{name} = tl.load({ptr} + l{c}, mask=mask_{c})")
+        w.lines[top:top] = [inside + x for x in ahead]
+        w.lines[before:before] = [outside + x for x in first]
 
     def quads(self, lin: Coord):
         if not (self.quad_rng and self.inner and lin.code == "(k * J + j)" and self.block_j >= 4) or self.peeled:

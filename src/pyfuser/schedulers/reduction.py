@@ -57,6 +57,13 @@ class ReductionParams:
     # The extent along the tile's contiguous axis (J inner, K outer) is a multiple of
     # this many elements, which the kernel tells the compiler (``contiguous_multiple``).
     contig_multiple: int = 1
+    # Peeled persistent rows only: one program per SM walks rows pid, pid + G, ... and
+    # loads its next row's body before it reduces and stores this one, so the SM always
+    # has loads in flight (``ReductionTile`` docstring, ``prefetch_pays``).
+    prefetch: bool = False
+    # Prefetching rows only: the output pass widens the carried 16-bit row again
+    # rather than reuse the statistics passes' fp32 copy (``codegen.tiles`` docstring).
+    rewiden: bool = False
 
 
 def analyse(seg: Segment):
@@ -116,12 +123,56 @@ def kept_and_reduced(seg, ref, dims):
 
 
 def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
+    p = _one_row_at_a_time(seg, ref, dims)
+    J = kept_and_reduced(seg, ref, dims)[1]
+    if prefetch_pays(seg, ref, J, p):
+        p = replace(p, persistent=True, block_k=1, block_j=next_pow2(J), num_warps=PREFETCH_WARPS, online=False,
+                    out_reversed=False, prefetch=True, rewiden=True)
+    return apply_overrides(p)
+
+
+def _one_row_at_a_time(seg: Segment, ref, dims) -> ReductionParams:
+    """The inner tile without prefetching: each program's rows loaded when it starts."""
     J = kept_and_reduced(seg, ref, dims)[1]
     p = replace(_inner_heuristics(seg, ref, dims), quad_rng=J % 4 == 0)
     align = row_alignment(seg, ref, J, p.persistent)
     peeled = align > 1 and p.block_k == 1  # each row's aligned body found in the kernel: no hint needed
     return apply_overrides(replace(p, align=align, aligned_rows=align > 1 and strided_rows_dominate(seg, ref),
                                    contig_multiple=1 if peeled else contiguous_multiple(J)))
+
+
+# Warps of a prefetching program: two rows of 32768 16-bit elements take 64 of the
+# 128 registers each of 512 threads may hold, the rest is the passes' working set.
+PREFETCH_WARPS = 16
+# The bytes per element of a row that a prefetching tile may load: two rows (this one
+# and the next) then fill half of an SM's 256 KB register file at most.
+PREFETCH_ROW_BYTES = 1 << 16
+
+
+def prefetch_pays(seg: Segment, ref, J: int, p: ReductionParams) -> bool:
+    """Whether rows are walked by one program per SM with the next row loaded ahead
+    (``ReductionParams.prefetch``): normalizations over rows that pad to 32768 lanes
+    (one row fills an SM, so nothing else overlaps its phases), peeled (the carried
+    loads are each row's aligned body), reading nothing but rows (a weight loaded
+    in the loop would wait behind the next row's loads), whose two rows' loads fit
+    ``PREFETCH_ROW_BYTES``.  The candidates, in the spill check's order: the output
+    pass widening the row again (``rewiden``), then reusing the statistics passes'
+    fp32 row, then the tile without prefetching (``reduction_fallbacks``).  Measured on
+    H200 (2026-11-30, ``benchmarks/variants.py --only prefetch``), [8192, 30522] rows:
+
+    * log-softmax fp16 -> fp32: 424.4 -> 404.6 us (re-widened; reusing spills 2, 445.0);
+    * softmax bf16: 309.3 -> 271.0 us (reusing; re-widened spills 56);
+    * log-softmax fp16 -> fp16 + fp32: 569.0 us without; both forms spill 2 registers
+      (562.3 and 558.8 us if allowed), so it runs without."""
+    if seg.device_type != "cuda" or not is_normalization(seg, ref) or p.align == 1 or p.aligned_rows:
+        return False
+    lanes = next_pow2(J)
+    if lanes != 1 << 15 or _too_padded(J, lanes) or _compares_integers_along_rows(seg, ref):
+        return False
+    n = seg.numel(ref)
+    if any(seg.numel(v) != n for v in seg.loads()):  # a weight read per row would wait behind the next row
+        return False
+    return lanes * sum(v.dtype.itemsize for v in seg.loads()) <= PREFETCH_ROW_BYTES
 
 
 _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
@@ -445,6 +496,10 @@ def reduction_fallbacks(seg: Segment, params: ReductionParams) -> list:
             out.append(replace(params, persistent=J <= bj, block_j=bj))
             bj //= 2
         return out
+    if params.prefetch:
+        plain = replace(_one_row_at_a_time(seg, *analyse(seg)), prefetch=False, rewiden=False)  # (overrides)
+        shared = [replace(params, rewiden=False)] if params.rewiden else []
+        return shared + [plain] + reduction_fallbacks(seg, plain)
     out = []
     if params.persistent:
         out.append(replace(params, persistent=False, block_k=1, block_j=min(params.block_j, 8192), num_warps=16))
@@ -460,7 +515,8 @@ def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: 
     tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64,
                          params.quad_rng, params.align, params.online, effective_split(seg, params),
                          params.aligned_rows, params.stages if not (params.inner or params.persistent) else 1,
-                         params.out_reversed and params.inner and not params.persistent, params.contig_multiple)
+                         params.out_reversed and params.inner and not params.persistent, params.contig_multiple,
+                         params.prefetch, params.rewiden, asm=seg.device_type == "cuda")
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
 
 
@@ -469,6 +525,8 @@ def reduction_grid(seg: Segment, params: ReductionParams):
     K, _ = kept_and_reduced(seg, ref, dims)
     # No kept index, no program (Triton launches nothing for an empty grid): a one-row
     # tile's kernel may then assume every program has a row (``ReductionTile.prologue``).
+    if params.prefetch:  # one program per SM walks the rows
+        return (min(K, sm_count()),)
     strips = (K + params.block_k - 1) // params.block_k
     split = effective_split(seg, params)
     return (strips,) if split == 1 else (strips, split)
