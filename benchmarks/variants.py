@@ -52,9 +52,6 @@ NO_RNG = (r"(r\d+) = tl\.reshape\(tl\.join\(.*\), \[BLOCK_K, BLOCK_J\]\)",
 
 
 
-# A prefetching row's max taken of the fp32 values, not the 16-bit ones.
-WIDE_MAX = (r"tl\.reduce\(tl\.where\((mask_[eb]), (c\d+), float\('-inf'\)\), None, _pyfuser_max_nan\w*\)\.to\(tl\.float32\)",
-            r"tl.reduce(tl.where(\1, (\2).to(tl.float32), float('-inf')), None, _pyfuser_max_nan)")
 # A prefetching row's output pass reusing the statistics passes' conversion (no inline PTX).
 ONE_WIDEN = (r'tl\.inline_asm_elementwise\("cvt\.f32\.b?f16 \$0, \$1;", "=r,h", \[(c\d+)\], dtype=tl\.float32, '
              r'is_pure=True, pack=1\)', r"(\1).to(tl.float32)")
@@ -398,9 +395,7 @@ def main():
                 ("base", {}, []),
                 ("without prefetch", dict(ov, prefetch=False), []),
                 ("base, spills allowed", {}, [], spills_allowed()),
-                ("max of fp32 (spills allowed)", {}, [WIDE_MAX], spills_allowed()),
-                ("one conversion (spills allowed)", {}, [ONE_WIDEN], spills_allowed()),
-                ("both (spills allowed)", {}, [WIDE_MAX, ONE_WIDEN], spills_allowed())], args.dump)
+                ("one conversion (spills allowed)", {}, [ONE_WIDEN], spills_allowed())], args.dump)
     if "rows1024" in groups:  # rows of 513-1024 elements: one row on 2 warps against 2 or 4 rows
         for name in ("layer_norm_768_fp16", "layer_norm_1024_bf16", "softmax_1024_fp32", "softmax_backward_1000_bf16",
                      "softmax_777_bf16"):
