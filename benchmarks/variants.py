@@ -14,7 +14,8 @@ two kernels they ran as before), ``outer`` (column sums: strip and chunk sizes, 
 chunk loop pipelined), ``rope`` (the broadcast tile's sizes against the flat tile),
 ``pointwise`` (elements per thread of math-heavy flat tiles), ``phases`` (wide rows:
 pipelined chunk loops, the exponentials' share), ``heldout``, ``heldout2`` (tile
-sizes of the held-out bench cases that torch.compile beat), ``prefetch`` (rows walked with the next one loaded ahead, against the tiles without), ``rows1024`` (rows of
+sizes of the held-out bench cases that torch.compile beat), ``prefetch`` (rows walked with the next one loaded ahead, against the tiles without),
+``prefetch_general`` (the same on shapes and fusions the rule was not measured on), ``rows1024`` (rows of
 513-1024 elements: one or several per program), ``waste`` (rows padded far past their
 width: chunks against the persistent row), ``l2`` (wide rows read
 twice: exp2, the online pass's group size; the L2 hints measured as edits are now the
@@ -53,8 +54,20 @@ NO_RNG = (r"(r\d+) = tl\.reshape\(tl\.join\(.*\), \[BLOCK_K, BLOCK_J\]\)",
 
 
 # A prefetching row's output pass reusing the statistics passes' conversion (no inline PTX).
-ONE_WIDEN = (r'tl\.inline_asm_elementwise\("cvt\.f32\.b?f16 \$0, \$1;", "=r,h", \[(c\d+)\], dtype=tl\.float32, '
+ONE_WIDEN = (r'tl\.inline_asm_elementwise\("[^"]*", "=r,h", \[(c\d+)\], dtype=tl\.float32, '
              r'is_pure=True, pack=1\)', r"(\1).to(tl.float32)")
+
+
+@contextlib.contextmanager
+def without_prefetch():
+    """Plan as if no row paid for prefetching (``reduction.prefetch_pays``)."""
+    from pyfuser.schedulers import reduction
+    original = reduction.prefetch_pays
+    reduction.prefetch_pays = lambda *a: False
+    try:
+        yield
+    finally:
+        reduction.prefetch_pays = original
 
 
 @contextlib.contextmanager
@@ -396,6 +409,30 @@ def main():
                 ("without prefetch", dict(ov, prefetch=False), []),
                 ("base, spills allowed", {}, [], spills_allowed()),
                 ("one conversion (spills allowed)", {}, [ONE_WIDEN], spills_allowed())], args.dump)
+    if "prefetch_general" in groups:  # the prefetch rule on shapes and fusions it was not measured on
+        from pyfuser import DataType
+        from pyfuser.bench import training as T
+
+        def norm_rows(R, V, dt, log, out=None):
+            def build(fd):
+                x = T.tensor(fd, 2, dt)
+                xf = fd.ops.cast(x, DataType.Float)
+                d = fd.ops.sub(xf, T.bcast_rows(fd, fd.ops.max(xf, dims=[1]), (R, V)))
+                s = fd.ops.sum(fd.ops.exp(d), dims=[1])
+                y = (fd.ops.sub(d, T.bcast_rows(fd, fd.ops.log(s), (R, V))) if log
+                     else fd.ops.div(fd.ops.exp(d), T.bcast_rows(fd, s, (R, V))))
+                fd.add_output(y if out is DataType.Float else fd.ops.cast(y, out or dt))
+                return [torch.randn(R, V, device="cuda", dtype=dt.torch)]
+            return build
+        for name, build in (("softmax [8192, 25001] fp16", norm_rows(8192, 25001, DataType.Half, False)),
+                            ("log-softmax [6144, 30001] bf16", norm_rows(6144, 30001, DataType.BFloat16, True)),
+                            ("log-softmax [4096, 32767] fp16 -> fp32", norm_rows(4096, 32767, DataType.Half, True,
+                                                                            DataType.Float)),
+                            ("softmax [8192, 26001] bf16 -> fp32", norm_rows(8192, 26001, DataType.BFloat16, False,
+                                                                        DataType.Float))):
+            rows += run(name, build, [("base", {}, []), ("without prefetch", {}, [], without_prefetch()),
+                                      ("one conversion (spills allowed)", {}, [ONE_WIDEN], spills_allowed())],
+                        args.dump)
     if "rows1024" in groups:  # rows of 513-1024 elements: one row on 2 warps against 2 or 4 rows
         for name in ("layer_norm_768_fp16", "layer_norm_1024_bf16", "softmax_1024_fp32", "softmax_backward_1000_bf16",
                      "softmax_777_bf16"):

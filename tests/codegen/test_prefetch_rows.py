@@ -17,7 +17,7 @@ from pyfuser.codegen.tiles import ReductionTile
 from pyfuser.schedulers import override
 from pyfuser.schedulers.base import sm_count
 
-from .common import check, fusion, gen_for, make_tensor, need_ptxas, regcheck
+from .common import DataType, check, fusion, gen_for, make_tensor, need_ptxas, regcheck
 
 # J = 100 is not a multiple of 8: rows start misaligned and are peeled, as the tile needs.
 PREFETCH = dict(prefetch=True, persistent=True, block_k=1, block_j=128, num_warps=4, online=False,
@@ -120,10 +120,35 @@ def test_cuda_heuristics(rc, name, prefetch):
     sched, seg, p = _cuda_plan(rc, name)
     assert p.prefetch is prefetch, p
     if prefetch:
-        assert (p.persistent, p.block_k, p.block_j, p.num_warps, p.rewiden) == (True, 1, 32768, 16, True)
-        shared, plain, *_ = sched.fallbacks(seg, p)
-        assert shared == replace(p, rewiden=False)
-        assert not plain.prefetch and plain.align == p.align
+        fp16 = "bf16" not in name  # a bf16 row is not widened again (tiles._WIDEN)
+        assert (p.persistent, p.block_k, p.block_j, p.num_warps, p.rewiden) == (True, 1, 32768, 16, fp16)
+        forms = sched.fallbacks(seg, p)
+        if fp16:
+            assert forms.pop(0) == replace(p, rewiden=False)
+        assert not forms[0].prefetch and forms[0].align == p.align
+
+
+def test_bf16_rows_are_not_widened_again():
+    """Even when asked to (an override), a carried bf16 row is read as it is in the
+    output pass: cvt.f32.bf16 measured slower than reusing the fp32 row."""
+    from pyfuser.schedulers import inner_normalization
+    from .test_register_budget import cuda_segment
+
+    def build(fd):
+        x = T.tensor(fd, 2, T.BF)
+        xf = fd.ops.cast(x, DataType.Float)
+        d = fd.ops.sub(xf, T.bcast_rows(fd, fd.ops.max(xf, dims=[1]), (6144, 30001)))
+        y = fd.ops.sub(d, T.bcast_rows(fd, fd.ops.log(fd.ops.sum(fd.ops.exp(d), dims=[1])), (6144, 30001)))
+        fd.add_output(fd.ops.cast(y, T.BF))
+    seg = cuda_segment(build, [((6144, 30001), torch.bfloat16)])
+    p = inner_normalization.heuristics(seg)
+    assert p.prefetch and not p.rewiden
+    src = inner_normalization.emit(seg, replace(p, rewiden=True), "k").source
+    assert "c1 = nc1" in src and "inline_asm" not in src
+    fp16 = cuda_segment(lambda fd: seeds.build_log_softmax_sub(fd, 4096, 32767), [((4096, 32767), torch.float16)])
+    p = inner_normalization.heuristics(fp16)
+    assert p.prefetch and p.rewiden
+    assert 'inline_asm_elementwise("cvt.f32.f16 $0, $1;"' in inner_normalization.emit(fp16, p, "k").source
 
 
 def test_the_spill_check_picks_the_form(rc):

@@ -28,15 +28,15 @@ Prefetch (``prefetch``, peeled persistent rows only): a row of 30522 fp16 held o
 16-32 warps is one program per SM, which loads, reduces, then stores, so while its
 stores drain and its reductions run the SM has no loads in flight.  With ``prefetch``
 the grid has one program per SM, each walking rows ``pid, pid + G, ...``; the loads
-of the next row's aligned body are issued at the top of each iteration and carried
-into the next one as loop values (``carried_load``), so they arrive while this row
-is reduced and stored.  Two rows then share the registers.  For some fusions they fit
-only if the fp32 row the statistics passes convert is not also held through the
-output pass (``rewiden``): there the carried fp16/bf16 row is widened again by
-inline PTX, which the compiler cannot merge with the first conversion; for others
-that second conversion is what spills.  Which is which is left to the spill check
-(H200, [8192, 30522] rows on 16 warps: log-softmax fp16 -> fp32 fits only with it,
-softmax bf16 only without it; ``reduction.prefetch_pays``).
+of the next row (its head, tail and aligned body) are issued at the top of each
+iteration and carried into the next one as loop values (``carried_load``), so they
+arrive while this row is reduced and stored.  Two rows then share the registers.
+For some fusions they fit only if the fp32 row the statistics passes convert is not
+also held through the output pass (``rewiden``, fp16 rows): there the carried row is
+widened again by inline PTX, which the compiler cannot merge with the first
+conversion; for others that second conversion is what spills.  Which is which is
+left to the spill check (H200, [8192, 30522] fp16 rows on 16 warps: log-softmax to
+fp32 fits only with it, softmax only without it; ``reduction.prefetch_pays``).
 """
 from __future__ import annotations
 
@@ -204,8 +204,11 @@ class ProbeTile:
 _IDENT = {"sum": 0, "prod": 1}
 
 
-# PTX that widens a 16-bit float to fp32 (``ReductionTile.carried_load``).
-_WIDEN = {DataType.Half: "cvt.f32.f16", DataType.BFloat16: "cvt.f32.bf16"}
+# PTX that widens a carried fp16 row to fp32 (``ReductionTile.carried_load``).  A bf16
+# row is not widened again: ``cvt.f32.bf16`` runs on the conversion unit (log-softmax
+# [6144, 30001] bf16, H200: 226.4 us re-widened, 197.2 reusing the fp32 row), and
+# moving its bits to the upper half of an fp32 instead spills 90 registers (offline).
+_WIDEN = {DataType.Half: "cvt.f32.f16 $0, $1;"}
 
 
 class ReductionTile:
@@ -379,7 +382,7 @@ class ReductionTile:
         name = self.carried.setdefault((ptr, dt, off[1]), f"c{len(self.carried)}")
         if not (self.last_pass and self.rewiden and dt in _WIDEN):
             return name
-        return w.tmp(f'tl.inline_asm_elementwise("{_WIDEN[dt]} $0, $1;", "=r,h", [{name}], dtype=tl.float32, '
+        return w.tmp(f'tl.inline_asm_elementwise("{_WIDEN[dt]}", "=r,h", [{name}], dtype=tl.float32, '
                      "is_pure=True, pack=1)", "x")
 
     def close_rows(self, low, before: int, top: int):

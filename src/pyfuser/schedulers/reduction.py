@@ -127,7 +127,8 @@ def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     J = kept_and_reduced(seg, ref, dims)[1]
     if prefetch_pays(seg, ref, J, p):
         p = replace(p, persistent=True, block_k=1, block_j=next_pow2(J), num_warps=PREFETCH_WARPS, online=False,
-                    out_reversed=False, prefetch=True, rewiden=True)
+                    out_reversed=False, prefetch=True,
+                    rewiden=all(v.dtype is DataType.Half for v in seg.loads()))  # (``tiles._WIDEN``)
     return apply_overrides(p)
 
 
@@ -153,24 +154,31 @@ def prefetch_pays(seg: Segment, ref, J: int, p: ReductionParams) -> bool:
     """Whether rows are walked by one program per SM with the next row loaded ahead
     (``ReductionParams.prefetch``): normalizations over rows that pad to 32768 lanes
     (one row fills an SM, so nothing else overlaps its phases), peeled (the carried
-    loads are each row's aligned body), reading nothing but rows (a weight loaded
-    in the loop would wait behind the next row's loads), whose two rows' loads fit
+    loads are each row's aligned body), reading nothing but contiguous rows (a weight
+    loaded in the loop would wait behind the next row's loads), whose two rows' loads fit
     ``PREFETCH_ROW_BYTES``.  The candidates, in the spill check's order: the output
     pass widening the row again (``rewiden``), then reusing the statistics passes'
     fp32 row, then the tile without prefetching (``reduction_fallbacks``).  Measured on
     H200 (2026-11-30, ``benchmarks/variants.py --only prefetch``), [8192, 30522] rows:
 
     * log-softmax fp16 -> fp32: 424.4 -> 404.6 us (re-widened; reusing spills 2, 445.0);
-    * softmax bf16: 309.3 -> 271.0 us (reusing; re-widened spills 56);
+    * softmax bf16: 309.3 -> 271.0 us (reusing; bf16 is not re-widened, ``tiles._WIDEN``);
     * log-softmax fp16 -> fp16 + fp32: 569.0 us without; both forms spill 2 registers
-      (562.3 and 558.8 us if allowed), so it runs without."""
+      (562.3 and 558.8 us if allowed), so it runs without.
+
+    On shapes it was not tuned on (``--only prefetch_general``): softmax [8192, 25001]
+    fp16 272.7 -> 259.2 us (reusing), log-softmax [4096, 32767] fp16 -> fp32 232.9 ->
+    222.4 (re-widened), log-softmax [6144, 30001] bf16 206.8 -> 197.2 (reusing); softmax
+    [8192, 26001] bf16 -> fp32 spills in both forms and keeps its chunks (437.4)."""
     if seg.device_type != "cuda" or not is_normalization(seg, ref) or p.align == 1 or p.aligned_rows:
         return False
     lanes = next_pow2(J)
     if lanes != 1 << 15 or _too_padded(J, lanes) or _compares_integers_along_rows(seg, ref):
         return False
     n = seg.numel(ref)
-    if any(seg.numel(v) != n for v in seg.loads()):  # a weight read per row would wait behind the next row
+    # A weight read per row would wait behind the next row's loads; a strided input's
+    # row is not one aligned body to carry.
+    if any(seg.numel(v) != n or not seg.inputs_info[v]["contiguous"] for v in seg.loads()):
         return False
     return lanes * sum(v.dtype.itemsize for v in seg.loads()) <= PREFETCH_ROW_BYTES
 
