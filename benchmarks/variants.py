@@ -53,11 +53,6 @@ NO_RNG = (r"(r\d+) = tl\.reshape\(tl\.join\(.*\), \[BLOCK_K, BLOCK_J\]\)",
 
 
 
-# A prefetching row's output pass reusing the statistics passes' conversion (no inline PTX).
-ONE_WIDEN = (r'tl\.inline_asm_elementwise\("[^"]*", "=r,h", \[(c\d+)\], dtype=tl\.float32, '
-             r'is_pure=True, pack=1\)', r"(\1).to(tl.float32)")
-
-
 @contextlib.contextmanager
 def without_prefetch():
     """Plan as if no row paid for prefetching (``reduction.prefetch_pays``)."""
@@ -404,11 +399,8 @@ def main():
                  "log_softmax_sub": dict(persistent=False, block_j=16384, num_warps=16, online=True),
                  "softmax_30522_bf16": dict(persistent=False, block_j=8192, num_warps=16, online=True)}
         for name, ov in plain.items():
-            rows += run(name, bench_build(name), [
-                ("base", {}, []),
-                ("without prefetch", dict(ov, prefetch=False), []),
-                ("base, spills allowed", {}, [], spills_allowed()),
-                ("one conversion (spills allowed)", {}, [ONE_WIDEN], spills_allowed())], args.dump)
+            rows += run(name, bench_build(name), [("base", {}, []), ("without prefetch", dict(ov, prefetch=False), [])] + [
+                (f"rewiden {k} (spills allowed)", dict(rewiden=k), [], spills_allowed()) for k in (0, 1, 2)], args.dump)
     if "prefetch_general" in groups:  # the prefetch rule on shapes and fusions it was not measured on
         from pyfuser import DataType
         from pyfuser.bench import training as T
@@ -430,9 +422,8 @@ def main():
                                                                             DataType.Float)),
                             ("softmax [8192, 26001] bf16 -> fp32", norm_rows(8192, 26001, DataType.BFloat16, False,
                                                                         DataType.Float))):
-            rows += run(name, build, [("base", {}, []), ("without prefetch", {}, [], without_prefetch()),
-                                      ("one conversion (spills allowed)", {}, [ONE_WIDEN], spills_allowed())],
-                        args.dump)
+            rows += run(name, build, [("base", {}, []), ("without prefetch", {}, [], without_prefetch())] + [
+                (f"rewiden {k} (spills allowed)", dict(rewiden=k), [], spills_allowed()) for k in (0, 1, 2)], args.dump)
     if "rows1024" in groups:  # rows of 513-1024 elements: one row on 2 warps against 2 or 4 rows
         for name in ("layer_norm_768_fp16", "layer_norm_1024_bf16", "softmax_1024_fp32", "softmax_backward_1000_bf16",
                      "softmax_777_bf16"):

@@ -5,6 +5,7 @@ several rows, and fewer); the CUDA heuristics and the registers of the chosen ke
 offline on the bench cases (meta tensors, Triton's ptxas for sm_90)."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -121,10 +122,11 @@ def test_cuda_heuristics(rc, name, prefetch):
     assert p.prefetch is prefetch, p
     if prefetch:
         fp16 = "bf16" not in name  # a bf16 row is not widened again (tiles._WIDEN)
-        assert (p.persistent, p.block_k, p.block_j, p.num_warps, p.rewiden) == (True, 1, 32768, 16, fp16)
+        assert (p.persistent, p.block_k, p.block_j, p.num_warps, p.rewiden) == (True, 1, 32768, 16, int(fp16))
         forms = sched.fallbacks(seg, p)
-        if fp16:
-            assert forms.pop(0) == replace(p, rewiden=False)
+        if fp16:  # the sum pass widening for itself too, then no pass
+            assert forms[:2] == [replace(p, rewiden=2), replace(p, rewiden=0)]
+            forms = forms[2:]
         assert not forms[0].prefetch and forms[0].align == p.align
 
 
@@ -142,27 +144,30 @@ def test_bf16_rows_are_not_widened_again():
         fd.add_output(fd.ops.cast(y, T.BF))
     seg = cuda_segment(build, [((6144, 30001), torch.bfloat16)])
     p = inner_normalization.heuristics(seg)
-    assert p.prefetch and not p.rewiden
-    src = inner_normalization.emit(seg, replace(p, rewiden=True), "k").source
+    assert p.prefetch and p.rewiden == 0
+    src = inner_normalization.emit(seg, replace(p, rewiden=2), "k").source
     assert "c1 = nc1" in src and "inline_asm" not in src
     fp16 = cuda_segment(lambda fd: seeds.build_log_softmax_sub(fd, 4096, 32767), [((4096, 32767), torch.float16)])
     p = inner_normalization.heuristics(fp16)
-    assert p.prefetch and p.rewiden
-    assert 'inline_asm_elementwise("cvt.f32.f16 $0, $1;"' in inner_normalization.emit(fp16, p, "k").source
+    assert p.prefetch and p.rewiden == 1
+    # three passes (max, sum, output): the last ``rewiden`` widen for themselves, one PTX text each
+    for k, tags in ((0, []), (1, [2]), (2, [1, 2]), (3, [1, 2])):
+        src = inner_normalization.emit(fp16, replace(p, rewiden=k), "k").source
+        assert sorted({int(t) for t in re.findall(r'"cvt\.f32\.f16 \$0, \$1;  // pass (\d)"', src)}) == tags, k
 
 
 def test_the_spill_check_picks_the_form(rc):
     """Offline sm_90, as measured on the H200 (``reduction.prefetch_pays``): the
-    log-softmax to fp32 fits with its output pass re-widening the row, the bf16 softmax
-    only reusing the statistics passes' fp32 row, and the log-softmax to fp16 + fp32
-    in neither form, so it runs without prefetching."""
+    log-softmax to fp32 fits with its output pass widening the row for itself, the
+    log-softmax to fp16 + fp32 with its sum pass doing so too, the bf16 softmax with
+    every pass reusing the first one's fp32 row."""
     need_ptxas()
     names = ("log_softmax_full", "log_softmax_sub", "softmax_30522_bf16")
     rows = {r["case"]: r for n in names for r in rc.check_case(rc.select(n)[0], log=lambda *a: None)}
     chosen = {n: rows[n]["chosen"] for n in names}
-    assert chosen["log_softmax_sub"].prefetch and chosen["log_softmax_sub"].rewiden
-    assert chosen["softmax_30522_bf16"].prefetch and not chosen["softmax_30522_bf16"].rewiden
-    assert not chosen["log_softmax_full"].prefetch
+    assert chosen["log_softmax_sub"].prefetch and chosen["log_softmax_sub"].rewiden == 1
+    assert chosen["log_softmax_full"].prefetch and chosen["log_softmax_full"].rewiden == 2
+    assert chosen["softmax_30522_bf16"].prefetch and chosen["softmax_30522_bf16"].rewiden == 0
     for n in names:
         assert dict(rows[n]["tried"])[chosen[n]].spills == 0
 

@@ -171,14 +171,15 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
         for c in tile.chunk_names():
             tile.open_chunk(low, c, "bstart")
         top = len(w.lines)  # where a prefetching tile's loads go
-        for lvl in sorted(set(levels.values())):
-            with _pass_scope(low, tile, last=False):
+        n_passes = len(set(levels.values())) + 1
+        for n, lvl in enumerate(sorted(set(levels.values()))):
+            with _pass_scope(low, tile, n, n_passes):
                 for e in [e for e, l in levels.items() if l == lvl]:
                     acc = tile.init_accumulators(low, e)
                     for c in tile.chunk_names():
                         tile.chunk(low, e, acc, c=c)
                     tile.results[e] = tile.finish(low, e, acc)
-        with _pass_scope(low, tile, last=True):
+        with _pass_scope(low, tile, n_passes - 1, n_passes):
             store_kept()
             for c in tile.chunk_names():
                 store_chunk(c)
@@ -301,24 +302,23 @@ def online_softmax_pairs(levels: dict) -> dict:
 
 
 class _pass_scope:
-    """A pass over a prefetching tile's row (``last``: the output pass): values
-    computed in a pass are forgotten after it, so the output pass reads the carried
-    row afresh (``tiles`` module docstring: it must not reuse the statistics passes'
-    widened row).  A no-op for other tiles."""
+    """Pass ``n`` of ``passes`` over a prefetching tile's row (the last one stores the
+    outputs): values computed in a pass are forgotten after it, so a pass can read
+    the carried row afresh (``tiles`` module docstring: ``rewiden``).  A no-op for
+    other tiles."""
 
-    def __init__(self, low, tile, last: bool):
-        self.low, self.tile, self.last = low, tile, last
+    def __init__(self, low, tile, n: int, passes: int):
+        self.low, self.tile, self.n, self.passes = low, tile, n, passes
 
     def __enter__(self):
         if self.tile.prefetch:
-            self.tile.last_pass = self.last
+            self.tile.pass_no, self.tile.passes = self.n, self.passes
             self.low.push()
         return self
 
     def __exit__(self, *exc):
         if self.tile.prefetch:
             self.low.pop()
-            self.tile.last_pass = False
         return False
 
 

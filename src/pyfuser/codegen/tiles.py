@@ -31,12 +31,14 @@ the grid has one program per SM, each walking rows ``pid, pid + G, ...``; the lo
 of the next row (its head, tail and aligned body) are issued at the top of each
 iteration and carried into the next one as loop values (``carried_load``), so they
 arrive while this row is reduced and stored.  Two rows then share the registers.
-For some fusions they fit only if the fp32 row the statistics passes convert is not
-also held through the output pass (``rewiden``, fp16 rows): there the carried row is
-widened again by inline PTX, which the compiler cannot merge with the first
-conversion; for others that second conversion is what spills.  Which is which is
-left to the spill check (H200, [8192, 30522] fp16 rows on 16 warps: log-softmax to
-fp32 fits only with it, softmax only without it; ``reduction.prefetch_pays``).
+For some fusions they fit only if the fp32 row the first pass converts is not also
+held through the later ones (``rewiden``, fp16 rows: the last ``rewiden`` passes
+widen the carried row for themselves, through inline PTX that the compiler cannot
+merge with another conversion); for others each extra conversion is what spills.
+Which is which is left to the spill check (H200, [8192, 30522] fp16 rows on 16
+warps: log-softmax to fp32 fits with its output pass widening for itself,
+log-softmax to fp16 + fp32 only with the sum pass doing so too, softmax with
+neither; ``reduction.prefetch_pays``).
 """
 from __future__ import annotations
 
@@ -215,7 +217,7 @@ class ReductionTile:
     def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
                  quad_rng: bool = False, align: int = 1, online: bool = False, split: int = 1,
                  aligned_rows: bool = False, stages: int = 1, out_reversed: bool = False, contig_multiple: int = 1,
-                 prefetch: bool = False, rewiden: bool = False, asm: bool = False):
+                 prefetch: bool = False, rewiden: int = 0, asm: bool = False):
         if split > 1 and (inner or persistent):
             raise Unsupported("a split reduction needs an outer, multi-pass tile")
         self.split = split  # programs along the reduced extent (see the module docstring)
@@ -254,10 +256,11 @@ class ReductionTile:
         self.prefetch = prefetch
         if prefetch and not (self.peeled and persistent and not self.aligned_rows):
             raise Unsupported("prefetching the next row needs a peeled persistent row of contiguous tensors")
-        # The output pass widens the carried 16-bit row again (inline PTX: the kernel
-        # runs compiled, the interpreter cannot run it); else it reuses the fp32 row
-        # the statistics passes made.
-        self.rewiden = rewiden and asm
+        # The last ``rewiden`` passes widen the carried fp16 row for themselves (inline
+        # PTX: the kernel runs compiled, the interpreter cannot run it); the others
+        # share the first pass's conversion.
+        self.rewiden = rewiden if asm else 0
+        self.pass_no, self.passes = 0, 1  # the pass being emitted, of how many (``emit._pass_scope``)
         self.carried: dict = {}
 
     # -- cache hints --------------------------------------------------------------------
@@ -380,10 +383,11 @@ class ReductionTile:
         if not self.prefetch or (off, mask) not in (("le", "mask_e"), ("lb", "mask_b")):
             return None
         name = self.carried.setdefault((ptr, dt, off[1]), f"c{len(self.carried)}")
-        if not (self.last_pass and self.rewiden and dt in _WIDEN):
+        if dt not in _WIDEN or self.pass_no == 0 or self.pass_no < self.passes - self.rewiden:
             return name
-        return w.tmp(f'tl.inline_asm_elementwise("{_WIDEN[dt]}", "=r,h", [{name}], dtype=tl.float32, '
-                     "is_pure=True, pack=1)", "x")
+        # one PTX text per pass: identical inline assembly on the same value would be merged
+        return w.tmp(f'tl.inline_asm_elementwise("{_WIDEN[dt]}  // pass {self.pass_no}", "=r,h", [{name}], '
+                     "dtype=tl.float32, is_pure=True, pack=1)", "x")
 
     def close_rows(self, low, before: int, top: int):
         """End the row loop: pass each next-row load on to the next iteration, and put

@@ -61,9 +61,9 @@ class ReductionParams:
     # loads its next row's body before it reduces and stores this one, so the SM always
     # has loads in flight (``ReductionTile`` docstring, ``prefetch_pays``).
     prefetch: bool = False
-    # Prefetching rows only: the output pass widens the carried 16-bit row again
-    # rather than reuse the statistics passes' fp32 copy (``codegen.tiles`` docstring).
-    rewiden: bool = False
+    # Prefetching fp16 rows only: the last ``rewiden`` passes widen the carried row for
+    # themselves rather than reuse the first pass's fp32 copy (``codegen.tiles`` docstring).
+    rewiden: int = 0
 
 
 def analyse(seg: Segment):
@@ -128,7 +128,7 @@ def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     if prefetch_pays(seg, ref, J, p):
         p = replace(p, persistent=True, block_k=1, block_j=next_pow2(J), num_warps=PREFETCH_WARPS, online=False,
                     out_reversed=False, prefetch=True,
-                    rewiden=all(v.dtype is DataType.Half for v in seg.loads()))  # (``tiles._WIDEN``)
+                    rewiden=1 if all(v.dtype is DataType.Half for v in seg.loads()) else 0)  # (``tiles._WIDEN``)
     return apply_overrides(p)
 
 
@@ -156,20 +156,23 @@ def prefetch_pays(seg: Segment, ref, J: int, p: ReductionParams) -> bool:
     (one row fills an SM, so nothing else overlaps its phases), peeled (the carried
     loads are each row's aligned body), reading nothing but contiguous rows (a weight
     loaded in the loop would wait behind the next row's loads), whose two rows' loads fit
-    ``PREFETCH_ROW_BYTES``.  The candidates, in the spill check's order: the output
-    pass widening the row again (``rewiden``), then reusing the statistics passes'
-    fp32 row, then the tile without prefetching (``reduction_fallbacks``).  Measured on
-    H200 (2026-11-30, ``benchmarks/variants.py --only prefetch``), [8192, 30522] rows:
+    ``PREFETCH_ROW_BYTES``.  The candidates, in the spill check's order, for fp16 rows:
+    the output pass widening the carried row for itself (``rewiden`` 1), then the sum
+    pass too (2), then every pass reusing the first one's fp32 row (0; bf16 rows only
+    that, ``tiles._WIDEN``), then the tile without prefetching
+    (``reduction_fallbacks``).  Measured on H200 (2026-11-30, ``benchmarks/variants.py
+    --only prefetch``), [8192, 30522] rows, each form that spills being timed as well:
 
-    * log-softmax fp16 -> fp32: 424.4 -> 404.6 us (re-widened; reusing spills 2, 445.0);
-    * softmax bf16: 309.3 -> 271.0 us (reusing; bf16 is not re-widened, ``tiles._WIDEN``);
-    * log-softmax fp16 -> fp16 + fp32: 569.0 us without; both forms spill 2 registers
-      (562.3 and 558.8 us if allowed), so it runs without.
+    * log-softmax fp16 -> fp32: 420.4 -> 401.4 us (``rewiden`` 1; 2 spills 2, 466.5;
+      0 spills 38, 694.8);
+    * log-softmax fp16 -> fp16 + fp32: 565.2 -> 546.7 us (2; 1 spills 2, 554.2; 0
+      spills 2, 553.6);
+    * softmax bf16: 308.0 -> 272.0 us (0).
 
     On shapes it was not tuned on (``--only prefetch_general``): softmax [8192, 25001]
-    fp16 272.7 -> 259.2 us (reusing), log-softmax [4096, 32767] fp16 -> fp32 232.9 ->
-    222.4 (re-widened), log-softmax [6144, 30001] bf16 206.8 -> 197.2 (reusing); softmax
-    [8192, 26001] bf16 -> fp32 spills in both forms and keeps its chunks (437.4)."""
+    fp16 272.7 -> 259.2 us (0), log-softmax [4096, 32767] fp16 -> fp32 232.9 -> 222.4
+    (1), log-softmax [6144, 30001] bf16 206.8 -> 197.2 (0); softmax [8192, 26001] bf16
+    -> fp32 spills in every form and keeps its chunks (437.4)."""
     if seg.device_type != "cuda" or not is_normalization(seg, ref) or p.align == 1 or p.aligned_rows:
         return False
     lanes = next_pow2(J)
@@ -505,9 +508,10 @@ def reduction_fallbacks(seg: Segment, params: ReductionParams) -> list:
             bj //= 2
         return out
     if params.prefetch:
-        plain = replace(_one_row_at_a_time(seg, *analyse(seg)), prefetch=False, rewiden=False)  # (overrides)
-        shared = [replace(params, rewiden=False)] if params.rewiden else []
-        return shared + [plain] + reduction_fallbacks(seg, plain)
+        plain = replace(_one_row_at_a_time(seg, *analyse(seg)), prefetch=False, rewiden=0)  # (overrides)
+        forms = [replace(params, rewiden=2), replace(params, rewiden=0)] if params.rewiden == 1 else (
+            [replace(params, rewiden=0)] if params.rewiden else [])
+        return forms + [plain] + reduction_fallbacks(seg, plain)
     out = []
     if params.persistent:
         out.append(replace(params, persistent=False, block_k=1, block_j=min(params.block_j, 8192), num_warps=16))
