@@ -31,6 +31,7 @@ from .prepared import (Prepared, arg_value, cacheable, launch_error, poison_tens
 from .probe import LaunchMeta, Probe, input_positions, scheduler_decisions
 from .rng_state import draw_seed_offset
 from .subfusion import bind_sub
+from .toolchain import triton_ptxas
 
 POISON_OUTPUTS = os.environ.get("PYFUSER_POISON_OUTPUTS", "") == "1"
 # When a list, every launch appends (kernel, grid, args, kwargs): benchmarks replay
@@ -89,7 +90,8 @@ def execute(fd, inputs, device=None, profile=False):
                 outs = prep.run(inputs, probe, POISON_OUTPUTS, RECORD_LAUNCHES)
                 probe.finish(inputs, outs)
                 return outs
-        return _execute_slow(fd, rt, inputs, device, active, profile)
+        with triton_ptxas():  # what compiles here compiles with Triton's ptxas (``toolchain``)
+            return _execute_slow(fd, rt, inputs, device, active, profile)
     except CompileError as err:
         from .repro import with_repro
 

@@ -1,0 +1,41 @@
+"""The ptxas that compiles pyfuser's kernels: Triton's own, even after torch.compile.
+
+Importing torch's Inductor points ``TRITON_PTXAS_PATH`` at the ptxas torch ships
+(torch 2.11 built for CUDA 13: ptxas 13.0, where Triton 3.6 ships 12.8) for its own
+kernels, and Triton reads that variable for every kernel it compiles afterwards.
+pyfuser's register rules, its spill check's candidates and its offline checks
+(``benchmarks/regcheck.py``) were measured with Triton's ptxas, and the two allocate
+registers differently: log-softmax [8192, 30522] fp16 -> fp16 + fp32's prefetching
+tile fits 128 registers with 12.8 and spills 2 with 13.0 (then the spill check falls
+back to a tile 3% slower; H200, 2026-11-30).  So a process that had run torch.compile
+got other kernels than one that had not.  While pyfuser compiles (an execute that
+plans or prepares), a ``TRITON_PTXAS_PATH`` naming torch's own ptxas is set aside;
+one naming any other ptxas (a user's choice) is kept.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+_VAR = "TRITON_PTXAS_PATH"
+
+
+def _torch_ptxas() -> str:
+    import torch
+
+    return os.path.realpath(os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas"))
+
+
+@contextlib.contextmanager
+def triton_ptxas():
+    """Compile with Triton's bundled ptxas inside the block if the variable names
+    torch's (module docstring); restores the variable after."""
+    set_to = os.environ.get(_VAR)
+    if not set_to or os.path.realpath(set_to) != _torch_ptxas():
+        yield
+        return
+    del os.environ[_VAR]
+    try:
+        yield
+    finally:
+        os.environ[_VAR] = set_to
