@@ -52,29 +52,27 @@ NO_RNG = (r"(r\d+) = tl\.reshape\(tl\.join\(.*\), \[BLOCK_K, BLOCK_J\]\)",
           r"\1 = tl.full([BLOCK_K, BLOCK_J], 0.5, tl.float32)")
 
 
-
 @contextlib.contextmanager
+def patched(obj, name: str, value):
+    """``obj.name`` replaced by ``value`` inside the block."""
+    original = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, original)
+
+
 def without_prefetch():
     """Plan as if no row paid for prefetching (``reduction.prefetch_pays``)."""
     from pyfuser.schedulers import reduction
-    original = reduction.prefetch_pays
-    reduction.prefetch_pays = lambda *a: False
-    try:
-        yield
-    finally:
-        reduction.prefetch_pays = original
+    return patched(reduction, "prefetch_pays", lambda *a: False)
 
 
-@contextlib.contextmanager
 def spills_allowed():
     """Plan as if no kernel spilled (time a spilling candidate instead of its fallback)."""
     from pyfuser.runtime import spills
-    original = spills.rejection
-    spills.rejection = lambda *a: None
-    try:
-        yield
-    finally:
-        spills.rejection = original
+    return patched(spills, "rejection", lambda *a: None)
 
 
 def pipelined(stages):
@@ -156,15 +154,9 @@ def bench_build(name):
     return build
 
 
-@contextlib.contextmanager
 def without(name):
     """Plan without the scheduler ``name`` (what the fusion ran as before it existed)."""
-    original = plan_mod.SCHEDULERS
-    plan_mod.SCHEDULERS = tuple(s for s in original if s.NAME != name)
-    try:
-        yield
-    finally:
-        plan_mod.SCHEDULERS = original
+    return patched(plan_mod, "SCHEDULERS", tuple(s for s in plan_mod.SCHEDULERS if s.NAME != name))
 
 
 def run(name, build, variants, dump=None):

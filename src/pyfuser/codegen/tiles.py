@@ -251,8 +251,7 @@ class ReductionTile:
         # The contiguous axis's extent (J inner, K outer) is a multiple of this
         # (``schedulers.base.contiguous_multiple``): the prologue says so to the compiler.
         self.contig_multiple = contig_multiple
-        # Rows walked by one program per SM, the next row's body loaded ahead (module
-        # docstring): carried loads, (pointer, dtype) -> loop-carried name, in first-use order.
+        # Rows walked by one program per SM, the next row loaded ahead (module docstring).
         self.prefetch = prefetch
         if prefetch and not (self.peeled and persistent and not self.aligned_rows):
             raise Unsupported("prefetching the next row needs a peeled persistent row of contiguous tensors")
@@ -261,7 +260,7 @@ class ReductionTile:
         # share the first pass's conversion.
         self.rewiden = rewiden if asm else 0
         self.pass_no, self.passes = 0, 1  # the pass being emitted, of how many (``emit._pass_scope``)
-        self.carried: dict = {}
+        self.carried: dict = {}  # (pointer, dtype, chunk "e"/"b") -> loop-carried name, in first-use order
 
     # -- cache hints --------------------------------------------------------------------
     @property
@@ -377,8 +376,8 @@ class ReductionTile:
     def carried_load(self, w, ptr: str, off: str, mask: str | None, dt: DataType) -> str | None:
         """The loop-carried value standing for ``tl.load(ptr + off, mask)``, as this
         pass reads it, if it loads the row's head and tail or its aligned body; else
-        None (load it).  The output pass reads a 16-bit float row widened to fp32 afresh
-        (module docstring); every use of such a value computes in fp32
+        None (load it).  The last ``rewiden`` passes read an fp16 row widened to fp32
+        afresh (module docstring); every use of such a value computes in fp32
         (``compute_dtype``) or stores it, so the wider value changes no result."""
         if not self.prefetch or (off, mask) not in (("le", "mask_e"), ("lb", "mask_b")):
             return None

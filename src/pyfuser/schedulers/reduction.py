@@ -14,7 +14,9 @@ ones) and differ in what they accept and how they size the tile:
 
 Worked example: log-softmax over [8192, 30522] fp16.  J = 30522 pads to 32768 per
 row; persistent with one row per program, 32768 / (32 warps * 32 lanes) = 32
-elements per thread held as fp16: the row is read once and written once.
+elements per thread held as fp16: the row is read once and written once.  On the
+GPU the same rows are walked by one program per SM on 16 warps, each holding its
+next row's loads in flight while it reduces and stores this one (``prefetch_pays``).
 """
 from __future__ import annotations
 
@@ -58,8 +60,8 @@ class ReductionParams:
     # this many elements, which the kernel tells the compiler (``contiguous_multiple``).
     contig_multiple: int = 1
     # Peeled persistent rows only: one program per SM walks rows pid, pid + G, ... and
-    # loads its next row's body before it reduces and stores this one, so the SM always
-    # has loads in flight (``ReductionTile`` docstring, ``prefetch_pays``).
+    # loads its next row (head, tail, body) before it reduces and stores this one, so
+    # the SM always has loads in flight (``codegen.tiles`` docstring, ``prefetch_pays``).
     prefetch: bool = False
     # Prefetching fp16 rows only: the last ``rewiden`` passes widen the carried row for
     # themselves rather than reuse the first pass's fp32 copy (``codegen.tiles`` docstring).
@@ -154,7 +156,7 @@ def prefetch_pays(seg: Segment, ref, J: int, p: ReductionParams) -> bool:
     """Whether rows are walked by one program per SM with the next row loaded ahead
     (``ReductionParams.prefetch``): normalizations over rows that pad to 32768 lanes
     (one row fills an SM, so nothing else overlaps its phases), peeled (the carried
-    loads are each row's aligned body), reading nothing but contiguous rows (a weight
+    loads are each row's head, tail and aligned body), reading nothing but contiguous rows (a weight
     loaded in the loop would wait behind the next row's loads), whose two rows' loads fit
     ``PREFETCH_ROW_BYTES``.  The candidates, in the spill check's order, for fp16 rows:
     the output pass widening the carried row for itself (``rewiden`` 1), then the sum
