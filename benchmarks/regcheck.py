@@ -141,7 +141,8 @@ def short(p) -> str:
     parts = [f"{k}={d[k]}" for k in keep if k in d]
     parts += [f"{k}={v}" for k, v in d.items()
               if k in ("align", "online", "split", "stages", "outer", "block_outer", "out_reversed", "prefetch", "rewiden")
-              and not (v is False or v == () or (type(v) is int and v == 1 and k != "rewiden"))]  # True == 1: shown
+              and not (v is False or v == () or (type(v) is int and v == 1 and k != "rewiden"))  # True == 1: shown
+              and (k != "rewiden" or d.get("prefetch"))]
     parts += [f"{k}={v}" for k, v in d.items() if k in ("nprog", "group")]
     return " ".join(parts)
 
