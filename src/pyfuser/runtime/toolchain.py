@@ -10,7 +10,9 @@ tile fits 128 registers with 12.8 and spills 2 with 13.0 (then the spill check f
 back to a tile 3% slower; H200, 2026-11-30).  So a process that had run torch.compile
 got other kernels than one that had not.  While pyfuser compiles (an execute that
 plans or prepares), a ``TRITON_PTXAS_PATH`` naming torch's own ptxas is set aside;
-one naming any other ptxas (a user's choice) is kept.
+one naming any other ptxas (a user's choice) is kept.  The variable is the process's:
+a thread compiling at the same moment (Inductor's, say) sees it set aside as well,
+which changes which ptxas compiles that kernel, not what it computes.
 """
 from __future__ import annotations
 
