@@ -75,6 +75,14 @@ def spills_allowed():
     return patched(spills, "rejection", lambda *a: None)
 
 
+def prefetch_variants():
+    """The tile as chosen, the tile without prefetching, and each form of the
+    prefetching tile (``ReductionParams.rewiden``), timed even where it spills."""
+    from pyfuser.schedulers.reduction import REWIDEN_ORDER
+    return [("base", {}, []), ("without prefetch", {}, [], without_prefetch())] + [
+        (f"rewiden {k} (spills allowed)", dict(rewiden=k), [], spills_allowed()) for k in REWIDEN_ORDER]
+
+
 def pipelined(stages):
     """The reduction's chunk loop software-pipelined ``stages`` deep (loads of the next
     chunks issued before this one is summed)."""
@@ -387,12 +395,8 @@ def main():
             rows += run(name, bench_build(name), [("base", {}, [])] + [
                 (" ".join(f"{k}={v}" for k, v in ov.items()), ov, []) for ov in configs], args.dump)
     if "prefetch" in groups:  # rows walked by one program per SM, the next row loaded ahead
-        plain = {"log_softmax_full": dict(block_j=32768, num_warps=32),
-                 "log_softmax_sub": dict(persistent=False, block_j=16384, num_warps=16, online=True),
-                 "softmax_30522_bf16": dict(persistent=False, block_j=8192, num_warps=16, online=True)}
-        for name, ov in plain.items():
-            rows += run(name, bench_build(name), [("base", {}, []), ("without prefetch", dict(ov, prefetch=False), [])] + [
-                (f"rewiden {k} (spills allowed)", dict(rewiden=k), [], spills_allowed()) for k in (0, 1, 2)], args.dump)
+        for name in ("log_softmax_full", "log_softmax_sub", "softmax_30522_bf16"):
+            rows += run(name, bench_build(name), prefetch_variants(), args.dump)
     if "prefetch_general" in groups:  # the prefetch rule on shapes and fusions it was not measured on
         from pyfuser import DataType
         from pyfuser.bench import training as T
@@ -414,8 +418,7 @@ def main():
                                                                             DataType.Float)),
                             ("softmax [8192, 26001] bf16 -> fp32", norm_rows(8192, 26001, DataType.BFloat16, False,
                                                                         DataType.Float))):
-            rows += run(name, build, [("base", {}, []), ("without prefetch", {}, [], without_prefetch())] + [
-                (f"rewiden {k} (spills allowed)", dict(rewiden=k), [], spills_allowed()) for k in (0, 1, 2)], args.dump)
+            rows += run(name, build, prefetch_variants(), args.dump)
     if "rows1024" in groups:  # rows of 513-1024 elements: one row on 2 warps against 2 or 4 rows
         for name in ("layer_norm_768_fp16", "layer_norm_1024_bf16", "softmax_1024_fp32", "softmax_backward_1000_bf16",
                      "softmax_777_bf16"):

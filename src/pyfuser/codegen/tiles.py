@@ -217,7 +217,7 @@ class ReductionTile:
     def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
                  quad_rng: bool = False, align: int = 1, online: bool = False, split: int = 1,
                  aligned_rows: bool = False, stages: int = 1, out_reversed: bool = False, contig_multiple: int = 1,
-                 prefetch: bool = False, rewiden: int = 0, asm: bool = False):
+                 prefetch: bool = False, rewiden: int = 0):
         if split > 1 and (inner or persistent):
             raise Unsupported("a split reduction needs an outer, multi-pass tile")
         self.split = split  # programs along the reduced extent (see the module docstring)
@@ -256,9 +256,9 @@ class ReductionTile:
         if prefetch and not (self.peeled and persistent and not self.aligned_rows):
             raise Unsupported("prefetching the next row needs a peeled persistent row of contiguous tensors")
         # The last ``rewiden`` passes widen the carried fp16 row for themselves (inline
-        # PTX: the kernel runs compiled, the interpreter cannot run it); the others
-        # share the first pass's conversion.
-        self.rewiden = rewiden if asm else 0
+        # PTX: only where the kernel runs compiled, ``emit_reduction``); the others share
+        # the first pass's conversion.
+        self.rewiden = rewiden
         self.pass_no, self.passes = 0, 1  # the pass being emitted, of how many (``emit._pass_scope``)
         self.carried: dict = {}  # (pointer, dtype, chunk "e"/"b") -> loop-carried name, in first-use order
 
@@ -334,9 +334,8 @@ class ReductionTile:
         if self.peeled:
             w.constexprs["ALIGN"] = self.align
             w.comment("the row's aligned body [bstart, bend), head before it, tail after it")
-            w.line("row0 = 0" if self.aligned_rows else "row0 = pid * J")
-            w.line("bstart = tl.multiple_of((row0 + ALIGN - 1) // ALIGN * ALIGN, ALIGN)")
-            w.line("bend = tl.multiple_of((row0 + J) // ALIGN * ALIGN, ALIGN)")
+            for stmt in self._row_body("0" if self.aligned_rows else "pid * J", ""):
+                w.line(stmt)
 
     def say_multiple(self, w):
         say_multiple(w, "J" if self.inner else "K", self.contig_multiple)
@@ -350,28 +349,36 @@ class ReductionTile:
         w.line("for r in range(pid, K, G):")
         w.indent += 1
         w.line(f"k = r + tl.arange(0, BLOCK_K){self._axis('k')}")
-        for stmt in self._row_body("r", ""):
+        for stmt in self._row_body("r * J", ""):
             w.line(stmt)
         return before
 
     @staticmethod
-    def _row_body(r: str, s: str) -> list[str]:
-        """Statements for row ``r``'s aligned body [bstart, bend), names suffixed ``s``."""
-        return [f"row0{s} = {r} * J",
+    def _row_body(row0: str, s: str) -> list[str]:
+        """Statements for the aligned body [bstart, bend) of the row starting at element
+        ``row0``, names suffixed ``s``."""
+        return [f"row0{s} = {row0}",
                 f"bstart{s} = tl.multiple_of((row0{s} + ALIGN - 1) // ALIGN * ALIGN, ALIGN)",
                 f"bend{s} = tl.multiple_of((row0{s} + J) // ALIGN * ALIGN, ALIGN)"]
 
     @staticmethod
-    def _row_chunks(s: str, live: str | None) -> list[str]:
+    def _edge_lanes(s: str) -> tuple[str, str]:
+        """The head and tail's flat indices (lanes [0, ALIGN): the head; [ALIGN, 2 *
+        ALIGN): the tail) of the row whose coordinates are suffixed ``s``, and the test
+        that a lane holds one of the row's elements (``le{s}`` named)."""
+        return (f"tl.where(edge < ALIGN, row0{s} + edge, bend{s} + edge - ALIGN)",
+                f"tl.where(edge < ALIGN, le{s} < tl.minimum(bstart{s}, row0{s} + J), "
+                f"(le{s} >= bstart{s}) & (le{s} < row0{s} + J))")
+
+    @classmethod
+    def _row_chunks(cls, s: str, live: str | None) -> list[str]:
         """Statements for the head and tail lanes (``le``) and the aligned body (``lb``)
         of the row whose coordinates are suffixed ``s``, and their masks; ``live``: the
         condition that the row exists."""
         guard = f" & ({live})" if live else ""
-        return [f"le{s} = tl.where(edge < ALIGN, row0{s} + edge, bend{s} + edge - ALIGN)",
-                f"mask_e{s} = tl.where(edge < ALIGN, le{s} < tl.minimum(bstart{s}, row0{s} + J), "
-                f"(le{s} >= bstart{s}) & (le{s} < row0{s} + J)){guard}",
-                f"lb{s} = bstart{s} + tl.arange(0, BLOCK_J)[None, :]",
-                f"mask_b{s} = (lb{s} < bend{s}){guard}"]
+        le, in_row = cls._edge_lanes(s)
+        return [f"le{s} = {le}", f"mask_e{s} = {in_row}{guard}",
+                f"lb{s} = bstart{s} + tl.arange(0, BLOCK_J)[None, :]", f"mask_b{s} = (lb{s} < bend{s}){guard}"]
 
     def carried_load(self, w, ptr: str, off: str, mask: str | None, dt: DataType) -> str | None:
         """The loop-carried value standing for ``tl.load(ptr + off, mask)``, as this
@@ -402,9 +409,9 @@ class ReductionTile:
         w.indent -= 1
         inside, outside = "    " * (w.indent + 1), "    " * w.indent
         ahead = ["# the next row, loaded now: it arrives while this row is reduced and stored",
-                 *self._row_body("(r + G)", "_n"), *self._row_chunks("_n", "r + G < K")]
-        first = ["# this program's first row", *self._row_body("pid", ""), "edge = tl.arange(0, 2 * ALIGN)[None, :]",
-                 *self._row_chunks("", None)]
+                 *self._row_body("(r + G) * J", "_n"), *self._row_chunks("_n", "r + G < K")]
+        first = ["# this program's first row", *self._row_body("pid * J", ""),
+                 "edge = tl.arange(0, 2 * ALIGN)[None, :]", *self._row_chunks("", None)]
         for (ptr, _, c), name in self.carried.items():
             ahead.append(f"n{name} = tl.load({ptr} + l{c}_n, mask=mask_{c}_n)")
             first.append(f"{name} = tl.load({ptr} + l{c}, mask=mask_{c})")
@@ -430,8 +437,9 @@ class ReductionTile:
             return
         if c == "e":  # lanes [0, ALIGN): the head; [ALIGN, 2 * ALIGN): the tail
             w.line("edge = tl.arange(0, 2 * ALIGN)[None, :]")
-            w.line("le = tl.where(edge < ALIGN, row0 + edge, bend + edge - ALIGN)")
-            w.line("jmask_e = tl.where(edge < ALIGN, le < tl.minimum(bstart, row0 + J), (le >= bstart) & (le < row0 + J))")
+            le, in_row = self._edge_lanes("")
+            w.line(f"le = {le}")
+            w.line(f"jmask_e = {in_row}")
         else:
             w.line(f"lb = {start} + tl.arange(0, BLOCK_J)[None, :]")
             w.line("jmask_b = lb < bend")

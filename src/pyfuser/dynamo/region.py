@@ -32,6 +32,8 @@ from .translate import InputSpec, Translation, translate
 STATS: Counter = Counter()  # fusions_created, regions, fallbacks, translation_cache_hits, region_calls
 _TRANSLATIONS: dict = {}  # (region text, input specs) -> Translation | Unsupported
 _warned: set = set()
+
+
 class _Capture(threading.local):
     on = False  # this thread records a CUDA graph (``graphs.py``)
 

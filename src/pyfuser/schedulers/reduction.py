@@ -130,7 +130,7 @@ def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     if prefetch_pays(seg, ref, J, p):
         p = replace(p, persistent=True, block_k=1, block_j=next_pow2(J), num_warps=PREFETCH_WARPS, online=False,
                     out_reversed=False, prefetch=True,
-                    rewiden=1 if all(v.dtype is DataType.Half for v in seg.loads()) else 0)  # (``tiles._WIDEN``)
+                    rewiden=REWIDEN_ORDER[0] if all(v.dtype is DataType.Half for v in seg.loads()) else 0)
     return apply_overrides(p)
 
 
@@ -144,6 +144,9 @@ def _one_row_at_a_time(seg: Segment, ref, dims) -> ReductionParams:
                                    contig_multiple=1 if peeled else contiguous_multiple(J)))
 
 
+# The spill check's order of ``rewiden`` forms (``prefetch_pays``); bf16 rows take 0
+# only (``tiles._WIDEN``).
+REWIDEN_ORDER = (1, 2, 0)
 # Warps of a prefetching program: two rows of 32768 16-bit elements take 64 of the
 # 128 registers each of 512 threads may hold, the rest is the passes' working set.
 PREFETCH_WARPS = 16
@@ -511,9 +514,8 @@ def reduction_fallbacks(seg: Segment, params: ReductionParams) -> list:
         return out
     if params.prefetch:
         plain = replace(_one_row_at_a_time(seg, *analyse(seg)), prefetch=False, rewiden=0)  # (overrides)
-        forms = [replace(params, rewiden=2), replace(params, rewiden=0)] if params.rewiden == 1 else (
-            [replace(params, rewiden=0)] if params.rewiden else [])
-        return forms + [plain] + reduction_fallbacks(seg, plain)
+        later = REWIDEN_ORDER[REWIDEN_ORDER.index(params.rewiden) + 1:] if params.rewiden in REWIDEN_ORDER else ()
+        return [replace(params, rewiden=k) for k in later] + [plain] + reduction_fallbacks(seg, plain)
     out = []
     if params.persistent:
         out.append(replace(params, persistent=False, block_k=1, block_j=min(params.block_j, 8192), num_warps=16))
@@ -530,7 +532,7 @@ def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: 
                          params.quad_rng, params.align, params.online, effective_split(seg, params),
                          params.aligned_rows, params.stages if not (params.inner or params.persistent) else 1,
                          params.out_reversed and params.inner and not params.persistent, params.contig_multiple,
-                         params.prefetch, params.rewiden, asm=seg.device_type == "cuda")
+                         params.prefetch, params.rewiden if seg.device_type == "cuda" else 0)  # (no PTX interpreted)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
 
 
