@@ -194,25 +194,83 @@ def test_every_cast(src, dst):
         assert torch.equal(got, want), f"{src} -> {dst}"
 
 
-@pytest.mark.parametrize("block_k", [1, 2, 8, 64])
-def test_output_broadcast_over_kept_dims_is_stored_by_the_programs_that_hold_it(block_k):
-    """The BERT fusion's shape: a [B, 1, 1, S] output computed on the [B, H, S, S] row
-    tile.  Only programs holding rows with h == 0 and s == 0 store it (a guard over the
-    program's rows); with few rows per program most programs skip it."""
-    B, H, S = 3, 2, 5
-    g = gen_for("rows guard", block_k)
-    x, m = make_tensor((B, H, S, S), torch.float32, g), make_tensor((B, 1, 1, S), torch.float32, g)
-
+def _scaled_mask_fusion(B, H, S, small_shape, random=False):
+    """Scores [B, H, S, S] plus a smaller tensor broadcast into them (the BERT fusion's
+    [B, 1, 1, S] scaled mask), minus the row max; the smaller tensor is an output too.
+    ``random``: it is scaled by uniform draws of its own shape."""
     def build(fd):
-        tx, tm = define_input(fd, x), define_input(fd, m)
-        scaled = fd.ops.mul(tm, fd.define_scalar(-2.0))
-        y = fd.ops.add(tx, fd.ops.broadcast_in_dim(scaled, shape=[B, H, S, S], broadcast_dims=[0, 1, 2, 3]))
+        x = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=DataType.Float)
+        m = fd.define_tensor(shape=[-1 if n > 1 else 1 for n in small_shape], contiguity=[True] * 4,
+                             dtype=DataType.Float)
+        scaled = fd.ops.mul(m, fd.define_scalar(-2.0))
+        if random:
+            u = fd.ops.uniform(fd.define_scalar(0.0), fd.define_scalar(1.0), shape=list(small_shape),
+                               rng_seed=fd.define_scalar(dtype=DataType.Int), rng_offset=fd.define_scalar(dtype=DataType.Int))
+            scaled = fd.ops.mul(scaled, u)
+        y = fd.ops.add(x, fd.ops.broadcast_in_dim(scaled, shape=[B, H, S, S], broadcast_dims=[0, 1, 2, 3]))
         mx = fd.ops.max(y, dims=[3], keepdim=True)
         fd.add_output(fd.ops.sub(y, fd.ops.broadcast_in_dim(mx, shape=[B, H, S, S], broadcast_dims=[0, 1, 2, 3])))
         fd.add_output(scaled)
+    return build
 
-    with override(block_k=block_k):
-        check(fusion(build), [x, m], n_launches=1, scheduler="inner_normalization", block_k=block_k)
+
+@pytest.mark.parametrize("block_k", [1, 2, 8, 64])
+@pytest.mark.parametrize("persistent", [True, False], ids=["one_block", "multipass"])
+def test_output_broadcast_over_kept_dims_is_stored_once_per_element(block_k, persistent):
+    """The BERT fusion's shape: a [B, 1, 1, S] output computed on the [B, H, S, S] row
+    tile.  A one-block tile stores it over its own rows (programs 0..B-1, one row
+    each); a multi-pass tile where the walk met it, in the programs whose rows hold
+    h == 0 and s == 0 (a guard over the program's rows)."""
+    B, H, S = 3, 2, 5
+    g = gen_for("rows guard", block_k, persistent)
+    x, m = make_tensor((B, H, S, S), torch.float32, g), make_tensor((B, 1, 1, S), torch.float32, g)
+    ov = dict(block_k=block_k) if persistent else dict(MULTIPASS, block_k=block_k)
+    with override(**ov):
+        check(fusion(_scaled_mask_fusion(B, H, S, (B, 1, 1, S))), [x, m], n_launches=1,
+              scheduler="inner_normalization", **ov)
+
+
+@pytest.mark.parametrize("small", [(3, 1, 5, 5), (1, 2, 1, 5), (1, 1, 1, 5)], ids=["b1ss", "1h1s", "111s"])
+@pytest.mark.parametrize("random", [False, True], ids=["plain", "random"])
+def test_smaller_outputs_stored_over_their_own_rows(small, random):
+    """Other shapes of the smaller output (its rows unravel with size-1 dims between
+    kept ones), and random draws, which belong to the output's own element index."""
+    B, H, S = 3, 2, 5
+    g = gen_for("own rows", small, random)
+    x, m = make_tensor((B, H, S, S), torch.float32, g), make_tensor(small, torch.float32, g)
+    with override(block_k=4):
+        check(fusion(_scaled_mask_fusion(B, H, S, small, random)), [x, m] + ([7, 3] if random else []),
+              n_launches=1, scheduler="inner_normalization", block_k=4, persistent=True)
+
+
+def test_smaller_output_source_is_a_loop_over_its_own_rows():
+    """The one-block tile's kernel text: a loop over the small output's rows, and no
+    reduction over the program's rows to decide whether it stores (the multi-pass
+    tile keeps that guard)."""
+    from pyfuser.schedulers import reduction as RD
+
+    B, H, S = 3, 2, 5
+    g = gen_for("own rows src")
+    x, m = make_tensor((B, H, S, S), torch.float32, g), make_tensor((B, 1, 1, S), torch.float32, g)
+    seen = []
+    real = RD.emit_kernel
+
+    def spy(*a, **kw):
+        src = real(*a, **kw)
+        seen.append(src.source)
+        return src
+
+    RD.emit_kernel = spy
+    try:
+        for ov in (dict(block_k=4), dict(MULTIPASS, block_k=4)):
+            with override(**ov):
+                check(fusion(_scaled_mask_fusion(B, H, S, (B, 1, 1, S))), [x, m], n_launches=1)
+    finally:
+        RD.emit_kernel = real
+    one_block, multipass = seen
+    assert "for k_o in range(pid, T" in one_block and "tl.num_programs(0)):" in one_block
+    assert "tl.reduce(tl.where(kmask &" not in one_block
+    assert "for k_o in" not in multipass and "tl.reduce(tl.where(kmask &" in multipass
 
 
 @pytest.mark.parametrize("params", [PEELED, dict(PEELED, align=8, block_j=64)], ids=["align4", "align8"])

@@ -485,6 +485,18 @@ class ReductionTile:
             linear = Coord("(j * K + k)", frozenset("kj"))
         return Index(tuple(coords), linear)
 
+    def own_row_index(self, low, v, row: str) -> Index:
+        """Coordinates of row ``row`` (a scalar) of ``v``, shaped like the reference
+        along the reduced dims and smaller along the kept ones, with ``j`` over the row
+        (``emit._store_own_rows``; one block per row: the ``j`` chunk)."""
+        ext = low.extents(v)
+        coords = [None] * len(ext)
+        for c0, dims in ((Coord(row, frozenset()), self.kept_dims()), (Coord("j", frozenset("j")), self.red_dims)):
+            for d, c in zip(dims, unravel(c0, [ext[d] for d in dims], low.divider)):
+                coords[d] = c
+        trailing = self.red_dims == tuple(range(len(ext) - len(self.red_dims), len(ext)))
+        return Index(tuple(coords), Coord(f"({row} * J + j)", frozenset("j")) if trailing else None)
+
     def kept_index(self, low, keepdim: bool) -> Index:
         coords = self._unravel_ref(low)
         if keepdim:
