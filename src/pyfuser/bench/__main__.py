@@ -189,7 +189,7 @@ def main(argv=None) -> int:
               "device": opts.device, "commit": commit, "dirty": dirty, "torch": tv, "triton": trv,
               "python": platform.python_version(), "copy_gbps": None,
               "mode": "dry-run" if dry else ("quick" if args.quick else "full"),
-              "warmup_ms": opts.warmup, "rep_ms": opts.rep, "scale": opts.scale,
+              "warmup_ms": opts.warmup, "rep_ms": opts.rep, "timing_rounds": opts.rounds, "scale": opts.scale,
               "torch_compile": opts.compile, "cases_requested": len(cases),
               "started": now.isoformat(timespec="seconds"), "complete": False}
     print(f"pyfuser bench: {header['gpu']}, commit {commit}{' (dirty)' if dirty else ''}, torch {tv}, "

@@ -216,7 +216,8 @@ def docs_section(header: dict, rows: list[dict], json_rel: str | None, png_rel: 
              f"- commit `{header.get('commit')}`{' (working tree had changes)' if header.get('dirty') else ''}; "
              f"torch {header.get('torch')}, triton {header.get('triton')}",
              f"- copy bandwidth: {_f(header.get('copy_gbps'), '.0f')} GB/s (1 GiB device-to-device, read + write); "
-             f"do_bench warmup={header.get('warmup_ms')} ms rep={header.get('rep_ms')} ms"]
+             f"do_bench warmup={header.get('warmup_ms')} ms rep={header.get('rep_ms')} ms"
+             + (f", the lowest median of {header['timing_rounds']} rounds" if header.get("timing_rounds", 1) > 1 else "")]
     if header.get("note"):
         lines.append(f"- {header['note']}")
     if not header.get("complete", True):
