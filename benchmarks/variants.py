@@ -14,7 +14,8 @@ two kernels they ran as before), ``outer`` (column sums: strip and chunk sizes, 
 chunk loop pipelined), ``rope`` (the broadcast tile's sizes against the flat tile),
 ``pointwise`` (elements per thread of math-heavy flat tiles), ``phases`` (wide rows:
 pipelined chunk loops, the exponentials' share), ``heldout``, ``heldout2`` (tile
-sizes of the held-out bench cases that torch.compile beat), ``prefetch`` (rows walked with the next one loaded ahead, against the tiles without),
+sizes of the held-out bench cases that torch.compile beat), ``heldout3`` (their
+short rows with compile-time sizes, a max without NaN propagation, eviction hints), ``prefetch`` (rows walked with the next one loaded ahead, against the tiles without),
 ``prefetch_general`` (the same on shapes and fusions the rule was not measured on), ``rows1024`` (rows of
 513-1024 elements: one or several per program), ``waste`` (rows padded far past their
 width: chunks against the persistent row), ``l2`` (wide rows read
@@ -374,6 +375,18 @@ def main():
         rows += sweep("bias_grad_sum_dim0_1000_fp16", [dict(block_k=k, split=sp, stages=st) for k, sp, st in (
             (64, 32, 3), (64, 64, 3), (32, 64, 3), (64, 128, 3), (32, 128, 3), (64, 64, 1), (32, 32, 1))])
         rows += sweep("bias_grad_sum_dim0_fp16", [dict(split=sp) for sp in (64, 128)])
+    if "heldout3" in groups:  # short rows torch.compile ties or beats: compile-time sizes, plain max, hints
+        max_plain = (r"tl\.reduce\((tl\.where\([^\n]*?float\('-inf'\)\)), 1, _pyfuser_max_nan, keep_dims=True\)",
+                     r"tl.max(\1, 1, keep_dims=True)")
+        for name in ("log_softmax_257_fp16", "softmax_128_fp16"):
+            rows += run(name, bench_build(name), [
+                ("base", {}, []),
+                ("constsizes", {}, [CONST_SIZES]),
+                ("max without NaN propagation", {}, [max_plain]),
+                ("evict_first", {}, [EVICT_FIRST]),
+                ("constsizes + plain max", {}, [CONST_SIZES, max_plain]),
+                ("block_k=1 num_warps=2 constsizes", dict(block_k=1, num_warps=2), [CONST_SIZES]),
+            ], args.dump)
     if "heldout2" in groups:  # the held-out cases still below torch.compile after contiguous_multiple
         def sweep2(name, configs):
             return run(name, bench_build(name), [("base", {}, [])] + [

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pyfuser.bench import training as T
+from pyfuser.schedulers import override
 from pyfuser.schedulers.base import contiguous_multiple
 
 from .common import DataType, check, define_input, fusion, gen_for, make_tensor, need_ptxas, regcheck
@@ -35,12 +36,21 @@ def _hinted(fd, name, m):
 
 @pytest.mark.parametrize("width", list(WIDTHS))
 def test_inner_rows(width):
-    """Softmax backward (a persistent row) and a layer norm forward."""
+    """Softmax backward and a layer norm forward.  A persistent row narrower than its
+    block has a constant length (``ReductionTile.constant_row``), which tells the
+    compiler its multiples itself; a chunked row says them."""
     gen = gen_for("contig_inner", width)
     sizes = (6, width, T.BF)
     grad, y = (make_tensor((6, width), torch.bfloat16, gen) for _ in range(2))
     fd = fusion(lambda fd: T.build_softmax_backward(fd, sizes))
     check(fd, [grad, y], n_launches=1, scheduler="inner_normalization", contig_multiple=WIDTHS[width])
+    [src] = _sources(fd)
+    constant = "\n    J: tl.constexpr," in src
+    assert _hinted(fd, "J", 1 if constant else WIDTHS[width])
+    assert constant == (width != 1024)  # the one row that fills its block
+    with override(persistent=False, block_j=256):
+        fd = fusion(lambda fd: T.build_softmax_backward(fd, sizes))
+        check(fd, [grad, y], n_launches=1, persistent=False, contig_multiple=WIDTHS[width])
     assert _hinted(fd, "J", WIDTHS[width])
     x, w, b = (make_tensor(s, torch.float16, gen) for s in ((6, width), (width,), (width,)))
     fd = fusion(lambda fd: T.build_layer_norm(fd, (6, width, T.H)))
@@ -88,10 +98,10 @@ def test_broadcast_tile_rows(width):
 
 def test_the_hint_gives_16_byte_loads_on_sm90():
     """The held-out bench case softmax_backward_1000_bf16 at full size, planned with the
-    CUDA heuristics on meta tensors and compiled offline: 16-byte vector loads with the
-    hint, 2-byte loads without it."""
+    CUDA heuristics on meta tensors and compiled offline: in chunks of 512, 16-byte
+    vector loads with the hint, 2-byte loads without it; as the persistent row it
+    runs (a constant length), 16-byte loads either way."""
     from pyfuser.runtime.spills import compiled_offline
-    from pyfuser.schedulers import override
 
     need_ptxas()
     rc = regcheck()
@@ -106,7 +116,11 @@ def test_the_hint_gives_16_byte_loads_on_sm90():
             p = step.scheduler.heuristics(seg)
             src, fn = rt.build(seg, step.scheduler, p)
             args, kw = rc.offline_args(src, step.scheduler, seg, p, b, rc._Env(b))
-            return p.contig_multiple, set(re.findall(r"ld\.global[.\w]*", compiled_offline(fn, args, kw).asm["ptx"]))
+            ptx = compiled_offline(fn, args, kw).asm["ptx"]
+            return p.contig_multiple, {re.search(r"(v\d\.)?b\d+$", ld).group(0)
+                                       for ld in re.findall(r"ld\.global[\w.:]*", ptx)}
 
-    assert loads() == (8, {"ld.global.v4.b32"})
-    assert loads(contig_multiple=1) == (1, {"ld.global.b16"})
+    chunks = dict(persistent=False, block_k=1, block_j=512)
+    assert loads(**chunks) == (8, {"v4.b32"})
+    assert loads(**chunks, contig_multiple=1) == (1, {"b16"})
+    assert loads(contig_multiple=1) == (1, {"v4.b32"})

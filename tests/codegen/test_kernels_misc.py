@@ -295,3 +295,24 @@ def test_peeled_chunks_of_rows_compared_as_integers(params):
 
     with override(**params):
         check(fusion(build), [x, t], n_launches=1, **{k: v for k, v in params.items() if k != "block_j"})
+
+
+def test_a_row_narrower_than_its_block_has_a_constant_length():
+    """``ReductionTile.constant_row``: a log-softmax row of 257 in a block of 512 lanes
+    passes its length as a compile-time constant; the same fusion at another length
+    that fits the same block (300), and back, still matches the reference (Triton
+    compiles one kernel per length)."""
+    fd = fusion(lambda fd: _log_softmax(fd))
+    for width in (257, 300, 257):
+        x = make_tensor((6, width), torch.float16, gen_for("constant row", width))
+        check(fd, [x], n_launches=1, scheduler="inner_normalization", persistent=True)
+    srcs = [src.source for src, _ in fd._runtime.kernels.values()]
+    assert srcs and all("\n    J: tl.constexpr," in s for s in srcs)
+
+
+def _log_softmax(fd):
+    x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
+    xf = fd.ops.cast(x, DataType.Float)
+    d = fd.ops.sub(xf, fd.ops.broadcast_in_dim(fd.ops.max(xf, dims=[1]), shape=[-1, -1], broadcast_dims=[0]))
+    fd.add_output(fd.ops.cast(fd.ops.sub(d, fd.ops.broadcast_in_dim(
+        fd.ops.log(fd.ops.sum(fd.ops.exp(d), dims=[1])), shape=[-1, -1], broadcast_dims=[0])), DataType.Half))
