@@ -15,7 +15,8 @@ chunk loop pipelined), ``rope`` (the broadcast tile's sizes against the flat til
 ``pointwise`` (elements per thread of math-heavy flat tiles), ``phases`` (wide rows:
 pipelined chunk loops, the exponentials' share), ``heldout``, ``heldout2`` (tile
 sizes of the held-out bench cases that torch.compile beat), ``heldout3`` (their
-short rows with compile-time sizes, a max without NaN propagation, eviction hints), ``prefetch`` (rows walked with the next one loaded ahead, against the tiles without),
+short rows with compile-time sizes, a max without NaN propagation, eviction hints),
+``constrow`` (rows narrower than their block: the length a constant or not), ``prefetch`` (rows walked with the next one loaded ahead, against the tiles without),
 ``prefetch_general`` (the same on shapes and fusions the rule was not measured on), ``rows1024`` (rows of
 513-1024 elements: one or several per program), ``waste`` (rows padded far past their
 width: chunks against the persistent row), ``l2`` (wide rows read
@@ -375,6 +376,13 @@ def main():
         rows += sweep("bias_grad_sum_dim0_1000_fp16", [dict(block_k=k, split=sp, stages=st) for k, sp, st in (
             (64, 32, 3), (64, 64, 3), (32, 64, 3), (64, 128, 3), (32, 128, 3), (64, 64, 1), (32, 32, 1))])
         rows += sweep("bias_grad_sum_dim0_fp16", [dict(split=sp) for sp in (64, 128)])
+    if "constrow" in groups:  # rows narrower than their block: the length constant (as chosen) or at run time
+        runtime_j = (r"\n    J: tl\.constexpr,", "\n    J,")
+        for name in ("log_softmax_257_fp16", "layer_norm_768_fp16", "layer_norm_backward_768_fp16",
+                     "softmax_backward_1000_bf16", "dropout_residual_layer_norm_768_fp16"):
+            rows += run(name, bench_build(name), [("base", {}, []), ("runtime J", {}, [runtime_j]),
+                                                  ("base again", {}, []), ("runtime J again", {}, [runtime_j])],
+                        args.dump)
     if "heldout3" in groups:  # short rows torch.compile ties or beats: compile-time sizes, plain max, hints
         max_plain = (r"tl\.reduce\((tl\.where\([^\n]*?float\('-inf'\)\)), 1, _pyfuser_max_nan, keep_dims=True\)",
                      r"tl.max(\1, 1, keep_dims=True)")

@@ -72,7 +72,9 @@ def test_column_sums(width):
 
 @pytest.mark.parametrize("width", [1000, 1002])
 def test_inner_outer_rows(width):
-    """Layer-norm backward in one kernel: rows and column sums of the same [R, width]."""
+    """Layer-norm backward in one kernel: rows and column sums of the same [R, width]
+    (its row length stays a runtime size: a constant gained nothing there,
+    ``ReductionTile.constant_row``)."""
     gen = gen_for("contig_inner_outer", width)
     sizes = (8, width, T.BF)
     inputs = T.layer_norm_backward_inputs(sizes, "cpu", gen)

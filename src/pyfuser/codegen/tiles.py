@@ -307,10 +307,7 @@ class ReductionTile:
         w.constexprs["BLOCK_K"] = self.block_k
         w.constexprs["BLOCK_J"] = self.block_j
         K = w.arg("K", "numel", ("numel", self.ref, tuple(self.kept_dims())))
-        constant = self.constant_row(low)
-        w.arg("J", "flag" if constant else "numel", ("numel", self.ref, self.red_dims))
-        if not constant:
-            self.say_multiple(w)
+        self.row_length(low)
         pid = "tl.program_id(0).to(tl.int64)" if self.int64 else "tl.program_id(0)"
         w.line(f"pid = {pid}")
         if self.prefetch:  # the rows' coordinates are set per iteration (``open_rows``)
@@ -342,6 +339,15 @@ class ReductionTile:
     def say_multiple(self, w):
         say_multiple(w, "J" if self.inner else "K", self.contig_multiple)
 
+    def row_length(self, low):
+        """Declare ``J``: a compile-time constant for a row narrower than its block
+        (``constant_row``), else a runtime size said to be a multiple of what it is."""
+        w = low.w
+        constant = self.constant_row(low)
+        w.arg("J", "flag" if constant else "numel", ("numel", self.ref, self.red_dims))
+        if not constant:
+            self.say_multiple(w)
+
     def constant_row(self, low) -> bool:
         """Whether the row length ``J`` is a compile-time constant (Triton compiles one
         kernel per value): for a row held in one block wider than the row.  The
@@ -349,8 +355,12 @@ class ReductionTile:
         their loads, math and stores instead of predicating them off at run time.
         H200, log-softmax [262144, 257] fp16 (rows padded to 512 lanes): 159.8 ->
         108.7 us, 56 -> 32 registers (``benchmarks/variants.py`` group heldout3; every
-        size a constant there, the row length is what the masks read).  The price is
-        a compile per distinct row length, where a runtime length serves them all."""
+        size a constant there, the row length is what the masks read; group constrow:
+        159.0 -> 109.4 us, layer norm [65536, 768] fp16 57.9 -> 56.8).  The price is
+        a compile per distinct row length, where a runtime length serves them all.
+        The inner-outer tile keeps a runtime length: layer-norm backward [65536, 768]
+        fp16 took 97.2 / 96.7 us with it constant, 96.5 / 96.7 without
+        (``benchmarks/variants.py`` group constrow)."""
         if not (self.inner and self.persistent and not self.peeled and not self.prefetch):
             return False
         shape = low.shapes[self.ref]
