@@ -181,11 +181,15 @@ def test_outputs_below_a_pad_or_cat_are_written_inside_their_extents(op, block):
         check(fusion(build), [x, z], n_launches=1, what=f"{op} output")
 
 
-def test_an_output_wider_than_the_walk_gets_a_kernel_that_covers_it():
+@pytest.mark.parametrize("params, kernels", [({}, 1), ({"persistent": False, "block_j": 4}, 2)],
+                         ids=["one_block", "multipass"])
+def test_an_output_wider_than_the_walk_gets_a_kernel_that_covers_it(params, kernels):
     """A padded tensor that is an output while the kernel walks a slice of it (here the
     reference is the row sum's input): the walk reaches only the slice's window of
-    the padded tensor, so it cannot be stored from there; the plan stores it from a
-    kernel of its own and every element, pad value included, is written."""
+    the padded tensor, so it cannot be stored from there.  A one-block row tile
+    computes it over rows of its own (``emit._store_own_rows``: 5 rows where the tile
+    has 3); otherwise the plan stores it from a kernel of its own.  Every element, pad
+    value included, is written."""
     x = make_tensor((3, 5), torch.float32, gen_for("window"))
 
     def build(fd):
@@ -195,7 +199,8 @@ def test_an_output_wider_than_the_walk_gets_a_kernel_that_covers_it():
         fd.add_output(fd.ops.slice(wide, start_indices=[1, 0], end_indices=[4, 5]))
         fd.add_output(wide)
 
-    check(fusion(build), [x], what="window")
+    with override(**params):
+        check(fusion(build), [x], what="window", n_launches=kernels)
 
 
 # --- strided inputs ---------------------------------------------------------------

@@ -9,9 +9,10 @@ one after the other, and the lowest median counts: a round early in a process ca
 run slow as a whole (H200, the report's BERT fusion in ``benchmarks/ab_timing.py``:
 60.7 us in a process's first round, 33.8 and 34.6 in the next two; the same kernel
 in a bench run's first case 36.7 us, 33.5 in the second case), and that one
-implementation's bad round then decided a ratio.  pyfuser is timed through ``fd.execute(inputs)`` - the whole
-cached execute, host work included - and, for reference, by replaying the very
-launches one execute made (``pyfuser_kernel_ms``, kernels only).
+implementation's bad round then decided a ratio.  pyfuser is timed through
+``fd.execute(inputs)`` - the whole cached execute, host work included - and, for
+reference, by replaying the very launches one execute made (``pyfuser_kernel_ms``,
+kernels only).
 
 Effective bandwidth = bytes / median time, where bytes = every tensor input and
 every output once; an output that shares storage with an input (a view) moves 0
