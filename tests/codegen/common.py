@@ -16,8 +16,8 @@ from pyfuser.ir.dtypes import from_torch
 from ..helpers import assert_matches, gen_for, make_tensor
 
 __all__ = ["DataType", "FusionDefinition", "assert_matches", "gen_for", "make_tensor", "from_torch",
-           "tol_for", "BF16_CHAIN", "launches", "check", "kernels_of", "define_input", "fusion", "regcheck",
-           "need_ptxas"]
+           "tol_for", "BF16_CHAIN", "launches", "check", "kernels_of", "sources_of", "define_input", "fusion",
+           "regcheck", "need_ptxas"]
 
 # fp32: 1e-5 relative as the design asks, with an absolute floor for results near 0;
 # fp16/bf16 outputs: about two units in the last place of their own precision (the
@@ -71,6 +71,12 @@ def kernels_of(fd):
     """(scheduler name, params) of every kernel ``fd`` has built."""
     rt = fd._runtime
     return [(key[0], key[3]) for key in (rt.kernels if rt is not None else {})]
+
+
+def sources_of(fd) -> list[str]:
+    """The source text of every kernel ``fd`` has built."""
+    rt = fd._runtime
+    return [src.source for src, _ in (rt.kernels.values() if rt is not None else ())]
 
 
 def check(fd, inputs, *, tol=None, atol_scale=1.0, n_launches=None, scheduler=None, what="", **params):

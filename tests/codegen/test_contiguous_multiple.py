@@ -15,7 +15,7 @@ from pyfuser.bench import training as T
 from pyfuser.schedulers import override
 from pyfuser.schedulers.base import contiguous_multiple
 
-from .common import DataType, check, define_input, fusion, gen_for, make_tensor, need_ptxas, regcheck
+from .common import DataType, check, define_input, fusion, gen_for, make_tensor, need_ptxas, regcheck, sources_of
 
 WIDTHS = {1000: 8, 1004: 4, 1002: 2, 1001: 1, 1024: 1}
 
@@ -25,13 +25,9 @@ def test_contiguous_multiple():
     assert contiguous_multiple(24) == 8 and contiguous_multiple(48) == 1 and contiguous_multiple(7) == 1
 
 
-def _sources(fd):
-    return [src.source for src, _ in fd._runtime.kernels.values()]
-
-
 def _hinted(fd, name, m):
-    said = [bool(re.search(rf"^\s+{name} = {name} // {m} \* {m}$", s, re.M)) for s in _sources(fd)]
-    return all(said) if m > 1 else not any(re.search(r"// \d+ \* \d+$", s, re.M) for s in _sources(fd))
+    said = [bool(re.search(rf"^\s+{name} = {name} // {m} \* {m}$", s, re.M)) for s in sources_of(fd)]
+    return all(said) if m > 1 else not any(re.search(r"// \d+ \* \d+$", s, re.M) for s in sources_of(fd))
 
 
 @pytest.mark.parametrize("width", list(WIDTHS))
@@ -44,7 +40,7 @@ def test_inner_rows(width):
     grad, y = (make_tensor((6, width), torch.bfloat16, gen) for _ in range(2))
     fd = fusion(lambda fd: T.build_softmax_backward(fd, sizes))
     check(fd, [grad, y], n_launches=1, scheduler="inner_normalization", contig_multiple=WIDTHS[width])
-    [src] = _sources(fd)
+    [src] = sources_of(fd)
     constant = "\n    J: tl.constexpr," in src
     assert _hinted(fd, "J", 1 if constant else WIDTHS[width])
     assert constant == (width != 1024)  # the one row that fills its block

@@ -8,7 +8,7 @@ import torch
 
 from pyfuser.schedulers import override
 
-from .common import DataType, check, define_input, from_torch, fusion, gen_for, make_tensor
+from .common import DataType, check, define_input, from_torch, fusion, gen_for, make_tensor, sources_of
 
 MULTIPASS = {"persistent": False, "block_j": 8}
 PEELED = {"persistent": False, "block_j": 8, "block_k": 1, "align": 4}
@@ -204,8 +204,9 @@ def _scaled_mask_fusion(B, H, S, small_shape, random=False):
                              dtype=DataType.Float)
         scaled = fd.ops.mul(m, fd.define_scalar(-2.0))
         if random:
+            seed, offset = fd.define_scalar(dtype=DataType.Int), fd.define_scalar(dtype=DataType.Int)
             u = fd.ops.uniform(fd.define_scalar(0.0), fd.define_scalar(1.0), shape=list(small_shape),
-                               rng_seed=fd.define_scalar(dtype=DataType.Int), rng_offset=fd.define_scalar(dtype=DataType.Int))
+                               rng_seed=seed, rng_offset=offset)
             scaled = fd.ops.mul(scaled, u)
         y = fd.ops.add(x, fd.ops.broadcast_in_dim(scaled, shape=[B, H, S, S], broadcast_dims=[0, 1, 2, 3]))
         mx = fd.ops.max(y, dims=[3], keepdim=True)
@@ -255,7 +256,7 @@ def test_smaller_output_source_is_a_loop_over_its_own_rows():
         with override(**ov):
             fd = fusion(_scaled_mask_fusion(B, H, S, (B, 1, 1, S)))
             check(fd, [x, m], n_launches=1)
-        seen += [src.source for src, _ in fd._runtime.kernels.values()]
+        seen += sources_of(fd)
     one_block, multipass = seen
     assert "for k_o in range(pid, T" in one_block and "tl.num_programs(0)):" in one_block
     assert "tl.reduce(tl.where(kmask &" not in one_block
@@ -295,7 +296,7 @@ def test_a_row_narrower_than_its_block_has_a_constant_length():
     for width in (257, 300, 257):
         x = make_tensor((6, width), torch.float16, gen_for("constant row", width))
         check(fd, [x], n_launches=1, scheduler="inner_normalization", persistent=True)
-    srcs = [src.source for src, _ in fd._runtime.kernels.values()]
+    srcs = sources_of(fd)
     assert srcs and all("\n    J: tl.constexpr," in s for s in srcs)
 
 

@@ -165,7 +165,8 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
 
     if tile.persistent and not tile.peeled:  # one block: reductions computed where first used
         tile.open_j(low, "0")
-        own = [o for o in reached if _own_rows_fit(low, tile, o, outputs)]
+        after = _after_reductions(outputs)
+        own = [o for o in reached if _own_rows_fit(low, tile, o) and o not in after]
         _store_walked(low, outputs, tile.ref_index(low), full, [o for o in reached if o not in own])
         store_kept()
         for o in own:
@@ -231,13 +232,13 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
                 store_chunk(c)
 
 
-def _own_rows_fit(low, tile, o, outputs) -> bool:
-    """Whether the output ``o`` can be stored over its own rows (``_store_own_rows``):
-    a one-block row tile (no prefetching), ``o`` of the reference's rank and as long
-    along the reduced dims, and computed without any reduction."""
+def _own_rows_fit(low, tile, o) -> bool:
+    """Whether the output ``o`` can be stored over its own rows (``_store_own_rows``)
+    if nothing of it comes from a reduction: a one-block row tile (no prefetching),
+    ``o`` of the reference's rank and as long along the reduced dims."""
     ref, so = low.shapes[tile.ref], low.shapes[o]
     return (tile.inner and not tile.prefetch and tile.split == 1 and len(so) == len(ref)
-            and all(so[d] == ref[d] for d in tile.red_dims) and o not in _after_reductions(outputs))
+            and all(so[d] == ref[d] for d in tile.red_dims))
 
 
 def _store_own_rows(low, tile, o):
@@ -258,15 +259,11 @@ def _store_own_rows(low, tile, o):
     rows = w.arg(f"{o.name}_rows", "numel", ("numel", o, tuple(tile.kept_dims())))
     w.line(f"for k_o in range(pid, {rows}, tl.num_programs(0)):")
     w.indent += 1
-    saved, low.scopes = low.scopes, [{}]  # nothing the walk computed: it was at other rows
-    try:
+    with low.apart():  # nothing the walk computed: it was at other rows
         idx = tile.own_row_index(low, o, "k_o")
         val, axes = low.value(o, idx)
         _store(low, o, idx, val, axes)
-    finally:
-        low.scopes = saved
-        w.forget_scope(w.indent)
-        w.indent -= 1
+    w.indent -= 1
 
 
 def _after_reductions(outputs) -> set:

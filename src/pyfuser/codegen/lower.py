@@ -15,6 +15,7 @@ reciprocal (``ops._div_uniform``), within an ulp of IEEE division.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from functools import lru_cache
 
@@ -117,6 +118,17 @@ class Lowering:
         """Leave a loop body; call before dedenting."""
         self.scopes.pop()
         self.w.forget_scope(self.w.indent)
+
+    @contextlib.contextmanager
+    def apart(self):
+        """A block whose values are all computed in it, none taken from the walk around
+        it (``emit._store_own_rows``: other rows than the walk's)."""
+        saved, self.scopes = self.scopes, [{}]
+        try:
+            yield
+        finally:
+            self.scopes = saved
+            self.w.forget_scope(self.w.indent)
 
     def remember(self, v, idx: Index, res):
         self.scopes[-1][(v.index, idx.key())] = res

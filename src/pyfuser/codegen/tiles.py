@@ -42,6 +42,8 @@ neither; ``reduction.prefetch_pays``).
 """
 from __future__ import annotations
 
+import math
+
 from ..ir.dtypes import TRITON_NAME, DataType
 from .index import ZERO, Coord, Index, unravel
 from .lower import Unsupported, compute_dtype
@@ -225,7 +227,8 @@ class ReductionTile:
         self.online = online  # multi-pass: fuse max and sum(exp(a - max)) into one pass
         self.ref, self.red_dims = ref, tuple(red_dims)
         n = len(ref.shape)
-        trailing = self.red_dims == tuple(range(n - len(self.red_dims), n))
+        # The reduced dims are the last ones: a row is J consecutive elements.
+        self.trailing = trailing = self.red_dims == tuple(range(n - len(self.red_dims), n))
         # Peeling: a row that does not start on a 16-byte boundary is split into a head
         # (up to the first aligned element), an aligned body and a tail, so the body's
         # loads and stores are provably aligned and vectorize.  One row per program.
@@ -364,10 +367,7 @@ class ReductionTile:
         if not (self.inner and self.persistent and not self.peeled and not self.prefetch):
             return False
         shape = low.shapes[self.ref]
-        n = 1
-        for d in self.red_dims:
-            n *= shape[d]
-        return n < self.block_j
+        return math.prod(shape[d] for d in self.red_dims) < self.block_j
 
     # -- rows walked with the next one loaded ahead (``prefetch``) ----------------------
     def open_rows(self, low):
@@ -489,18 +489,19 @@ class ReductionTile:
         return " & ".join(parts) if parts else None
 
     # -- indices --------------------------------------------------------------------------
-    def _unravel_ref(self, low, c="j"):
-        ext = low.extents(self.ref)
-        kept = self.kept_dims()
-        kc = unravel(Coord("k", frozenset("k")), [ext[d] for d in kept], low.divider)
-        jname = "j" if c == "j" else f"j{c}"
-        jc = unravel(Coord(jname, frozenset(c)), [ext[d] for d in self.red_dims], low.divider)
+    def _unravel(self, low, v, k: Coord, j: Coord) -> list:
+        """Coordinates of ``v`` with its kept dims unravelled from ``k`` and its reduced
+        ones from ``j``."""
+        ext = low.extents(v)
         coords = [None] * len(ext)
-        for d, c in zip(kept, kc):
-            coords[d] = c
-        for d, c in zip(self.red_dims, jc):
-            coords[d] = c
+        for c0, dims in ((k, self.kept_dims()), (j, self.red_dims)):
+            for d, c in zip(dims, unravel(c0, [ext[d] for d in dims], low.divider)):
+                coords[d] = c
         return coords
+
+    def _unravel_ref(self, low, c="j"):
+        jname = "j" if c == "j" else f"j{c}"
+        return self._unravel(low, self.ref, Coord("k", frozenset("k")), Coord(jname, frozenset(c)))
 
     def ref_index(self, low, c="j") -> Index:
         coords = self._unravel_ref(low, c)
@@ -508,7 +509,7 @@ class ReductionTile:
         linear = None
         if c != "j":  # a peeled chunk: l{c} is the flat index of the row's elements, unless rows are strided
             return Index(tuple(coords), None if self.aligned_rows else Coord(f"l{c}", frozenset(("k", c))))
-        if self.red_dims == tuple(range(n - len(self.red_dims), n)):
+        if self.trailing:
             linear = Coord("(k * J + j)", frozenset("kj"))
         elif self.red_dims == tuple(range(len(self.red_dims))):
             linear = Coord("(j * K + k)", frozenset("kj"))
@@ -518,13 +519,8 @@ class ReductionTile:
         """Coordinates of row ``row`` (a scalar) of ``v``, shaped like the reference
         along the reduced dims and smaller along the kept ones, with ``j`` over the row
         (``emit._store_own_rows``; one block per row: the ``j`` chunk)."""
-        ext = low.extents(v)
-        coords = [None] * len(ext)
-        for c0, dims in ((Coord(row, frozenset()), self.kept_dims()), (Coord("j", frozenset("j")), self.red_dims)):
-            for d, c in zip(dims, unravel(c0, [ext[d] for d in dims], low.divider)):
-                coords[d] = c
-        trailing = self.red_dims == tuple(range(len(ext) - len(self.red_dims), len(ext)))
-        return Index(tuple(coords), Coord(f"({row} * J + j)", frozenset("j")) if trailing else None)
+        coords = self._unravel(low, v, Coord(row, frozenset()), Coord("j", frozenset("j")))
+        return Index(tuple(coords), Coord(f"({row} * J + j)", frozenset("j")) if self.trailing else None)
 
     def kept_index(self, low, keepdim: bool) -> Index:
         coords = self._unravel_ref(low)

@@ -57,7 +57,9 @@ class ReductionParams:
     # it starts with those the statistics pass read last (``_wide_row_params``).
     out_reversed: bool = False
     # The extent along the tile's contiguous axis (J inner, K outer) is a multiple of
-    # this many elements, which the kernel tells the compiler (``contiguous_multiple``).
+    # this many elements, which the kernel tells the compiler (``contiguous_multiple``)
+    # where that extent is a runtime size: a row held in one wider block has a constant
+    # length, which says it by itself (``ReductionTile.constant_row``).
     contig_multiple: int = 1
     # Peeled persistent rows only: one program per SM walks rows pid, pid + G, ... and
     # loads its next row (head, tail, body) before it reduces and stores this one, so
