@@ -59,9 +59,9 @@ def test_outer_tile_fits_the_register_budget():
     values per element, so the 64-byte strip of 32 bf16 columns walks 32 rows at a
     time with 2 warps (16 elements per thread).  RMS norm's dw (3 values) fits 64 rows;
     the bias gradient (one tensor, one accumulator) takes 64 rows of 32 columns, and
-    widens to 64 columns (32 rows, 128 bytes of a row) while 64 strips x split 32
-    still make 2048 programs, its chunk loop pipelined 3 deep.  A hidden size of 768
-    keeps 32-column strips (24 x 32 = 768 programs)."""
+    widens to 64 columns (32 rows, 128 bytes of a row) while 64 strips x split 16
+    still make 1024 programs, its chunk loop pipelined 3 deep.  A hidden size of 768
+    keeps 32-column strips (24 x 16 = 384 programs)."""
     seg = column_sums(2)
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 4
     p = outer_reduction.heuristics(seg)
@@ -75,11 +75,11 @@ def test_outer_tile_fits_the_register_budget():
     seg = bias_grad()
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 2
     p = outer_reduction.heuristics(seg)
-    assert (p.block_k, p.block_j, p.num_warps, p.split, p.stages) == (64, 32, 2, 32, 3)
+    assert (p.block_k, p.block_j, p.num_warps, p.split, p.stages) == (64, 32, 2, 16, 3)
     assert per_thread(p) * 2 <= OUTER_VALUES_PER_THREAD
 
     p = outer_reduction.heuristics(bias_grad((8192, 768)))
-    assert (p.block_k, p.block_j, p.split) == (32, 64, 32)
+    assert (p.block_k, p.block_j, p.split) == (32, 64, 16)
 
 
 def _many_column_sums(n_tensors, n_sums, n_max):
@@ -123,7 +123,7 @@ def test_pointwise_fallbacks_halve_the_elements_per_thread_on_4_warps():
     seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
     with override(outer=()):
         p = pointwise.heuristics(seg)
-    assert (p.block, p.num_warps) == (4096, 8)
+    assert (p.block, p.num_warps) == (2048, 4)
     fb = pointwise.fallbacks(seg, p)
     assert [(q.block, q.num_warps) for q in fb] == [(1024, 4), (512, 4)]
     assert pointwise.max_registers(seg, p) == pointwise.MAX_REGISTERS_WIDE

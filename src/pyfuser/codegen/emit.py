@@ -125,7 +125,7 @@ def _store_walked(low, outputs, ref_idx, full, reached):
 
 def emit_kernel(name: str, outputs, shapes, inputs_info, tile, header: list[str]) -> KernelSource:
     w = KernelWriter(name)
-    low = Lowering(w, shapes, inputs_info, tile, {})
+    low = Lowering(w, shapes, inputs_info, tile, {}, outputs)
     ref_shape = shapes[tile.ref]
     tile.prologue(low)
     full = [o for o in outputs if shapes[o] == ref_shape and not _is_reduction(o)]

@@ -27,6 +27,7 @@ class KernelWriter:
     cdtype: str = "tl.float32"  # compute dtype of the op being emitted (read by op emitters)
     last: str = ""
     _cse: dict = field(default_factory=dict)
+    helpers: dict = field(default_factory=dict)  # name -> source of a @triton.jit function the body calls
 
     def line(self, text: str):
         self.lines.append("    " * self.indent + text)
@@ -53,6 +54,12 @@ class KernelWriter:
     def forget_scope(self, indent: int):
         """Drop CSE entries bound at ``indent`` or deeper (leaving a loop body)."""
         self._cse = {k: v for k, v in self._cse.items() if k[1] < indent}
+
+    def helper(self, name: str, source: str) -> str:
+        """Define the ``@triton.jit`` function ``source`` (named ``name``) next to the
+        kernel; returns the name to call it by."""
+        self.helpers.setdefault(name, source)
+        return name
 
     def arg(self, name: str, kind: str, source: tuple) -> str:
         if name not in self.args:
@@ -96,6 +103,7 @@ class KernelWriter:
             "    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)",
             "",
             "",
+            *(line for text in self.helpers.values() for line in (text, "", "")),
             self._decorator(),
             f"def {self.name}(\n    {sig},\n):",
             *self.lines,

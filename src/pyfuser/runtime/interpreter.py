@@ -6,8 +6,13 @@
    the interpreter's numpy arrays (``InterpretedKernel``).  The kernel text is the
    same on CPU and GPU; only the implementation of the math library differs, as
    between any two math libraries, by an ulp or so.
-2. Reductions: fast paths for pyfuser's combine functions (below).
-3. fp32 -> bf16 rounds to nearest even, as the GPU does; the interpreter truncated,
+2. Helper functions: a kernel may call ``@triton.jit`` functions defined next to it
+   (``_pyfuser_tanh``).  The interpreter runs only a call to its own function type,
+   so while an interpreted kernel runs, the module's helpers are bound to
+   interpreted copies of themselves (a compiled launch of the same module still
+   sees the originals).
+3. Reductions: fast paths for pyfuser's combine functions (below).
+4. fp32 -> bf16 rounds to nearest even, as the GPU does; the interpreter truncated,
    an ulp off in half the values, and more after chained ops (the fuzzer found a
    17% error through two bf16 exps).
 
@@ -53,7 +58,7 @@ def _libdevice_shims():
     return {"tanh": _torch_fn(torch.tanh), "expm1": _torch_fn(torch.expm1), "log1p": _torch_fn(torch.log1p),
             "erfc": _torch_fn(torch.erfc), "atan2": _torch_fn(torch.atan2), "pow": _torch_fn(torch.pow),
             "tan": _torch_fn(torch.tan), "rint": _torch_fn(torch.round), "trunc": _torch_fn(torch.trunc),
-            "fmod": _torch_fn(torch.fmod)}
+            "fmod": _torch_fn(torch.fmod), "fast_dividef": _torch_fn(torch.div)}
 
 
 class InterpretedKernel:
@@ -63,9 +68,13 @@ class InterpretedKernel:
 
     def __init__(self, jit_fn):
         from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
 
         install_fast_paths()
         self.fn = InterpretedFunction(jit_fn.fn)
+        self.module = jit_fn.fn.__globals__
+        self.helpers = {name: InterpretedFunction(f.fn) for name, f in self.module.items()
+                        if isinstance(f, JITFunction) and f is not jit_fn}
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
@@ -74,13 +83,16 @@ class InterpretedKernel:
             if InterpretedKernel._shims is None:
                 InterpretedKernel._shims = _libdevice_shims()
             saved = {name: getattr(libdevice, name) for name in self._shims}
+            compiled = {name: self.module[name] for name in self.helpers}
             try:
                 for name, shim in self._shims.items():
                     setattr(libdevice, name, shim)
+                self.module.update(self.helpers)
                 return self.fn[grid](*args, **kwargs)
             finally:
                 for name, orig in saved.items():
                     setattr(libdevice, name, orig)
+                self.module.update(compiled)
 
         return launch
 

@@ -8,8 +8,9 @@ walk meets them.
 
 Worked example: bias + GELU on [16384, 4096] fp16 with a [4096] bias: the reference
 is the [16384, 4096] output; ``x`` addresses input and output directly, the bias at
-``x % 4096``.  BLOCK 1024 with 4 warps keeps 8 fp16 elements per thread: one 16-byte
-load each.
+``x % 4096``.  BLOCK 2048 with 4 warps keeps 16 fp16 elements per thread: two 16-byte
+loads each.  Its tanh is not computed: ``0.5 h (1 + tanh(u))`` is emitted as ``0.5 h *
+2 / (1 + e^-2u)`` (``lower.Lowering._shifted_tanh``).
 
 Broadcast tile: where a heavy op (sin, cos, tanh, erf, ...: ``OpDef.heavy``) reads
 values broadcast along some dims, a flat walk evaluates it at every output element.
@@ -114,11 +115,14 @@ def heuristics(seg: Segment) -> PointwiseParams:
         # compile a new kernel for every power of 2.
         block = 1024 if n <= 1024 else 1 << 14
         return apply_overrides(PointwiseParams(block, 4, int64))
-    # Large tensors: 4096 elements and 8 warps per program (16 per thread) hides the
-    # latency of math-heavy bodies (bias + tanh-GELU on H200: 0.089 ms vs 0.094 ms
-    # at 1024 x 4 warps); small ones: enough programs to cover the SMs.
+    # Large tensors: 16 elements per thread hides the latency of math-heavy bodies
+    # (bias + tanh-GELU on H200: 0.089 ms vs 0.094 ms at 8 per thread), on 4 warps:
+    # 2048 per program.  Against 4096 on 8 warps (H200, 2026-11-30, ``benchmarks/
+    # variants.py --only ties``): bias + GELU-tanh [16384, 4096] fp16 70.6 -> 68.6 us,
+    # [32768, 3072] 103.5 -> 99.4, GELU-tanh backward 108.6 -> 102.4, GELU-erf
+    # backward 122.1 -> 121.2.  Small ones: enough programs to cover the SMs.
     if n >= 1 << 22:
-        return apply_overrides(PointwiseParams(4096, 8, int64))
+        return apply_overrides(PointwiseParams(2048, 4, int64))
     block = 1024 if n >= 1 << 20 else max(128, min(1024, next_pow2(n)))
     return apply_overrides(PointwiseParams(block, 4, int64))
 
@@ -232,7 +236,7 @@ def probe_walk(seg: Segment):
 # Registers a pointwise kernel may use at 16 or more elements per thread.  Past it the
 # body is heavy enough (tensors or math) that 8 elements per thread on 4 warps keep
 # more bytes in flight per SM with fewer registers.  Measured on H200 (2026-11-30,
-# 4096 x 8 warps -> 1024 x 4): Adam step 100 -> 55 registers, 126.5 -> 116.2 us;
+# when the wide tile was 4096 x 8 warps; 4096 x 8 -> 1024 x 4): Adam step 100 -> 55 registers, 126.5 -> 116.2 us;
 # GELU-tanh backward 64 -> 38, 116.2 -> 108.4 us; RoPE 128 -> 38, 66.4 -> 57.6 us;
 # bias + GELU (40 registers) is best at 16 per thread: 88.3 us vs 94.7 us.
 MAX_REGISTERS_WIDE = 56

@@ -446,9 +446,13 @@ def _outer_tile(seg: Segment, ref, dims, J: int, bk: int):
 
 
 # Programs a split outer reduction aims for: 132 SMs x about 32 short-lived programs
-# (the measured best for the two cases above).
+# (the measured best for the two cases above), each walking at least a 16th of the
+# reduced rows.  Column sums in fp16 on H200 (2026-11-30, ``benchmarks/variants.py
+# --only ties``, split 32 -> 16, both pipelined 3 deep): [16384, 4096] 47.3 -> 44.3 us,
+# [65536, 1000] 59.1 -> 52.8, [8192, 3072] 23.9 -> 22.1, [8192, 768] 11.4-12.1 (two
+# runs of 32) against 12.1; 8 was slower on all four.
 SPLIT_TARGET_PROGRAMS = 4096
-MAX_SPLIT = 32
+MAX_SPLIT = 16
 OUTER_MIN_PROGRAMS = 768  # about 6 per SM: what a widened strip must still leave
 OUTER_STRIP_BYTES = 128  # the widest strip of a row one outer program sums
 OUTER_STAGES = 3  # num_stages of an outer tile's chunk loop
