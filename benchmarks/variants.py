@@ -16,8 +16,11 @@ chunk loop pipelined), ``rope`` (the broadcast tile's sizes against the flat til
 pipelined chunk loops, the exponentials' share), ``heldout``, ``heldout2`` (tile
 sizes of the held-out bench cases that torch.compile beat), ``heldout3`` (their
 short rows with compile-time sizes, a max without NaN propagation, eviction hints),
-``constrow`` (rows narrower than their block: the length a constant or not), ``ties`` (the suite
-cases tied with torch.compile: pointwise tile sizes, column sums' split and pipelining), ``prefetch`` (rows walked with the next one loaded ahead, against the tiles without),
+``constrow`` (rows narrower than their block: the length a constant or not),
+``heldout4`` (the held-out cases below torch.compile at 1add3b9: rows per program and
+warps), ``ties`` (the suite cases tied with torch.compile: pointwise tile sizes,
+column sums' split and pipelining), ``prefetch`` (rows walked with the next one
+loaded ahead, against the tiles without),
 ``prefetch_general`` (the same on shapes and fusions the rule was not measured on), ``rows1024`` (rows of
 513-1024 elements: one or several per program), ``waste`` (rows padded far past their
 width: chunks against the persistent row), ``l2`` (wide rows read
@@ -355,6 +358,16 @@ def main():
                 ("k4 4096 w4", dict(block_outer=4), []),
                 ("k4 2048 w4", dict(block_outer=4, block=2048), []),
             ], args.dump)
+    if "heldout4" in groups:  # held-out cases below torch.compile at 1add3b9, rows per program and warps
+        for name, configs in (
+                ("layer_norm_768_fp16", [(2, 2), (4, 4), (2, 4), (1, 1)]),
+                ("log_softmax_257_fp16", [(1, 1), (4, 4), (8, 4), (4, 2), (8, 8)]),
+                ("rms_norm_8192_bf16", [(1, 8), (1, 32), (2, 16)]),
+                ("softmax_backward_1000_bf16", [(2, 2), (4, 4), (1, 1)]),
+                ("softmax_777_bf16", [(2, 2), (1, 1)])):
+            rows += run(name, bench_build(name), [("base", {}, [])] + [
+                (f"block_k={k} num_warps={w}", dict(block_k=k, num_warps=w), []) for k, w in configs]
+                + [("base again", {}, [])], args.dump)
     if "ties" in groups:  # suite cases tied with torch.compile: tanh's cost, bytes in flight, warps
         rows += ties(args.dump)
     if "pointwise" in groups:  # flat tiles of a math-heavy pointwise fusion: elements per thread
