@@ -82,6 +82,20 @@ def test_outer_tile_fits_the_register_budget():
     assert (p.block_k, p.block_j, p.split) == (32, 64, 16)
 
 
+@pytest.mark.parametrize("shape", [(8192, 768), (16384, 4096)])
+def test_outer_split_halves_only_for_sums_alone(shape):
+    """A kernel storing only its column sums splits at most 16 ways; one that also
+    writes a tensor per element (BERT's bias gradients with the gradient itself: a
+    copy of it, GELU's backward) keeps up to 32 (``reduction.MAX_SPLIT_SUMS_ONLY``)."""
+    def build(fd):
+        x = T.tensor(fd, 2, DataType.Half)
+        fd.add_output(fd.ops.set(x))
+        fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.cast(x, DataType.Float), dims=[0]), DataType.Half))
+    with_copy = outer_reduction.heuristics(cuda_segment(build, [(shape, torch.float16)]))
+    alone = outer_reduction.heuristics(bias_grad(shape))
+    assert (alone.split, with_copy.split) == (16, 32)
+
+
 def _many_column_sums(n_tensors, n_sums, n_max):
     def build(fd):
         ts = [T.tensor(fd, 2) for _ in range(n_tensors)]

@@ -446,13 +446,19 @@ def _outer_tile(seg: Segment, ref, dims, J: int, bk: int):
 
 
 # Programs a split outer reduction aims for: 132 SMs x about 32 short-lived programs
-# (the measured best for the two cases above), each walking at least a 16th of the
-# reduced rows.  Column sums in fp16 on H200 (2026-11-30, ``benchmarks/variants.py
-# --only ties``, split 32 -> 16, both pipelined 3 deep): [16384, 4096] 47.3 -> 44.3 us,
-# [65536, 1000] 59.1 -> 52.8, [8192, 3072] 23.9 -> 22.1, [8192, 768] 11.4-12.1 (two
-# runs of 32) against 12.1; 8 was slower on all four.
+# (the measured best for the two cases above).
 SPLIT_TARGET_PROGRAMS = 4096
-MAX_SPLIT = 16
+MAX_SPLIT = 32
+# The most a kernel storing only its sums splits (no output per element): each
+# program then walks at least a 16th of the rows.  fp16 column sums on H200
+# (2026-11-30, ``benchmarks/variants.py --only ties``, split 32 -> 16, pipelined 3
+# deep): [16384, 4096] 47.3 -> 44.3 us, [65536, 1000] 59.1 -> 52.8, [8192, 3072] 23.9 ->
+# 22.1, [8192, 768] 11.4-12.1 (two runs of 32) against 12.1; 8 was slower on all four.
+# A kernel that also writes per element lost at 16 in BERT's step (64 x 128, the
+# record at ``a263973``): the Q, K, V gradients copied with their bias sums ([8192,
+# 768], three outputs per element) 32.4 -> 47.6 us, GELU's backward with its bias sum
+# ([8192, 3072]) 55.0 -> 57.3 us.
+MAX_SPLIT_SUMS_ONLY = 16
 OUTER_MIN_PROGRAMS = 768  # about 6 per SM: what a widened strip must still leave
 OUTER_STRIP_BYTES = 128  # the widest strip of a row one outer program sums
 OUTER_STAGES = 3  # num_stages of an outer tile's chunk loop
@@ -470,13 +476,16 @@ def outer_split(seg: Segment, ref, dims, bk: int, bj: int) -> int:
     """Programs along the reduced extent when the column strips alone are too few to
     fill the GPU (bias gradient of [16384, 4096] fp16: 256 strips of 16 columns;
     layer-norm backward's dw, db at hidden 1024: 64): a power of two that brings the
-    grid to ``SPLIT_TARGET_PROGRAMS``, at most ``MAX_SPLIT``, each program walking at
+    grid to ``SPLIT_TARGET_PROGRAMS``, at most ``MAX_SPLIT`` (``MAX_SPLIT_SUMS_ONLY``
+    where every output is smaller than the reduced tensor), each program walking at
     least two chunks of rows.  1 when the segment cannot be split (``split_eligible``)."""
     K, J = kept_and_reduced(seg, ref, dims)
     strips = -(-K // bk)
     if strips >= SPLIT_TARGET_PROGRAMS or not split_eligible(seg.outputs, seg.shapes, ref, dims):
         return 1
-    split = min(next_pow2(-(-SPLIT_TARGET_PROGRAMS // strips)), MAX_SPLIT)
+    n = seg.numel(ref)
+    most = MAX_SPLIT if any(seg.numel(o) >= n for o in seg.outputs) else MAX_SPLIT_SUMS_ONLY
+    split = min(next_pow2(-(-SPLIT_TARGET_PROGRAMS // strips)), most)
     while split > 1 and J < 2 * bj * split:
         split //= 2
     return split
