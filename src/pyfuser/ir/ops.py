@@ -215,12 +215,14 @@ def _div(b, x, y):
 # each warp ran both halves, serialized, with the branch's bookkeeping: 35.5 SASS
 # instructions per element of bias + GELU-tanh, which held it at 72% of copy
 # bandwidth on H200 (87.7 us, [16384, 4096] fp16).  Computing both halves and
-# selecting one: 29.5 instructions, 76.6 us (``benchmarks/variants.py --only ties``).
+# selecting one, as an edit of that kernel: 29.5 instructions, 76.6 us
+# (``benchmarks/variants.py --only ties``, ``results/*variants_ties_7a6dcea.txt``).
 # Below 0.6, x (1 + x^2 P(x^2)) with P fitted to tanh on [0, 0.6] (weighted least
 # squares, iterated toward equal ripple; 1.25 ulp at most in fp32 with fused
-# multiply-adds, and -0 stays -0); above, 1 - 2 / (e^2x + 1), whose ex2 and division
-# are the same approximate instructions libdevice uses there.  ``benchmarks/tanh_probe.py``
-# measures both against float64 on the GPU.
+# multiply-adds, and -0 stays -0); above, 1 - 2 / (e^2|x| + 1) with x's sign (on x
+# itself the subtraction cancelled for x < 0: 3 ulp), whose ex2 and division are the
+# approximate instructions libdevice uses there.  On the GPU against float64
+# (``benchmarks/tanh_probe.py``): 1.81 ulp at most, as libdevice's.
 TANH_FP32 = """@triton.jit
 def _pyfuser_tanh(x):
     x2 = x * x

@@ -236,9 +236,10 @@ def probe_walk(seg: Segment):
 # Registers a pointwise kernel may use at 16 or more elements per thread.  Past it the
 # body is heavy enough (tensors or math) that 8 elements per thread on 4 warps keep
 # more bytes in flight per SM with fewer registers.  Measured on H200 (2026-11-30,
-# when the wide tile was 4096 x 8 warps; 4096 x 8 -> 1024 x 4): Adam step 100 -> 55 registers, 126.5 -> 116.2 us;
-# GELU-tanh backward 64 -> 38, 116.2 -> 108.4 us; RoPE 128 -> 38, 66.4 -> 57.6 us;
-# bias + GELU (40 registers) is best at 16 per thread: 88.3 us vs 94.7 us.
+# when the wide tile was 4096 x 8 warps; 4096 x 8 -> 1024 x 4): Adam step 100 -> 55
+# registers, 126.5 -> 116.2 us; GELU-tanh backward 64 -> 38, 116.2 -> 108.4 us; RoPE
+# 128 -> 38, 66.4 -> 57.6 us; bias + GELU (40 registers) is best at 16 per thread:
+# 88.3 us vs 94.7 us.
 MAX_REGISTERS_WIDE = 56
 
 
