@@ -191,6 +191,20 @@ def run(name, build, variants, dump=None):
     return rows
 
 
+def run_overrides(name, configs, dump=None, build=None, again=False):
+    """Time the fusion as planned, then under each dict of scheduler overrides (labelled
+    ``field=value ...``), then as planned once more where ``again`` (the spread of two
+    runs of the same kernels)."""
+    return run(name, build or bench_build(name), [("base", {}, [])] + [
+        (" ".join(f"{k}={v}" for k, v in ov.items()), ov, []) for ov in configs]
+        + ([("base again", {}, [])] if again else []), dump)
+
+
+def rows_warps(*pairs):
+    """Overrides of rows per program and warps: ``(block_k, num_warps)`` pairs."""
+    return [dict(block_k=k, num_warps=w) for k, w in pairs]
+
+
 def ties(dump):
     """The suite cases torch.compile tied (0.99x-1.0x at 08e827f) and their kin.  The
     first run of this group (``results/*-variants_ties_7a6dcea.txt``) timed forms of
@@ -199,21 +213,16 @@ def ties(dump):
     warps of flat pointwise tiles, and the split and pipelining of column sums."""
     from bert_kernels import col_sum
     rows = []
-
-    def sweep(name, configs, build=None):
-        return run(name, build or bench_build(name), [("base", {}, [])] + [
-            (" ".join(f"{k}={v}" for k, v in ov.items()), ov, []) for ov in configs] + [("base again", {}, [])],
-                   dump)
     for name in ("bias_gelu_tanh_fp16", "bias_gelu_tanh_3072_fp16", "gelu_tanh_backward_bf16",
                  "gelu_erf_backward_bf16", "adam_step_fp32"):
-        rows += sweep(name, [dict(block=b, num_warps=w) for b, w in ((4096, 8), (2048, 4), (1024, 4), (2048, 8),
-                                                                     (4096, 4))])
+        rows += run_overrides(name, [dict(block=b, num_warps=w) for b, w in (
+            (4096, 8), (2048, 4), (1024, 4), (2048, 8), (4096, 4))], dump, again=True)
     outer = [dict(split=sp, stages=st) for sp in (8, 16, 32) for st in (1, 2, 3)]
     for name in ("bias_grad_sum_dim0_fp16", "bias_grad_sum_dim0_1000_fp16"):
-        rows += sweep(name, outer)
+        rows += run_overrides(name, outer, dump, again=True)
     for label, build in (("col sum [8192,768] fp16", col_sum(8192, 768)),
                          ("col sum [8192,3072] fp16", col_sum(8192, 3072))):
-        rows += sweep(label, outer, build)
+        rows += run_overrides(label, outer, dump, build, again=True)
     return rows
 
 
@@ -365,9 +374,7 @@ def main():
                 ("rms_norm_8192_bf16", [(1, 8), (1, 32), (2, 16)]),
                 ("softmax_backward_1000_bf16", [(2, 2), (4, 4), (1, 1)]),
                 ("softmax_777_bf16", [(2, 2), (1, 1)])):
-            rows += run(name, bench_build(name), [("base", {}, [])] + [
-                (f"block_k={k} num_warps={w}", dict(block_k=k, num_warps=w), []) for k, w in configs]
-                + [("base again", {}, [])], args.dump)
+            rows += run_overrides(name, rows_warps(*configs), args.dump, again=True)
     if "ties" in groups:  # suite cases tied with torch.compile: tanh's cost, bytes in flight, warps
         rows += ties(args.dump)
     if "pointwise" in groups:  # flat tiles of a math-heavy pointwise fusion: elements per thread
@@ -405,19 +412,15 @@ def main():
             ("16 warps", dict(num_warps=16), []),
         ], args.dump)
     if "heldout" in groups:  # held-out cases below torch.compile (bench --cases general): tile sizes
-        def sweep(name, configs):
-            return run(name, bench_build(name), [("base", {}, [])] + [
-                (" ".join(f"{k}={v}" for k, v in ov.items()), ov, []) for ov in configs], args.dump)
-
-        rows += sweep("log_softmax_257_fp16", [dict(block_k=k, num_warps=w) for k, w in (
-            (1, 1), (1, 2), (1, 4), (4, 2), (4, 4), (8, 4), (8, 8), (16, 4), (16, 8), (32, 8))])
-        rows += sweep("rms_norm_8192_bf16", [dict(num_warps=w) for w in (4, 8, 32)])
-        rows += sweep("softmax_backward_1000_bf16", [dict(block_k=k, num_warps=w) for k, w in (
-            (1, 4), (1, 8), (2, 4), (2, 8), (4, 8))])
-        rows += sweep("softmax_backward_fp16", [dict(block_k=k, num_warps=w) for k, w in ((2, 4), (4, 4), (4, 8))])
-        rows += sweep("bias_grad_sum_dim0_1000_fp16", [dict(block_k=k, split=sp, stages=st) for k, sp, st in (
-            (64, 32, 3), (64, 64, 3), (32, 64, 3), (64, 128, 3), (32, 128, 3), (64, 64, 1), (32, 32, 1))])
-        rows += sweep("bias_grad_sum_dim0_fp16", [dict(split=sp) for sp in (64, 128)])
+        rows += run_overrides("log_softmax_257_fp16", rows_warps(
+            (1, 1), (1, 2), (1, 4), (4, 2), (4, 4), (8, 4), (8, 8), (16, 4), (16, 8), (32, 8)), args.dump)
+        rows += run_overrides("rms_norm_8192_bf16", [dict(num_warps=w) for w in (4, 8, 32)], args.dump)
+        rows += run_overrides("softmax_backward_1000_bf16", rows_warps((1, 4), (1, 8), (2, 4), (2, 8), (4, 8)),
+                              args.dump)
+        rows += run_overrides("softmax_backward_fp16", rows_warps((2, 4), (4, 4), (4, 8)), args.dump)
+        rows += run_overrides("bias_grad_sum_dim0_1000_fp16", [dict(block_k=k, split=sp, stages=st) for k, sp, st in (
+            (64, 32, 3), (64, 64, 3), (32, 64, 3), (64, 128, 3), (32, 128, 3), (64, 64, 1), (32, 32, 1))], args.dump)
+        rows += run_overrides("bias_grad_sum_dim0_fp16", [dict(split=sp) for sp in (64, 128)], args.dump)
     if "constrow" in groups:  # rows narrower than their block: the length constant (as chosen) or at run time
         runtime_j = (r"\n    J: tl\.constexpr,", "\n    J,")
         for name in ("log_softmax_257_fp16", "layer_norm_768_fp16", "layer_norm_backward_768_fp16",
@@ -438,16 +441,10 @@ def main():
                 ("block_k=1 num_warps=2 constsizes", dict(block_k=1, num_warps=2), [CONST_SIZES]),
             ], args.dump)
     if "heldout2" in groups:  # the held-out cases still below torch.compile after contiguous_multiple
-        def sweep2(name, configs):
-            return run(name, bench_build(name), [("base", {}, [])] + [
-                (" ".join(f"{k}={v}" for k, v in ov.items()), ov, []) for ov in configs], args.dump)
-
-        rows += sweep2("rms_norm_8192_bf16", [dict(block_k=k, num_warps=w) for k, w in (
-            (2, 16), (2, 32), (4, 32), (2, 8))])
-        rows += sweep2("layer_norm_768_fp16", [dict(block_k=k, num_warps=w) for k, w in (
-            (1, 2), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8))])
-        rows += sweep2("log_softmax_257_fp16", [dict(block_k=k, num_warps=w) for k, w in (
-            (2, 1), (4, 1), (8, 2), (2, 4), (1, 8))])
+        rows += run_overrides("rms_norm_8192_bf16", rows_warps((2, 16), (2, 32), (4, 32), (2, 8)), args.dump)
+        rows += run_overrides("layer_norm_768_fp16", rows_warps((1, 2), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8)),
+                              args.dump)
+        rows += run_overrides("log_softmax_257_fp16", rows_warps((2, 1), (4, 1), (8, 2), (2, 4), (1, 8)), args.dump)
     if "waste" in groups:  # rows padded far past their width (5120 -> 8192 lanes): chunks instead
         for name, configs in (
                 ("layer_norm_5120_bf16", [dict(persistent=False, block_j=bj, num_warps=w) for bj, w in (
@@ -456,8 +453,7 @@ def main():
                                                                                      (2048, 4))]),
                 ("log_softmax_128256_bf16", [dict(block_j=bj, num_warps=w) for bj, w in ((4096, 8), (16384, 16),
                                                                                           (2048, 4))])):
-            rows += run(name, bench_build(name), [("base", {}, [])] + [
-                (" ".join(f"{k}={v}" for k, v in ov.items()), ov, []) for ov in configs], args.dump)
+            rows += run_overrides(name, configs, args.dump)
     if "prefetch" in groups:  # rows walked by one program per SM, the next row loaded ahead
         for name in ("log_softmax_full", "log_softmax_sub", "softmax_30522_bf16"):
             rows += run(name, bench_build(name), prefetch_variants(), args.dump)
