@@ -29,7 +29,6 @@ uses it, and None means unknown until execute.
 """
 from __future__ import annotations
 
-import math
 import operator
 
 import torch
@@ -81,17 +80,15 @@ def _div(a: float, b: float):
     return a / b if b != 0 else None
 
 
-def _sqrt(a: float):
-    return math.sqrt(a) if a >= 0 else None
-
-
 # Python floats are IEEE doubles, as fp64 tensors are, and these ops are correctly
 # rounded in both: on fp64 operands Python gives torch's result bit for bit (signed
 # zeros, infinities and NaNs alike) without building 0-d tensors (about 10 us an op,
 # paid by every execute that computes scalars).  None: a case where Python raises and
-# torch returns inf or NaN (a zero divisor, the root of a negative or NaN), left to torch.
+# torch returns inf or NaN (a zero divisor), left to torch.  Not sqrt: torch's CPU
+# fp64 sqrt is not correctly rounded on every host (torch 2.13 on one x86 host gives
+# sqrt(2.0) and sqrt(2**53) an ulp below ``math.sqrt``), so it stays torch's.
 _EXACT_FP64 = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": _div, "truediv": _div,
-               "neg": operator.neg, "abs": abs, "sqrt": _sqrt}
+               "neg": operator.neg, "abs": abs}
 # Per operand dtype: 0 for a float scalar (computed in fp64, see ``_scalar_tensor``),
 # the bound of an int scalar; other dtypes (Bool) are left to torch.
 _FP64_OPERAND = {DataType.Double: 0, DataType.Float: 0, DataType.Half: 0, DataType.BFloat16: 0,
