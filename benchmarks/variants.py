@@ -18,7 +18,9 @@ sizes of the held-out bench cases that torch.compile beat), ``heldout3`` (their
 short rows with compile-time sizes, a max without NaN propagation, eviction hints),
 ``constrow`` (rows narrower than their block: the length a constant or not),
 ``heldout4`` (the held-out cases below torch.compile at 1add3b9: rows per program and
-warps), ``ties`` (the suite cases tied with torch.compile: pointwise tile sizes,
+warps), ``window`` (short rows off 16-byte boundaries: loads through each row's aligned
+window), ``padded`` (persistent rows padded by a fifth or more: lanes per thread),
+``half_warps`` (the same change on rows without padding), ``chunks`` (aligned rows of 4096-8192: persistent against chunked), ``ties`` (the suite cases tied with torch.compile: pointwise tile sizes,
 column sums' split and pipelining), ``prefetch`` (rows walked with the next one
 loaded ahead, against the tiles without),
 ``prefetch_general`` (the same on shapes and fusions the rule was not measured on), ``rows1024`` (rows of
@@ -57,6 +59,19 @@ CONST_SIZES = (r"(?m)^(\s+)(K|J|T\d+_s\d+),$", r"\1\2: tl.constexpr,")
 NO_SMALL_STORE = (r"\n    for k_o in range\(pid, \w+, tl\.num_programs\(0\)\):(?:\n        [^\n]*)+", "")
 NO_RNG = (r"(r\d+) = tl\.reshape\(tl\.join\(.*\), \[BLOCK_K, BLOCK_J\]\)",
           r"\1 = tl.full([BLOCK_K, BLOCK_J], 0.5, tl.float32)")
+
+# A misaligned row tile's loads through each row's aligned window: lanes from the
+# 16-byte boundary at or before the row's start up to the one after its end (what is
+# read past the row belongs to its neighbours or to the last row's granule), so the
+# load mask is uniform across 8 lanes; j is each lane's column in its row.
+WINDOW_LOADS = [(r"    j = 0 \+ tl\.arange\(0, BLOCK_J\)\[None, :\]\n    jmask = j < J\n",
+                 "    w0 = (k * J) // 8 * 8\n    jw = tl.arange(0, BLOCK_J)[None, :]\n    j = jw - (k * J - w0)\n"
+                 "    jmask = (j >= 0) & (j < J)\n    lmask = kmask & (jw < (J + 14) // 8 * 8)\n"),
+                (r"tl\.load\((T\d+_ptr) \+ \(k \* J \+ j\), mask=mask\)", r"tl.load(\1 + (w0 + jw), mask=lmask)")]
+# ... and the stores too (wrong results: the window's lanes outside the row overwrite
+# the neighbours; what 16-byte stores would cost).
+WINDOW_STORES = [(r"tl\.store\((T\d+_out) \+ \(k \* J \+ j\), (\w+), mask=mask\)",
+                  r"tl.store(\1 + (w0 + jw), \2, mask=lmask)")]
 
 
 @contextlib.contextmanager
@@ -226,6 +241,98 @@ def ties(dump):
     return rows
 
 
+def window(dump):
+    """Rows narrower than 512 (and one of 777) that start off 16-byte boundaries, as
+    planned (``old``: J padded to a power of 2, 2-byte loads), each row's loads through
+    its aligned window (``WINDOW_LOADS``), and the stores too (wrong results: the
+    ceiling 16-byte stores would give)."""
+    from pyfuser import DataType
+    from pyfuser.schedulers.base import contiguous_multiple, next_pow2
+
+    H, BF = DataType.Half, DataType.BFloat16
+    rows = []
+    for R, W, dt, kind in ((262144, 257, H, "log_softmax"), (262144, 257, BF, "softmax"),
+                           (524288, 100, H, "log_softmax"), (524288, 129, H, "softmax"),
+                           (131072, 385, BF, "softmax"), (131072, 500, H, "softmax"),
+                           (131072, 300, H, "layer_norm"), (65536, 777, BF, "softmax")):
+        bj = next_pow2(W)
+        bk = min(64, 1024 // bj)
+        warps = max(1, bk * bj // (32 * (8 if bj <= 256 else 16)))
+        old = dict(align=1, block_k=bk, block_j=bj, num_warps=warps, contig_multiple=contiguous_multiple(W))
+        more = dict(old, block_k=2 * bk, num_warps=2 * warps)
+        rows += run(f"{kind} [{R}, {W}] {dt.name}", _rows_fusion(R, W, dt, kind), [
+            ("old", old, []), ("window loads", old, WINDOW_LOADS), ("window loads + stores", old,
+                                                                     WINDOW_LOADS + WINDOW_STORES),
+            ("window loads, 2x rows and warps", more, WINDOW_LOADS)], dump)
+    return rows
+
+
+def padded(dump):
+    """Persistent rows padded by a fifth or more (``reduction._padded_warps``): as
+    planned against the rows per program and warps of unpadded rows (``before``), twice
+    the rows on those warps, half the warps, and one more step each way."""
+    from pyfuser import DataType
+    from pyfuser.schedulers.base import next_pow2
+
+    def before(W):
+        bj = next_pow2(W)
+        bk = max(1, min(64, 1024 // bj))
+        return bk, max(1, bk * bj // (32 * (8 if bj <= 256 else 16)))
+
+    H, BF = DataType.Half, DataType.BFloat16
+    rows = []
+    for name, W in (("log_softmax_257_fp16", 257), ("softmax_777_bf16", 777), ("layer_norm_768_fp16", 768),
+                    ("dropout_residual_layer_norm_768_fp16", 768)):
+        bk, w = before(W)
+        rows += run_overrides(name, rows_warps((bk, w), (2 * bk, w), (bk, max(1, w // 2)), (4 * bk, 2 * w)),
+                              dump, again=True)
+    for R, W, dt, kind in ((524288, 100, H, "log_softmax"), (524288, 129, H, "softmax"),
+                           (131072, 385, BF, "softmax"), (131072, 300, H, "layer_norm"),
+                           (32768, 1100, BF, "softmax"), (32768, 2500, H, "layer_norm")):
+        bk, w = before(W)
+        rows += run_overrides(f"{kind} [{R}, {W}] {dt.name}", rows_warps((bk, w), (2 * bk, w), (bk, max(1, w // 2))),
+                              dump, _rows_fusion(R, W, dt, kind))
+    return rows
+
+
+def half_warps(dump):
+    """Persistent rows without padding (the suite's and the held-out ones): as planned
+    against half the warps (what ``_padded_warps`` does to padded rows)."""
+    from pyfuser.bench import cases
+    from pyfuser.schedulers.reduction import ReductionParams
+
+    rows = []
+    for name in ("softmax_128_fp16", "softmax_1024_fp32", "layer_norm_1024_bf16", "softmax_backward_fp16",
+                 "softmax_64_fp16", "softmax_4096_bf16", "log_softmax_4096_fp16", "layer_norm_4096_fp16",
+                 "rms_norm_4096_bf16", "softmax_2000_fp32", "rms_norm_2048_fp16", "softmax_backward_1000_bf16",
+                 "rms_norm_8192_bf16"):
+        c = cases.BY_NAME[name]
+        p = [p for p in _planned(c) if isinstance(p, ReductionParams)][0]
+        rows += run_overrides(name, [dict(block_k=p.block_k, num_warps=max(1, p.num_warps // 2))], dump, again=True)
+    return rows
+
+
+def _planned(case):
+    """The params of each kernel the case's fusion is planned with (offline)."""
+    from regcheck import meta_inputs, plan_offline
+    sizes = case.sizes(1.0)
+    rt, b, plan = plan_offline(case.define(sizes), meta_inputs(case, sizes))
+    return [s.scheduler.heuristics(rt.segment(b, s.outputs)) for s in plan.steps if s.scheduler is not None]
+
+
+def _rows_fusion(R, W, dt, kind):
+    """A softmax, log-softmax or layer norm over [R, W] rows of ``dt``."""
+    from pyfuser.bench import cases, training as T
+
+    def build(fd):
+        if kind == "layer_norm":
+            T.build_layer_norm(fd, (R, W, dt))
+            return [torch.randn(*s, device="cuda", dtype=dt.torch) for s in ((R, W), (W,), (W,))]
+        cases.build_softmax(fd, (R, W, dt), kind == "log_softmax")
+        return [torch.randn(R, W, device="cuda", dtype=dt.torch)]
+    return build
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dump", help="write each variant's kernel sources here")
@@ -375,6 +482,17 @@ def main():
                 ("softmax_backward_1000_bf16", [(2, 2), (4, 4), (1, 1)]),
                 ("softmax_777_bf16", [(2, 2), (1, 1)])):
             rows += run_overrides(name, rows_warps(*configs), args.dump, again=True)
+    if "padded" in groups:  # persistent rows padded by a fifth or more: lanes per thread
+        rows += padded(args.dump)
+    if "half_warps" in groups:  # persistent rows without padding: half the warps
+        rows += half_warps(args.dump)
+    if "window" in groups:  # short misaligned rows: loads through each row's aligned window
+        rows += window(args.dump)
+    if "chunks" in groups:  # aligned rows of 4096-8192: the persistent row against two passes of chunks
+        for name in ("rms_norm_8192_bf16", "rms_norm_4096_bf16", "layer_norm_4096_fp16", "layer_norm_5120_bf16"):
+            rows += run_overrides(name, [dict(persistent=False, block_k=1, block_j=bj, num_warps=w, align=1)
+                                         for bj, w in ((1024, 2), (2048, 4), (4096, 8), (2048, 8))], args.dump,
+                                  again=True)
     if "ties" in groups:  # suite cases tied with torch.compile: tanh's cost, bytes in flight, warps
         rows += ties(args.dump)
     if "pointwise" in groups:  # flat tiles of a math-heavy pointwise fusion: elements per thread

@@ -269,6 +269,8 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
         warps = max(1, min(32, bk * bj // (32 * per_thread)))
         if warps >= 16 and _too_padded(J, bj):
             return _padded_row_chunks(seg, int64)
+        if 1 - J / bj >= PADDED_ROW_SHARE:
+            warps = _padded_warps(warps)
         return ReductionParams(True, True, bk, bj, warps, int64)
     return ReductionParams(True, False, 1, 8192, 16, int64)
 
@@ -289,6 +291,24 @@ MAX_LANE_WASTE = 0.25
 def _too_padded(J: int, lanes: int) -> bool:
     """Whether ``lanes`` (J padded) leave more than ``MAX_LANE_WASTE`` of them masked."""
     return 1 - J / lanes > MAX_LANE_WASTE
+
+
+# The share of a persistent row's lanes masked by padding from which each thread takes
+# twice the lanes (``_padded_warps``).
+PADDED_ROW_SHARE = 0.2
+
+
+def _padded_warps(warps: int) -> int:
+    """Warps for persistent rows that padding leaves at least ``PADDED_ROW_SHARE``
+    masked: half those of unpadded rows, so each thread takes twice the lanes (up to
+    half of them masked) and an SM holds twice the programs.  Measured on H200 (2026-12-01,
+    ``benchmarks/variants.py --only padded``; before -> half the warps, against
+    twice the rows on the same warps): log-softmax [262144, 257] fp16 109.0 -> 87.2 us
+    (107.0), layer norm [131072, 300] fp16 75.9 -> 53.1 (72.6), softmax [524288, 129]
+    fp16 230.2 -> 146.3 (223.9), softmax [131072, 385] bf16 72.9 -> 70.0, softmax
+    [65536, 777] bf16 64.6 -> 58.5 (one row per program), layer norm [65536, 768] fp16
+    57.2 -> 55.2, log-softmax [524288, 100] fp16 72.8 -> 69.5."""
+    return max(1, warps // 2)
 
 
 def _padded_row_chunks(seg: Segment, int64: bool) -> ReductionParams:
