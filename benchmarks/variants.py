@@ -20,7 +20,10 @@ short rows with compile-time sizes, a max without NaN propagation, eviction hint
 ``heldout4`` (the held-out cases below torch.compile at 1add3b9: rows per program and
 warps), ``window`` (short rows off 16-byte boundaries: loads through each row's aligned
 window), ``padded`` (persistent rows padded by a fifth or more: lanes per thread),
-``half_warps`` (the same change on rows without padding), ``chunks`` (aligned rows of 4096-8192: persistent against chunked), ``ties`` (the suite cases tied with torch.compile: pointwise tile sizes,
+``half_warps`` (the same change on rows without padding), ``peel_width``
+(misaligned rows of 777-16001: peeled against unpeeled), ``peel_rules`` (the same
+on rows aligned to 8 or 4 bytes and on layer norms), ``peel_rules2`` (rows of 30522,
+fp32 rows, chunked rows), ``chunks`` (aligned rows of 4096-8192: persistent against chunked), ``ties`` (the suite cases tied with torch.compile: pointwise tile sizes,
 column sums' split and pipelining), ``prefetch`` (rows walked with the next one
 loaded ahead, against the tiles without),
 ``prefetch_general`` (the same on shapes and fusions the rule was not measured on), ``rows1024`` (rows of
@@ -312,6 +315,93 @@ def half_warps(dump):
     return rows
 
 
+def peel_width(dump):
+    """Misaligned rows of 777 to 16001 elements, each as planned (peeled: one row per
+    program, head, tail and aligned body), the same tile unpeeled, and two rows per
+    program unpeeled on the same and on twice the warps."""
+    from pyfuser import DataType
+    from pyfuser.schedulers.base import contiguous_multiple
+    from pyfuser.schedulers.reduction import ReductionParams
+
+    H, BF = DataType.Half, DataType.BFloat16
+    rows = []
+    for W, dt, kind in ((777, BF, "softmax"), (1100, BF, "softmax"), (1537, H, "log_softmax"),
+                        (2500, H, "layer_norm"), (3001, H, "softmax"), (5001, BF, "softmax"),
+                        (5001, H, "layer_norm"), (7001, H, "log_softmax"), (12001, H, "softmax"),
+                        (16001, BF, "layer_norm")):
+        R = (1 << 25) // W
+        build = _rows_fusion(R, W, dt, kind)
+        p = [q for q in _planned_build(build, R, W, dt, kind) if isinstance(q, ReductionParams)][0]
+        flat = dict(align=1, contig_multiple=contiguous_multiple(W))
+        rows += run_overrides(f"{kind} [{R}, {W}] {dt.name} ({p.block_k}, {p.num_warps})", [
+            dict(flat), dict(flat, block_k=2 * p.block_k), dict(flat, block_k=2 * p.block_k, num_warps=2 * p.num_warps),
+            dict(num_warps=2 * p.num_warps)], dump, build, again=True)
+    return rows
+
+
+def peel_rules(dump):
+    """Peeled rows against the same tile unpeeled (its loads as wide as the row's
+    length allows: ``contiguous_multiple``), on rows 8-byte aligned (a multiple of 4
+    16-bit or 2 fp32 elements), 4-byte aligned, and on layer norms (whose weight and
+    bias, read at each row's own offset, are misaligned in a peeled body)."""
+    from pyfuser import DataType
+    from pyfuser.schedulers.base import contiguous_multiple
+    from pyfuser.schedulers.reduction import ReductionParams
+
+    H, BF, F = DataType.Half, DataType.BFloat16, DataType.Float
+    rows = []
+    for W, dt, kind in ((1028, H, "softmax"), (3004, BF, "log_softmax"), (6004, BF, "softmax"),
+                        (1100, H, "layer_norm"), (30524, H, "log_softmax"),
+                        (1538, H, "softmax"), (3002, BF, "log_softmax"), (2502, H, "layer_norm"),
+                        (1002, F, "softmax"), (3002, F, "log_softmax"),
+                        (777, H, "layer_norm"), (1537, H, "layer_norm"), (3001, H, "layer_norm"),
+                        (7001, H, "layer_norm"), (12001, BF, "layer_norm"), (16001, BF, "layer_norm")):
+        R = (1 << 27) // (W * dt.torch.itemsize)
+        build = _rows_fusion(R, W, dt, kind)
+        p = [q for q in _planned_build(build, R, W, dt, kind) if isinstance(q, ReductionParams)][0]
+        label = f"{kind} [{R}, {W}] {dt.name} ({int(p.persistent)}, {p.block_k}, {p.block_j}, {p.num_warps})"
+        rows += run_overrides(label, [dict(align=1, contig_multiple=contiguous_multiple(W))], dump, build, again=True)
+    return rows
+
+
+def peel_rules2(dump):
+    """Peeled against unpeeled, continued: the bench's rows of 30522 (4-byte aligned;
+    peeled, prefetched as planned), fp32 rows of odd length, 16-bit rows 4-byte
+    aligned that take chunks."""
+    from pyfuser import DataType
+    from pyfuser.schedulers.base import contiguous_multiple
+    from pyfuser.schedulers.reduction import ReductionParams
+
+    rows = []
+    for name in ("log_softmax_full", "log_softmax_sub", "log_softmax_logsum", "softmax_30522_bf16",
+                 "log_softmax_backward_bf16", "log_softmax_257_fp16", "softmax_777_bf16"):
+        from pyfuser.bench import cases
+        W = [x for x in cases.BY_NAME[name].sizes(1.0) if isinstance(x, int)][-1]
+        rows += run_overrides(name, [dict(align=1, contig_multiple=contiguous_multiple(W))], dump, again=True)
+    H, BF, F = DataType.Half, DataType.BFloat16, DataType.Float
+    for W, dt, kind in ((1001, F, "softmax"), (3001, F, "log_softmax"), (1537, F, "layer_norm"),
+                        (1026, BF, "layer_norm"), (4098, H, "softmax"), (50258, H, "log_softmax"),
+                        (20002, BF, "softmax")):
+        R = (1 << 27) // (W * dt.torch.itemsize)
+        build = _rows_fusion(R, W, dt, kind)
+        p = [q for q in _planned_build(build, R, W, dt, kind) if isinstance(q, ReductionParams)][0]
+        label = f"{kind} [{R}, {W}] {dt.name} ({int(p.persistent)}, {p.block_k}, {p.block_j}, {p.num_warps})"
+        rows += run_overrides(label, [dict(align=1, contig_multiple=contiguous_multiple(W))], dump, build, again=True)
+    return rows
+
+
+def _planned_build(build, R, W, dt, kind):
+    """The params of each kernel ``_rows_fusion(R, W, dt, kind)`` is planned with
+    (offline: meta inputs)."""
+    from pyfuser import FusionDefinition
+    from regcheck import plan_offline
+    with FusionDefinition() as fd:
+        build_meta = _rows_fusion(R, W, dt, kind, device="meta")
+        inputs = build_meta(fd)
+    rt, b, plan = plan_offline(fd, inputs)
+    return [s.scheduler.heuristics(rt.segment(b, s.outputs)) for s in plan.steps if s.scheduler is not None]
+
+
 def _planned(case):
     """The params of each kernel the case's fusion is planned with (offline)."""
     from regcheck import meta_inputs, plan_offline
@@ -320,16 +410,16 @@ def _planned(case):
     return [s.scheduler.heuristics(rt.segment(b, s.outputs)) for s in plan.steps if s.scheduler is not None]
 
 
-def _rows_fusion(R, W, dt, kind):
+def _rows_fusion(R, W, dt, kind, device="cuda"):
     """A softmax, log-softmax or layer norm over [R, W] rows of ``dt``."""
     from pyfuser.bench import cases, training as T
 
     def build(fd):
         if kind == "layer_norm":
             T.build_layer_norm(fd, (R, W, dt))
-            return [torch.randn(*s, device="cuda", dtype=dt.torch) for s in ((R, W), (W,), (W,))]
+            return [torch.randn(*s, device=device, dtype=dt.torch) for s in ((R, W), (W,), (W,))]
         cases.build_softmax(fd, (R, W, dt), kind == "log_softmax")
-        return [torch.randn(R, W, device="cuda", dtype=dt.torch)]
+        return [torch.randn(R, W, device=device, dtype=dt.torch)]
     return build
 
 
@@ -486,6 +576,12 @@ def main():
         rows += padded(args.dump)
     if "half_warps" in groups:  # persistent rows without padding: half the warps
         rows += half_warps(args.dump)
+    if "peel_width" in groups:  # misaligned rows of 777-16001: peeled against unpeeled tiles
+        rows += peel_width(args.dump)
+    if "peel_rules" in groups:  # peeled against unpeeled: 8- and 4-byte aligned rows, layer norms
+        rows += peel_rules(args.dump)
+    if "peel_rules2" in groups:  # peeled against unpeeled: rows of 30522, fp32 rows, chunked rows
+        rows += peel_rules2(args.dump)
     if "window" in groups:  # short misaligned rows: loads through each row's aligned window
         rows += window(args.dump)
     if "chunks" in groups:  # aligned rows of 4096-8192: the persistent row against two passes of chunks

@@ -20,7 +20,7 @@ from pyfuser.schedulers.base import sm_count
 
 from .common import DataType, check, fusion, gen_for, make_tensor, need_ptxas, regcheck
 
-# J = 100 is not a multiple of 8: rows start misaligned and are peeled, as the tile needs.
+# J = 101 is odd: rows start misaligned and are peeled (``reduction._peel_pays``), as the tile needs.
 PREFETCH = dict(prefetch=True, persistent=True, block_k=1, block_j=128, num_warps=4, online=False,
                 out_reversed=False)
 
@@ -33,19 +33,19 @@ def rc():
 @pytest.mark.parametrize("rows", [sm_count() * 2 + 5, 3])
 def test_log_softmax_rows_match_the_reference(rows):
     gen = gen_for(f"prefetch_{rows}")
-    x = make_tensor((rows, 100), torch.float16, gen)
-    fd = fusion(lambda fd: seeds.build_log_softmax_full(fd, rows, 1, 100))
+    x = make_tensor((rows, 101), torch.float16, gen)
+    fd = fusion(lambda fd: seeds.build_log_softmax_full(fd, rows, 1, 101))
     with override(**PREFETCH):
         check(fd, [x], n_launches=1, prefetch=True, align=8)
-    fd = fusion(lambda fd: seeds.build_log_softmax_sub(fd, rows, 100))
+    fd = fusion(lambda fd: seeds.build_log_softmax_sub(fd, rows, 101))
     with override(**PREFETCH):
         check(fd, [x], n_launches=1, prefetch=True)
 
 
 def test_nan_and_inf_rows_match_the_reference():
     gen = gen_for("prefetch_special")
-    x = make_tensor((sm_count() + 3, 100), torch.float16, gen, special=True)
-    fd = fusion(lambda fd: seeds.build_log_softmax_sub(fd, sm_count() + 3, 100))
+    x = make_tensor((sm_count() + 3, 101), torch.float16, gen, special=True)
+    fd = fusion(lambda fd: seeds.build_log_softmax_sub(fd, sm_count() + 3, 101))
     with override(**PREFETCH):
         check(fd, [x], n_launches=1, prefetch=True)
 
@@ -55,12 +55,12 @@ def test_softmax_and_layer_norm_rows_match_the_reference():
     (kept mean and rstd, weights loaded per row, not carried)."""
     gen = gen_for("prefetch_norms")
     rows = sm_count() + 7
-    y = make_tensor((rows, 100), torch.bfloat16, gen)
-    fd = fusion(lambda fd: build_softmax(fd, (rows, 100, T.BF), False))
+    y = make_tensor((rows, 101), torch.bfloat16, gen)
+    fd = fusion(lambda fd: build_softmax(fd, (rows, 101, T.BF), False))
     with override(**PREFETCH):
         check(fd, [y], n_launches=1, prefetch=True)
-    x, w, b = (make_tensor(s, torch.float16, gen) for s in ((rows, 100), (100,), (100,)))
-    fd = fusion(lambda fd: T.build_layer_norm(fd, (rows, 100, T.H)))
+    x, w, b = (make_tensor(s, torch.float16, gen) for s in ((rows, 101), (101,), (101,)))
+    fd = fusion(lambda fd: T.build_layer_norm(fd, (rows, 101, T.H)))
     with override(**PREFETCH):
         check(fd, [x, w, b], n_launches=1, prefetch=True)
 
@@ -69,8 +69,8 @@ def test_the_kernel_walks_rows_and_carries_the_body():
     from pyfuser.schedulers import reduction as RD
 
     gen = gen_for("prefetch_src")
-    x = make_tensor((5, 100), torch.float16, gen)
-    fd = fusion(lambda fd: seeds.build_log_softmax_sub(fd, 5, 100))
+    x = make_tensor((5, 101), torch.float16, gen)
+    fd = fusion(lambda fd: seeds.build_log_softmax_sub(fd, 5, 101))
     seen = []
     real = RD.emit_kernel
 

@@ -198,7 +198,8 @@ _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 
 def row_alignment(seg: Segment, ref, J: int, persistent: bool = True) -> int:
     """Elements per 16 bytes of the narrowest tensor streamed along the rows, when rows
-    of J elements do not start on 16-byte boundaries (so peeling pays); else 1.
+    of J elements do not start on 16-byte boundaries and peeling pays (``_peel_pays``:
+    not where the unpeeled row loads 8 bytes at a time); else 1.
 
     Also 1 for a persistent row whose elements are compared as integers (a class iota
     against a per-row target, as in a cross-entropy gradient): Triton 3.6 spends
@@ -209,8 +210,42 @@ def row_alignment(seg: Segment, ref, J: int, persistent: bool = True) -> int:
             and seg.numel(v) == seg.numel(ref)]
     if not vals or (persistent and _compares_integers_along_rows(seg, ref)):
         return 1
-    align = 16 // min(v.dtype.itemsize for v in vals)
-    return align if J % align and J >= 4 * align else 1
+    itemsize = min(v.dtype.itemsize for v in vals)
+    align = 16 // itemsize
+    return align if J % align and J >= 4 * align and _peel_pays(J, itemsize) else 1
+
+
+# Rows of 16-bit pairs (J even, not a multiple of 4) are peeled from this length up.
+PAIRED_ROW_PEEL = 4096
+
+
+def _peel_pays(J: int, itemsize: int) -> bool:
+    """Whether a misaligned row's head/tail peel beats loading it unpeeled, as wide as
+    its length allows (``contiguous_multiple``).  A peeled row pays per row (the head
+    and tail reduced apart from the body, their indices); unpeeled, it pays per
+    element for each load narrower than 16 bytes.  Loads of 8 bytes or more: never
+    peeled.  16-bit pairs (4-byte loads): peeled beyond ``PAIRED_ROW_PEEL``.  Single
+    elements: always peeled.  Measured on H200 (2026-12-01, ``benchmarks/variants.py
+    --only peel_rules,peel_rules2``; peeled -> unpeeled, us):
+
+    * 8-byte loads: softmax [65280, 1028] fp16 99.3 -> 69.5, log-softmax [22339, 3004]
+      bf16 75.2 -> 69.5, layer norm [61008, 1100] fp16 181.3 -> 79.5, log-softmax
+      [2198, 30524] fp16 89.1 (prefetched) -> 81.7, softmax [11177, 6004] bf16 (chunks)
+      97.5 -> 96.6, softmax [33487, 1002] fp32 68.8 -> 69.1;
+    * 16-bit pairs up to 3004: softmax [43633, 1538] fp16 74.9 -> 69.2, log-softmax
+      [22354, 3002] bf16 75.4 -> 70.2, layer norm [26822, 2502] fp16 170.8 -> 98.6,
+      layer norm [65408, 1026] bf16 194.1 -> 105.1;
+    * 16-bit pairs from 4098: log_softmax_sub [8192, 30522] 400.1 -> 667.5, softmax
+      [8192, 30522] bf16 272.1 -> 434.0, softmax [16376, 4098] fp16 (chunks) 83.8 ->
+      132.8, log-softmax [1335, 50258] fp16 97.3 -> 121.8;
+    * single elements: layer norm [21831, 1537] fp32 84.1 -> 97.8, layer norm
+      [9585, 7001] fp16 157.0 -> 191.0, softmax [43184, 777] bf16 41.1 -> 42.2."""
+    width = contiguous_multiple(J) * itemsize
+    if width >= 8:
+        return False
+    if width == 4 and itemsize == 2:
+        return J > PAIRED_ROW_PEEL
+    return True
 
 
 def strided_rows_dominate(seg: Segment, ref) -> bool:
