@@ -23,7 +23,9 @@ window), ``padded`` (persistent rows padded by a fifth or more: lanes per thread
 ``half_warps`` (the same change on rows without padding), ``peel_width``
 (misaligned rows of 777-16001: peeled against unpeeled), ``peel_rules`` (the same
 on rows aligned to 8 or 4 bytes and on layer norms), ``peel_rules2`` (rows of 30522,
-fp32 rows, chunked rows), ``chunks`` (aligned rows of 4096-8192: persistent against chunked), ``ties`` (the suite cases tied with torch.compile: pointwise tile sizes,
+fp32 rows, chunked rows), ``rms_chunks`` (RMS norms of 4096-8192: persistent rows
+against chunks, L2 hints), ``rms_persist`` (the persistent row of 8192 under edits), ``rows_last`` (persistent
+rows' loads kept in L2), ``chunks`` (aligned rows of 4096-8192: persistent against chunked), ``ties`` (the suite cases tied with torch.compile: pointwise tile sizes,
 column sums' split and pipelining), ``prefetch`` (rows walked with the next one
 loaded ahead, against the tiles without),
 ``prefetch_general`` (the same on shapes and fusions the rule was not measured on), ``rows1024`` (rows of
@@ -390,6 +392,63 @@ def peel_rules2(dump):
     return rows
 
 
+# Chunked rows' stores without the streaming modifier; their per-column loads (a
+# weight) kept in L2 rather than evicted first.
+NO_CS = [(r", cache_modifier='\.cs'", "")]
+WEIGHT_LAST = [(r"tl\.load\((T\d+_ptr) \+ j, mask=jmask, eviction_policy='evict_first'\)",
+                r"tl.load(\1 + j, mask=jmask, eviction_policy='evict_last')")]
+
+
+def rms_chunks(dump):
+    """RMS norms of 8192 and 4096 (torch.compile's looped kernel beat the persistent row
+    on the first): the persistent row as planned against chunks of 1024-4096, with and
+    without streaming stores and with the weight kept in L2."""
+    rows = []
+    for name in ("rms_norm_8192_bf16", "rms_norm_4096_bf16"):
+        variants = [("base", {}, [])]
+        for bj, w in ((1024, 4), (2048, 4), (2048, 8), (4096, 8)):
+            ov = dict(persistent=False, block_k=1, block_j=bj, num_warps=w, align=1)
+            variants += [(f"chunks {bj} on {w}", ov, []), (f"chunks {bj} on {w}, no .cs", ov, NO_CS),
+                         (f"chunks {bj} on {w}, no .cs, weight evict_last", ov, NO_CS + WEIGHT_LAST)]
+        rows += run(name, bench_build(name), variants + [("base again", {}, [])], dump)
+    return rows
+
+
+def rms_persist(dump):
+    """The persistent RMS-norm row of 8192 (torch.compile's kernel: the same tile, one
+    row on 16 warps, 128.8 us against 134.8 in the bench at d4a7cbc) under edits toward
+    that kernel: the weight kept in L2, the row's length a constant (no masks), the row
+    read again for the output rather than held, and all three (then with the first read
+    kept in L2, as that kernel asks)."""
+    w_last = [(r"tl\.load\((T\d+_ptr) \+ j, mask=jmask\)", r"tl.load(\1 + j, mask=jmask, eviction_policy='evict_last')")]
+    const_j = [(r"jmask = j < J\n", "jmask = j < 8192\n")]
+    reread = [(r"(t\d+) = \((t\d+) \* (t\d+)\)\n(    x\d+ = tl\.load\(T\d+_ptr \+ j)",
+               r"xr = tl.load(T0_ptr + (k * J + j), mask=mask, eviction_policy='evict_first').to(tl.float32)\n"
+               r"    \1 = (xr * \3)\n\4")]
+    first_last = [(r"(x\d+ = tl\.load\(T0_ptr \+ \(k \* J \+ j\), mask=mask)\)", r"\1, eviction_policy='evict_last')")]
+    return run("rms_norm_8192_bf16", bench_build("rms_norm_8192_bf16"), [
+        ("base", {}, []), ("weight evict_last", {}, w_last), ("J constant", {}, const_j),
+        ("row read again", {}, reread), ("all three", {}, w_last + const_j + reread),
+        ("all three, first read evict_last", {}, w_last + const_j + reread + first_last), ("base again", {}, [])], dump)
+
+
+# Row-sized loads of a tile asking L2 to keep what they read.
+ROWS_LAST = [(r"(tl\.load\(T\d+_ptr \+ \(k \* J \+ j\), mask=mask)\)", r"\1, eviction_policy='evict_last')")]
+
+
+def rows_last(dump):
+    """Persistent rows whose row-sized loads ask L2 to keep their lines
+    (``ROWS_LAST``: what lifted the RMS norm of 8192 in ``rms_persist``), as planned
+    and so edited."""
+    rows = []
+    for name in ("rms_norm_8192_bf16", "rms_norm_4096_bf16", "layer_norm_4096_fp16", "softmax_4096_bf16",
+                 "layer_norm_1024_bf16", "softmax_1024_fp32", "softmax_128_fp16", "layer_norm_768_fp16",
+                 "softmax_backward_fp16", "rms_norm_2048_fp16", "softmax_backward_1000_bf16"):
+        rows += run(name, bench_build(name), [("base", {}, []), ("rows evict_last", {}, ROWS_LAST),
+                                              ("base again", {}, []), ("rows evict_last again", {}, ROWS_LAST)], dump)
+    return rows
+
+
 def _planned_build(build, R, W, dt, kind):
     """The params of each kernel ``_rows_fusion(R, W, dt, kind)`` is planned with
     (offline: meta inputs)."""
@@ -582,6 +641,12 @@ def main():
         rows += peel_rules(args.dump)
     if "peel_rules2" in groups:  # peeled against unpeeled: rows of 30522, fp32 rows, chunked rows
         rows += peel_rules2(args.dump)
+    if "rms_chunks" in groups:  # RMS norms: the persistent row against chunks, store and weight hints
+        rows += rms_chunks(args.dump)
+    if "rms_persist" in groups:  # the persistent RMS-norm row under edits toward torch.compile's kernel
+        rows += rms_persist(args.dump)
+    if "rows_last" in groups:  # persistent rows' loads asking L2 to keep their lines
+        rows += rows_last(args.dump)
     if "window" in groups:  # short misaligned rows: loads through each row's aligned window
         rows += window(args.dump)
     if "chunks" in groups:  # aligned rows of 4096-8192: the persistent row against two passes of chunks

@@ -269,7 +269,7 @@ class Lowering:
         if held is not None:
             return held, off.axes
         m = f", mask={mask}" if mask else ""
-        return w.tmp(f"tl.load({ptr} + {off.code}{m}{self.tile.load_hint})", "x"), off.axes
+        return w.tmp(f"tl.load({ptr} + {off.code}{m}{self.tile.load_hint(off.axes)})", "x"), off.axes
 
     def expr_value(self, v: TensorVal, idx: Index):
         e = v.definition

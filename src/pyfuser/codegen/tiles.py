@@ -49,8 +49,13 @@ from .index import ZERO, Coord, Index, unravel
 from .lower import Unsupported, compute_dtype
 
 
+def no_load_hint(axes) -> str:
+    """Pointwise tiles read each element once: no cache hint (``ReductionTile.load_hint``)."""
+    return ""
+
+
 class FlatTile:
-    load_hint = store_hint = ""  # see ``ReductionTile.load_hint``
+    load_hint, store_hint = staticmethod(no_load_hint), ""
 
     def __init__(self, ref, block: int, int64: bool):
         self.ref, self.block, self.int64 = ref, block, int64
@@ -116,7 +121,7 @@ class BroadcastTile:
     flat tile, which computes every value at every element.  Programs: axis 0 over
     ``j`` blocks, axis 1 over ``k`` blocks."""
 
-    load_hint = store_hint = ""  # see ``ReductionTile.load_hint``
+    load_hint, store_hint = staticmethod(no_load_hint), ""
 
     def __init__(self, ref, outer, block_k: int, block_j: int, int64: bool, contig_multiple: int = 1):
         self.ref, self.outer = ref, tuple(outer)
@@ -180,7 +185,7 @@ class ProbeTile:
     ``BroadcastTile``; the code the walk writes is thrown away."""
 
     int64 = True  # plain ``//`` and ``%``: no size arguments for division constants
-    load_hint = store_hint = ""
+    load_hint, store_hint = staticmethod(no_load_hint), ""
 
     def __init__(self, ref):
         self.ref = ref
@@ -266,15 +271,29 @@ class ReductionTile:
         self.carried: dict = {}  # (pointer, dtype, chunk "e"/"b") -> loop-carried name, in first-use order
 
     # -- cache hints --------------------------------------------------------------------
-    @property
-    def load_hint(self) -> str:
-        """Extra ``tl.load`` arguments: a multi-pass row (read once per pass) asks L2 to
-        keep what it loads, and ``store_hint`` lets its outputs stream past L2, so the
-        output pass finds the row still there.  H200, ``benchmarks/variants.py`` group
-        l2: log-softmax [8192, 30522] fp16 -> fp32 497.3 -> 479.8 us, [8192, 50257] bf16
-        586.4 -> 569.2, softmax [8192, 30522] bf16 340.7 -> 336.1."""
-        if not self.inner or self.persistent:
+    def load_hint(self, axes) -> str:
+        """Extra ``tl.load`` arguments for a load whose offset varies along ``axes``.
+
+        A multi-pass row (read once per pass) asks L2 to keep what it loads, and
+        ``store_hint`` lets its outputs stream past L2, so the output pass finds the
+        row still there.  H200, ``benchmarks/variants.py`` group l2: log-softmax
+        [8192, 30522] fp16 -> fp32 497.3 -> 479.8 us, [8192, 50257] bf16 586.4 ->
+        569.2, softmax [8192, 30522] bf16 340.7 -> 336.1.
+
+        A persistent unpeeled row, read once, asks the same of its row-sized loads
+        (not of a weight, read by every row anyway): measured faster on every row
+        tried (why, with the lines never read again, is not profiled yet).
+        H200, 2026-12-01, ``--only rows_last``, two runs each: RMS norm [16384, 8192]
+        bf16 134.2 -> 129.2 us, softmax [32768, 4096] bf16 134.1 -> 127.7, softmax
+        [65536, 1024] fp32 130.6 -> 128.0, layer norm [65536, 1024] bf16 70.8 -> 69.1,
+        layer norm [65536, 768] fp16 55.2 -> 53.6, softmax backward [131072, 512]
+        fp16 98.9 -> 96.3, softmax [524288, 128] fp16 69.1 -> 68.7, layer norm
+        [32768, 4096] fp16 136.4 -> 135.6."""
+        if not self.inner:
             return ""
+        if self.persistent:
+            row_sized = {"k", "j"} <= axes and not self.peeled and not self.prefetch
+            return ", eviction_policy='evict_last'" if row_sized else ""
         # The output pass is the row's last read: keeping it would push out the rows
         # later programs are still to read again.
         return ", eviction_policy='evict_first'" if self.last_pass else ", eviction_policy='evict_last'"
