@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import sys
 
-import torch
 from torch._inductor.runtime import triton_heuristics as TH
 
-from pyfuser.bench import cases
+from inductor_kernel import compiled
 
 
 def main():
@@ -25,15 +24,8 @@ def main():
 
     TH.CachingAutotuner.run = run
     for name in sys.argv[1:]:
-        c = cases.BY_NAME[name]
-        sizes = c.sizes(1.0)
-        inputs = list(c.make_inputs(sizes, "cuda", None))
-        torch._dynamo.reset()
         seen.clear()
-        fn = torch.compile(lambda *t: c.eager(t, sizes))
-        for _ in range(3):  # the autotuner benchmarks its configs on the first calls
-            fn(*inputs)
-        torch.cuda.synchronize()
+        compiled(name, calls=3)  # the autotuner benchmarks its configs on the first calls
         for kname, cfg in seen.items():
             print(f"{name}: {kname}: {cfg}")
 

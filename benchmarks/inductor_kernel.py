@@ -15,18 +15,26 @@ from torch._inductor.graph import GraphLowering
 from pyfuser.bench import cases
 
 
+def compiled(name: str, calls: int = 1):
+    """Bench case ``name``'s eager code through a fresh ``torch.compile``, called
+    ``calls`` times on the case's inputs; (case, sizes) back."""
+    c = cases.BY_NAME[name]
+    sizes = c.sizes(1.0)
+    inputs = list(c.make_inputs(sizes, "cuda", None))
+    torch._dynamo.reset()
+    fn = torch.compile(lambda *t: c.eager(t, sizes))
+    for _ in range(calls):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    return c, sizes
+
+
 def main():
     codes = []
     GraphLowering.save_output_code = codes.append
     for name in sys.argv[1:]:
-        c = cases.BY_NAME[name]
-        sizes = c.sizes(1.0)
-        inputs = list(c.make_inputs(sizes, "cuda", None))
-        torch._dynamo.reset()
         codes.clear()
-        fn = torch.compile(lambda *t: c.eager(t, sizes))
-        fn(*inputs)
-        torch.cuda.synchronize()
+        c, sizes = compiled(name)
         print(f"===== {name} {c.describe(sizes)}")
         for code in codes:
             for m in re.finditer(r"(@triton_heuristics[\s\S]*?)'''", code):

@@ -345,10 +345,9 @@ def peel_rules(dump):
     """Peeled rows against the same tile unpeeled (its loads as wide as the row's
     length allows: ``contiguous_multiple``), on rows 8-byte aligned (a multiple of 4
     16-bit or 2 fp32 elements), 4-byte aligned, and on layer norms (whose weight and
-    bias, read at each row's own offset, are misaligned in a peeled body)."""
+    bias, read at each row's own offset, are misaligned in a peeled body).  Since
+    d4a7cbc the plan is the faster of the two (``reduction._peel_pays``)."""
     from pyfuser import DataType
-    from pyfuser.schedulers.base import contiguous_multiple
-    from pyfuser.schedulers.reduction import ReductionParams
 
     H, BF, F = DataType.Half, DataType.BFloat16, DataType.Float
     rows = []
@@ -358,12 +357,21 @@ def peel_rules(dump):
                         (1002, F, "softmax"), (3002, F, "log_softmax"),
                         (777, H, "layer_norm"), (1537, H, "layer_norm"), (3001, H, "layer_norm"),
                         (7001, H, "layer_norm"), (12001, BF, "layer_norm"), (16001, BF, "layer_norm")):
-        R = (1 << 27) // (W * dt.torch.itemsize)
-        build = _rows_fusion(R, W, dt, kind)
-        p = [q for q in _planned_build(build, R, W, dt, kind) if isinstance(q, ReductionParams)][0]
-        label = f"{kind} [{R}, {W}] {dt.name} ({int(p.persistent)}, {p.block_k}, {p.block_j}, {p.num_warps})"
-        rows += run_overrides(label, [dict(align=1, contig_multiple=contiguous_multiple(W))], dump, build, again=True)
+        rows += _peeled_and_unpeeled(W, dt, kind, dump)
     return rows
+
+
+def _peeled_and_unpeeled(W, dt, kind, dump):
+    """``_rows_fusion`` over 128 MB of [R, W] rows as planned, then unpeeled; the label
+    carries the plan's (persistent, block_k, block_j, num_warps)."""
+    from pyfuser.schedulers.base import contiguous_multiple
+    from pyfuser.schedulers.reduction import ReductionParams
+
+    R = (1 << 27) // (W * dt.torch.itemsize)
+    build = _rows_fusion(R, W, dt, kind)
+    p = [q for q in _planned_build(build, R, W, dt, kind) if isinstance(q, ReductionParams)][0]
+    label = f"{kind} [{R}, {W}] {dt.name} ({int(p.persistent)}, {p.block_k}, {p.block_j}, {p.num_warps})"
+    return run_overrides(label, [dict(align=1, contig_multiple=contiguous_multiple(W))], dump, build, again=True)
 
 
 def peel_rules2(dump):
@@ -372,7 +380,6 @@ def peel_rules2(dump):
     aligned that take chunks."""
     from pyfuser import DataType
     from pyfuser.schedulers.base import contiguous_multiple
-    from pyfuser.schedulers.reduction import ReductionParams
 
     rows = []
     for name in ("log_softmax_full", "log_softmax_sub", "log_softmax_logsum", "softmax_30522_bf16",
@@ -384,11 +391,7 @@ def peel_rules2(dump):
     for W, dt, kind in ((1001, F, "softmax"), (3001, F, "log_softmax"), (1537, F, "layer_norm"),
                         (1026, BF, "layer_norm"), (4098, H, "softmax"), (50258, H, "log_softmax"),
                         (20002, BF, "softmax")):
-        R = (1 << 27) // (W * dt.torch.itemsize)
-        build = _rows_fusion(R, W, dt, kind)
-        p = [q for q in _planned_build(build, R, W, dt, kind) if isinstance(q, ReductionParams)][0]
-        label = f"{kind} [{R}, {W}] {dt.name} ({int(p.persistent)}, {p.block_k}, {p.block_j}, {p.num_warps})"
-        rows += run_overrides(label, [dict(align=1, contig_multiple=contiguous_multiple(W))], dump, build, again=True)
+        rows += _peeled_and_unpeeled(W, dt, kind, dump)
     return rows
 
 
@@ -419,7 +422,8 @@ def rms_persist(dump):
     row on 16 warps, 128.8 us against 134.8 in the bench at d4a7cbc) under edits toward
     that kernel: the weight kept in L2, the row's length a constant (no masks), the row
     read again for the output rather than held, and all three (then with the first read
-    kept in L2, as that kernel asks)."""
+    kept in L2, as that kernel asks).  Since 10be556 the plan's row load carries that
+    hint itself (``ReductionTile.load_hint``), so ``first_last`` matches nothing."""
     w_last = [(r"tl\.load\((T\d+_ptr) \+ j, mask=jmask\)", r"tl.load(\1 + j, mask=jmask, eviction_policy='evict_last')")]
     const_j = [(r"jmask = j < J\n", "jmask = j < 8192\n")]
     reread = [(r"(t\d+) = \((t\d+) \* (t\d+)\)\n(    x\d+ = tl\.load\(T\d+_ptr \+ j)",
@@ -439,7 +443,8 @@ ROWS_LAST = [(r"(tl\.load\(T\d+_ptr \+ \(k \* J \+ j\), mask=mask)\)", r"\1, evi
 def rows_last(dump):
     """Persistent rows whose row-sized loads ask L2 to keep their lines
     (``ROWS_LAST``: what lifted the RMS norm of 8192 in ``rms_persist``), as planned
-    and so edited."""
+    and so edited.  Since 10be556 the plan's own (``ReductionTile.load_hint``): the
+    edit matches nothing."""
     rows = []
     for name in ("rms_norm_8192_bf16", "rms_norm_4096_bf16", "layer_norm_4096_fp16", "softmax_4096_bf16",
                  "layer_norm_1024_bf16", "softmax_1024_fp32", "softmax_128_fp16", "layer_norm_768_fp16",

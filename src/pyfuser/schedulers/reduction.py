@@ -215,7 +215,7 @@ def row_alignment(seg: Segment, ref, J: int, persistent: bool = True) -> int:
     return align if J % align and J >= 4 * align and _peel_pays(J, itemsize) else 1
 
 
-# Rows of 16-bit pairs (J even, not a multiple of 4) are peeled from this length up.
+# Rows of 16-bit pairs (J even, not a multiple of 4) longer than this are peeled.
 PAIRED_ROW_PEEL = 4096
 
 
