@@ -333,7 +333,7 @@ def peel_width(dump):
                         (16001, BF, "layer_norm")):
         R = (1 << 25) // W
         build = _rows_fusion(R, W, dt, kind)
-        p = [q for q in _planned_build(build, R, W, dt, kind) if isinstance(q, ReductionParams)][0]
+        p = [q for q in _planned_rows(R, W, dt, kind) if isinstance(q, ReductionParams)][0]
         flat = dict(align=1, contig_multiple=contiguous_multiple(W))
         rows += run_overrides(f"{kind} [{R}, {W}] {dt.name} ({p.block_k}, {p.num_warps})", [
             dict(flat), dict(flat, block_k=2 * p.block_k), dict(flat, block_k=2 * p.block_k, num_warps=2 * p.num_warps),
@@ -369,7 +369,7 @@ def _peeled_and_unpeeled(W, dt, kind, dump):
 
     R = (1 << 27) // (W * dt.torch.itemsize)
     build = _rows_fusion(R, W, dt, kind)
-    p = [q for q in _planned_build(build, R, W, dt, kind) if isinstance(q, ReductionParams)][0]
+    p = [q for q in _planned_rows(R, W, dt, kind) if isinstance(q, ReductionParams)][0]
     label = f"{kind} [{R}, {W}] {dt.name} ({int(p.persistent)}, {p.block_k}, {p.block_j}, {p.num_warps})"
     return run_overrides(label, [dict(align=1, contig_multiple=contiguous_multiple(W))], dump, build, again=True)
 
@@ -454,23 +454,27 @@ def rows_last(dump):
     return rows
 
 
-def _planned_build(build, R, W, dt, kind):
+def _planned_rows(R, W, dt, kind):
     """The params of each kernel ``_rows_fusion(R, W, dt, kind)`` is planned with
     (offline: meta inputs)."""
     from pyfuser import FusionDefinition
-    from regcheck import plan_offline
     with FusionDefinition() as fd:
-        build_meta = _rows_fusion(R, W, dt, kind, device="meta")
-        inputs = build_meta(fd)
-    rt, b, plan = plan_offline(fd, inputs)
-    return [s.scheduler.heuristics(rt.segment(b, s.outputs)) for s in plan.steps if s.scheduler is not None]
+        inputs = _rows_fusion(R, W, dt, kind, device="meta")(fd)
+    return _plan_params(fd, inputs)
 
 
 def _planned(case):
     """The params of each kernel the case's fusion is planned with (offline)."""
-    from regcheck import meta_inputs, plan_offline
+    from regcheck import meta_inputs
     sizes = case.sizes(1.0)
-    rt, b, plan = plan_offline(case.define(sizes), meta_inputs(case, sizes))
+    return _plan_params(case.define(sizes), meta_inputs(case, sizes))
+
+
+def _plan_params(fd, inputs):
+    """The params of each kernel of ``fd``'s plan for ``inputs``, as the CUDA
+    heuristics choose them (``regcheck.plan_offline``)."""
+    from regcheck import plan_offline
+    rt, b, plan = plan_offline(fd, inputs)
     return [s.scheduler.heuristics(rt.segment(b, s.outputs)) for s in plan.steps if s.scheduler is not None]
 
 
