@@ -26,11 +26,13 @@ from .rules import ATEN_VIEWS
 
 aten = torch.ops.aten
 
+# ``_reinterpret(x, size, stride, delta)``: a view of ``x``'s storage whose offset is
+# ``delta`` past ``x``'s own (torch's helper takes the offset relative to its input).
 try:
     _reinterpret = torch._C._dynamo.guards._reinterpret_tensor
 except AttributeError:  # pragma: no cover - a torch without it
-    def _reinterpret(x, size, stride, offset):
-        return x.as_strided(size, stride, offset)
+    def _reinterpret(x, size, stride, delta):
+        return x.as_strided(size, stride, x.storage_offset() + delta)
 
 # The ops with a view rule (``rules.ATEN_VIEWS``), but reshape, which copies when the
 # input's strides do not allow a view.
@@ -41,7 +43,7 @@ def reinterpret(x, in_stride, size, stride, delta, op, args, kwargs):
     """``op(*args, **kwargs)``, a view of ``x``: built from the traced ``size``,
     ``stride`` and offset ``delta`` when ``x`` has the traced strides ``in_stride``."""
     if x.stride() == in_stride:
-        return _reinterpret(x, size, stride, x.storage_offset() + delta)
+        return _reinterpret(x, size, stride, delta)
     return op(*args, **kwargs)
 
 
@@ -51,7 +53,7 @@ def reinterpret_chain(x, in_stride, size, stride, delta, chain):
     ``in_stride``; otherwise each ``(op, args after the input, kwargs)`` of ``chain``
     runs in turn."""
     if x.stride() == in_stride:
-        return _reinterpret(x, size, stride, x.storage_offset() + delta)
+        return _reinterpret(x, size, stride, delta)
     for op, rest, kwargs in chain:
         x = op(x, *rest, **kwargs)
     return x
