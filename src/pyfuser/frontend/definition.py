@@ -72,11 +72,13 @@ class FusionDefinition:
 
     # -- context manager ------------------------------------------------------------
     def __enter__(self):
+        self.ir.check_open(f"with fd: (fusion {self.id} a second time)")
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
             self._finalized = True
+            self.ir.sealed = True
         return False
 
     def definition(self):
@@ -87,6 +89,7 @@ class FusionDefinition:
     def define_tensor(self, shape=None, contiguity=None, dtype=DataType.Float, is_cpu=False,
                       stride_order=None, *, symbolic_sizes=None, contiguous=None, sizes=None, strides=None):
         op = "define_tensor"
+        self.ir.check_open(op)
         if sizes is not None:  # concrete sizes and strides: derive shape/contiguity/stride_order
             return self._define_from_strides(sizes, strides, dtype)
         shape = shape if shape is not None else symbolic_sizes
@@ -146,6 +149,7 @@ class FusionDefinition:
 
     def define_scalar(self, value=None, dtype=None):
         op = "define_scalar"
+        self.ir.check_open(op)
         if value is not None and not isinstance(value, (bool, int, float)):
             raise DefinitionTypeError(f"{op}: value must be a Python bool, int or float (or None), got {value!r}")
         if dtype is not None:
@@ -168,6 +172,7 @@ class FusionDefinition:
         from ints (-1 allowed) and Int scalars, and ``define_vector(size)``: ``size``
         runtime Int scalar inputs.  A Vector is a shape argument; ``V[i]`` is an entry."""
         op = "define_vector"
+        self.ir.check_open(op)
         if isinstance(values, int) and not isinstance(values, bool) and size is None:
             values, size = None, values
         if (values is None) == (size is None):
@@ -196,6 +201,7 @@ class FusionDefinition:
         return self.define_scalar(value, dtype)
 
     def add_output(self, output, alias_input=None):
+        self.ir.check_open(f"add_output({getattr(output, 'name', output)})")
         if isinstance(output, Val) and output.fusion is not self.ir:
             raise DefinitionError(f"add_output: {output.name} belongs to another FusionDefinition")
         if not isinstance(output, TensorVal):
