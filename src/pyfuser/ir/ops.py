@@ -162,6 +162,12 @@ def _sign(b, a):
     return f"tl.where({t} > 0, {one}, tl.where({t} < 0, -{one}, {zero}))"  # nan -> 0, like torch
 
 
+def _neg(b, a):
+    # Triton's unary minus is 0 - x, which gives +0.0 for +0.0; times -1 is exact and flips
+    # every sign (LLVM folds it to a negation)
+    return f"({a} * -1.0)" if _is_float(b) else f"-{a}"
+
+
 def _abs(b, a):
     return a if b.cdtype == "tl.int1" else f"tl.abs({a})"
 
@@ -315,7 +321,7 @@ def _cmp(name, ref, sym):
 _ROWS = [
     # unary
     _u("abs", torch.abs, _abs),
-    _u("neg", lambda a: -a, lambda b, a: f"-{a}"),
+    _u("neg", lambda a: -a, _neg),
     _u("exp", torch.exp, lambda b, a: f"tl.exp({a})"),
     _u("exp2", torch.exp2, lambda b, a: f"tl.exp2({a})"),
     _u("expm1", torch.expm1, lambda b, a: f"libdevice.expm1({a})", heavy=True),
