@@ -32,6 +32,10 @@ from .ops import Operators, fmt
 _ids = itertools.count()
 
 
+def _shape(t: TensorVal) -> list:
+    return [-1 if e is None else e for e in t.shape]
+
+
 class Fusion:
     """The 2022 API's container: ``FusionDefinition(fs)`` records into it, ``fs.execute`` runs it."""
 
@@ -207,7 +211,28 @@ class FusionDefinition:
         if not isinstance(output, TensorVal):
             what = f"scalar {output.name}" if isinstance(output, ScalarVal) else f"{type(output).__name__} {output!r}"
             raise DefinitionTypeError(f"add_output: expected a tensor value of this FusionDefinition, got {what}")
+        if alias_input is not None:
+            self._check_alias(output, alias_input)
+            self.ir.output_aliases[len(self.ir.outputs)] = alias_input
         self.ir.outputs.append(output)
+
+    def _check_alias(self, output, alias):
+        """nvFuser's in-place output: ``output``'s values are written into the input
+        ``alias`` (through its strides) and the output is not returned."""
+        op = f"add_output({output.name}, alias_input)"
+        if not isinstance(alias, TensorVal) or alias.fusion is not self.ir or alias not in self.ir.inputs:
+            what = alias.name if isinstance(alias, Val) and alias.fusion is self.ir else repr(alias)
+            raise DefinitionError(f"{op}: alias_input must be a tensor input of this FusionDefinition "
+                                  f"(from define_tensor), got {what}")
+        if alias in self.ir.output_aliases.values():
+            raise DefinitionError(f"{op}: input {alias.name} already receives another output")
+        if output.dtype is not alias.dtype:
+            raise DefinitionError(f"{op}: output {output.name} has dtype {output.dtype!r}, the input {alias.name} "
+                                  f"it is written into has {alias.dtype!r}; cast it first")
+        known = all(a is None or b is None or a == b for a, b in zip(output.shape, alias.shape))
+        if output.rank != alias.rank or not known:
+            raise DefinitionError(f"{op}: output {output.name} has shape {_shape(output)}, the input {alias.name} "
+                                  f"it is written into has {_shape(alias)}")
 
     # -- running ----------------------------------------------------------------------
     def execute(self, inputs, device=None, profile=False, **kwargs):

@@ -135,6 +135,9 @@ class FusionIR:
         self.exprs: list[Expr] = []
         self.inputs: list[Val] = []
         self.outputs: list[TensorVal] = []
+        # nvFuser's add_output(out, alias): position in ``outputs`` -> the input whose
+        # storage receives that output; such outputs are computed but not returned
+        self.output_aliases: dict[int, TensorVal] = {}
         self.extent_exprs: list[Expr] = []
         self.program: list[Expr] = []  # exprs and extent_exprs, in recording order
         self.ops = None  # the frontend's fd.ops, for nvFuser's T.size(d) and V[i] spellings
