@@ -36,7 +36,7 @@ CASES = [
      lambda x: torch.atan2(x * -0.0, torch.tensor(-0.0, dtype=x.dtype))),
     ("where", lambda fd, t: fd.ops.where(fd.ops.gt(t, 0.0), t, -0.0), lambda x: torch.where(x > 0, x, -0.0)),
     ("full", lambda fd, t: fd.ops.add(fd.ops.full([t.shape[0]], -0.0, DataType.Float), _zero(fd, t)),
-     lambda x: torch.full(x.shape, -0.0) + x * 0.0),
+     lambda x: torch.full(x.shape, -0.0, device=x.device) + x * 0.0),
     ("neg_constant", lambda fd, t: fd.ops.mul(t, fd.ops.neg(fd.define_scalar(0.0))), lambda x: x * -0.0),
     ("abs", lambda fd, t: fd.ops.abs(fd.ops.mul(t, -0.0)), lambda x: torch.abs(x * -0.0)),
 ]
