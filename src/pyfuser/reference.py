@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .errors import InputError
 from .ir.concretize import Binding, bind
 from .ir.extents import scalar_result
 from .ir.ops import OPS
@@ -111,4 +112,31 @@ def run_reference(ir: FusionIR, inputs, device=None, rng_state=None, binding: Bi
         outs = run_expr(e, args, binding, rng_state)
         for o, r in zip(e.outputs, outs):
             env[o] = r
-    return [env[o] if not isinstance(env[o], (int, float, bool)) else torch.tensor(env[o]) for o in ir.outputs]
+    outs = [env[o] if not isinstance(env[o], (int, float, bool)) else torch.tensor(env[o]) for o in ir.outputs]
+    return write_aliases(ir, inputs, outs)
+
+
+def write_aliases(ir: FusionIR, inputs, outs: list) -> list:
+    """nvFuser's in-place outputs (``add_output(out, alias)``): each aliased output is
+    copied into its input, through the input's strides, and left out of the returned
+    list.  The copies come after the whole fusion ran, and an output that shares
+    memory with an input is cloned before any copy, so the results are those of a
+    fusion that read all its inputs first, then wrote.  As in nvFuser, an aliased
+    value that is also a plain output is returned as its input (the same storage)."""
+    if not ir.output_aliases:
+        return outs
+    storages = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+    writes = []
+    for pos, alias in ir.output_aliases.items():
+        target, value = inputs[ir.inputs.index(alias)], outs[pos]
+        if tuple(value.shape) != tuple(target.shape):
+            raise InputError(f"add_output({ir.outputs[pos].name}, {alias.name}): the output's shape "
+                             f"{list(value.shape)} differs from the input's {list(target.shape)}")
+        if value.untyped_storage().data_ptr() in storages:
+            value = value.clone()
+        writes.append((target, value))
+    for target, value in writes:
+        target.copy_(value)
+    # A value also added as a plain output is returned as the input it was written into
+    written = {id(ir.outputs[pos]): target for pos, (target, _) in zip(ir.output_aliases, writes)}
+    return [written.get(id(ir.outputs[pos]), o) for pos, o in enumerate(outs) if pos not in ir.output_aliases]

@@ -6,6 +6,8 @@ Current: ``with FusionDefinition() as fd: ...; fd.execute``, ``shape``/``contigu
 ``stride_order``, ``define_scalar`` with and without a value (a runtime input)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -202,3 +204,42 @@ def test_fusion_ids_are_distinct(era):
         defs.append(fd)
     assert defs[0].id != defs[1].id
     assert repr(defs[0]).startswith(f"def nvfuser_fusion_id{defs[0].id}(fd : FusionDefinition) -> None :")
+
+
+def _executed_add_one():
+    x = make_tensor((2, 3), torch.float32, gen_for("sealed"))
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        t1 = fd.ops.add(t0, 1.0)
+        fd.add_output(t1)
+    assert_matches(fd.execute([x])[0], x + 1.0)
+    return fd, t0, t1, x
+
+
+@pytest.mark.parametrize("edit", ["add_output", "new_op", "full", "define_tensor", "define_scalar",
+                                  "second_with"])
+def test_edits_after_the_with_block_raise(edit):
+    """nvFuser raises on any change once the definition's block ended; accepting it
+    would leave the cached plan running the old program (the edit silently ignored)."""
+    from pyfuser.errors import DefinitionError
+
+    fd, t0, t1, x = _executed_add_one()
+    attempts = {
+        "add_output": (lambda: fd.add_output(t0), "add_output(T0)"),
+        "new_op": (lambda: fd.add_output(fd.ops.mul(t1, 2.0)), "mul"),
+        "full": (lambda: fd.ops.full([2], 1.0, DataType.Float), "full"),
+        "define_tensor": (lambda: fd.define_tensor(shape=[-1], dtype=DataType.Float), "define_tensor"),
+        "define_scalar": (lambda: fd.define_scalar(dtype=DataType.Double), "define_scalar"),
+    }
+    if edit == "second_with":
+        with pytest.raises(DefinitionError, match="already defined"):
+            with fd:
+                fd.add_output(fd.ops.neg(t1))
+    else:
+        fn, what = attempts[edit]
+        with pytest.raises(DefinitionError, match=re.escape(what) + ".*already defined"):
+            fn()
+    out = fd.execute([x])
+    assert len(out) == 1
+    assert_matches(out[0], x + 1.0)
+    assert "T0" not in [o.name for o in fd.ir.outputs]

@@ -35,12 +35,21 @@ UNARY_ORACLE = {
     "logical_not": torch.logical_not, "bitwise_not": torch.bitwise_not, "set": torch.clone,
 }
 
+def _nvfuser_div(a, b):
+    """nvFuser's div: C's truncating division on integers (a bool beside an integer
+    counts as one), true division otherwise (two bools included, as eager)."""
+    integral = [not x.dtype.is_floating_point for x in (a, b)]
+    if all(integral) and not (a.dtype == torch.bool and b.dtype == torch.bool):
+        return torch.div(a, b, rounding_mode="trunc")
+    return a / b
+
+
 # True: a Python operator (accepts a Python number on either side);
 # False: a torch function that wants tensors (numbers become 0-dim tensors, which
 # promote like Python numbers do).
 BINARY_ORACLE = {
     "add": (operator.add, True), "sub": (operator.sub, True), "mul": (operator.mul, True),
-    "div": (operator.truediv, True), "truediv": (operator.truediv, True), "pow": (operator.pow, True),
+    "div": (_nvfuser_div, False), "truediv": (operator.truediv, True), "pow": (operator.pow, True),
     "fmod": (torch.fmod, False), "remainder": (torch.remainder, False), "atan2": (torch.atan2, False),
     "maximum": (torch.maximum, False), "minimum": (torch.minimum, False),
     "eq": (operator.eq, True), "ne": (operator.ne, True), "lt": (operator.lt, True), "le": (operator.le, True),
@@ -195,8 +204,8 @@ def test_binary_python_scalar(op, case, scalar_first):
                         positive=op == "pow" and not dtype.is_floating_point)
     if op == "pow" and not dtype.is_floating_point:
         t = t.clamp(max=4) if dtype != torch.bool else t
-    if op in ("fmod", "remainder") and scalar_first and dtype == torch.bool:
-        t = torch.ones_like(t)  # an integer remainder by False (0) raises in eager
+    if op in ("fmod", "remainder", "div") and scalar_first and dtype == torch.bool and kind != "float":
+        t = torch.ones_like(t)  # an integer division or remainder by False (0) raises in eager
     _check_binary(op, *((s, t) if scalar_first else (t, s)))
 
 

@@ -260,7 +260,8 @@ def test_exact_fp64_shortcut_is_torchs_result_bit_for_bit(op, monkeypatch):
         cases = [((DBL, FL), (x, y)) for x in EDGE for y in EDGE]
         cases += [((INT, DBL), (i, y)) for i in INT_EDGE for y in EDGE]
         cases += [((FL, DataType.Int32), (x, i)) for x in EDGE for i in INT_EDGE if -2**31 <= i < 2**31]
-        cases += [((INT, INT), (i, j)) for i in INT_EDGE[:3] for j in INT_EDGE[:3]]
+        # an integer div by zero raises (both ways): see test_integer_div_by_zero_raises
+        cases += [((INT, INT), (i, j)) for i in INT_EDGE[:3] for j in INT_EDGE[:3] if not (op == "div" and j == 0)]
     exprs = {dts: _scalar_expr(op, dts) for dts, _ in cases}
     fast = [scalar_result(exprs[dts], list(args)) for dts, args in cases]
     monkeypatch.setattr(extents, "_EXACT_FP64", {})

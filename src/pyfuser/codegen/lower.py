@@ -70,6 +70,11 @@ def literal(value, dt: DataType) -> str:
     if dt.is_int:
         return repr(int(value))
     v = float(value)
+    if v == 0 and math.copysign(1.0, v) < 0:
+        # Triton turns every constant equal to 0 into +0.0 (its null value), compiled and
+        # interpreted alike: spell -0.0 as its bits
+        bits, width = ("-9223372036854775808", 64) if dt is DataType.Double else ("-2147483648", 32)
+        return f"tl.full([], {bits}, tl.int{width}).to(tl.float{width}, bitcast=True)"
     text = repr(v) if v == v and abs(v) != float("inf") else f"float('{v}')"
     if dt is DataType.Double:
         return f"tl.full([], {text}, tl.float64)"

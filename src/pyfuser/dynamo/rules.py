@@ -142,7 +142,9 @@ for _name in _UNARY:
 rule("round")(_unary("round"))
 rule("isfinite")(_unary("isfinite"))
 
-_BINARY = {"mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum", "atan2": "atan2",
+# ATen's div is true division (ints give floats): pyfuser's truediv; its div truncates
+# integers, as nvFuser's does.
+_BINARY = {"mul": "mul", "div": "truediv", "maximum": "maximum", "minimum": "minimum", "atan2": "atan2",
            "fmod": "fmod", "remainder": "remainder", "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt",
            "ge": "ge", "logical_and": "logical_and", "logical_or": "logical_or", "bitwise_and": "bitwise_and",
            "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor"}
@@ -174,7 +176,7 @@ def _div_mode_check(n, a):
     return None if a.rounding_mode is None else f"rounding_mode={a.rounding_mode!r}"
 
 
-rule("div.Tensor_mode", "div.Scalar_mode", check=_div_mode_check)(lambda t, n, a: t.ops.div(a.self, a.other))
+rule("div.Tensor_mode", "div.Scalar_mode", check=_div_mode_check)(lambda t, n, a: t.ops.truediv(a.self, a.other))
 
 
 def _small_int_power(y) -> bool:

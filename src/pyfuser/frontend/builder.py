@@ -35,6 +35,7 @@ class Builder:
     # -- argument checks ---------------------------------------------------------
     def check_val(self, op: str, arg: str, v, *, tensor=None, allow_number=True) -> Val:
         """Return ``v`` as a Val of this fusion, making constants of Python numbers."""
+        self.ir.check_open(op)
         if isinstance(v, torch.Tensor):
             raise DefinitionTypeError(f"{op}: {arg} must be a value of this FusionDefinition "
                                       f"(from define_tensor or another op), got a torch.Tensor")

@@ -32,6 +32,10 @@ from .ops import Operators, fmt
 _ids = itertools.count()
 
 
+def _shape(t: TensorVal) -> list:
+    return [-1 if e is None else e for e in t.shape]
+
+
 class Fusion:
     """The 2022 API's container: ``FusionDefinition(fs)`` records into it, ``fs.execute`` runs it."""
 
@@ -72,11 +76,13 @@ class FusionDefinition:
 
     # -- context manager ------------------------------------------------------------
     def __enter__(self):
+        self.ir.check_open(f"with fd: (fusion {self.id} a second time)")
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
             self._finalized = True
+            self.ir.sealed = True
         return False
 
     def definition(self):
@@ -87,6 +93,7 @@ class FusionDefinition:
     def define_tensor(self, shape=None, contiguity=None, dtype=DataType.Float, is_cpu=False,
                       stride_order=None, *, symbolic_sizes=None, contiguous=None, sizes=None, strides=None):
         op = "define_tensor"
+        self.ir.check_open(op)
         if sizes is not None:  # concrete sizes and strides: derive shape/contiguity/stride_order
             return self._define_from_strides(sizes, strides, dtype)
         shape = shape if shape is not None else symbolic_sizes
@@ -146,6 +153,7 @@ class FusionDefinition:
 
     def define_scalar(self, value=None, dtype=None):
         op = "define_scalar"
+        self.ir.check_open(op)
         if value is not None and not isinstance(value, (bool, int, float)):
             raise DefinitionTypeError(f"{op}: value must be a Python bool, int or float (or None), got {value!r}")
         if dtype is not None:
@@ -168,6 +176,7 @@ class FusionDefinition:
         from ints (-1 allowed) and Int scalars, and ``define_vector(size)``: ``size``
         runtime Int scalar inputs.  A Vector is a shape argument; ``V[i]`` is an entry."""
         op = "define_vector"
+        self.ir.check_open(op)
         if isinstance(values, int) and not isinstance(values, bool) and size is None:
             values, size = None, values
         if (values is None) == (size is None):
@@ -196,12 +205,34 @@ class FusionDefinition:
         return self.define_scalar(value, dtype)
 
     def add_output(self, output, alias_input=None):
+        self.ir.check_open(f"add_output({getattr(output, 'name', output)})")
         if isinstance(output, Val) and output.fusion is not self.ir:
             raise DefinitionError(f"add_output: {output.name} belongs to another FusionDefinition")
         if not isinstance(output, TensorVal):
             what = f"scalar {output.name}" if isinstance(output, ScalarVal) else f"{type(output).__name__} {output!r}"
             raise DefinitionTypeError(f"add_output: expected a tensor value of this FusionDefinition, got {what}")
+        if alias_input is not None:
+            self._check_alias(output, alias_input)
+            self.ir.output_aliases[len(self.ir.outputs)] = alias_input
         self.ir.outputs.append(output)
+
+    def _check_alias(self, output, alias):
+        """nvFuser's in-place output: ``output``'s values are written into the input
+        ``alias`` (through its strides) and the output is not returned."""
+        op = f"add_output({output.name}, alias_input)"
+        if not isinstance(alias, TensorVal) or alias.fusion is not self.ir or alias not in self.ir.inputs:
+            what = alias.name if isinstance(alias, Val) and alias.fusion is self.ir else repr(alias)
+            raise DefinitionError(f"{op}: alias_input must be a tensor input of this FusionDefinition "
+                                  f"(from define_tensor), got {what}")
+        if alias in self.ir.output_aliases.values():
+            raise DefinitionError(f"{op}: input {alias.name} already receives another output")
+        if output.dtype is not alias.dtype:
+            raise DefinitionError(f"{op}: output {output.name} has dtype {output.dtype!r}, the input {alias.name} "
+                                  f"it is written into has {alias.dtype!r}; cast it first")
+        known = all(a is None or b is None or a == b for a, b in zip(output.shape, alias.shape))
+        if output.rank != alias.rank or not known:
+            raise DefinitionError(f"{op}: output {output.name} has shape {_shape(output)}, the input {alias.name} "
+                                  f"it is written into has {_shape(alias)}")
 
     # -- running ----------------------------------------------------------------------
     def execute(self, inputs, device=None, profile=False, **kwargs):

@@ -39,6 +39,7 @@ class Operators(SizeOps):
     # -- recording -----------------------------------------------------------------
     def _record(self, op, inputs, attrs, dtypes, spelling, scalar_out=False):
         b = self._b
+        b.ir.check_open(op)
         e_inputs = list(inputs)
         from ..ir.values import Expr
 

@@ -33,8 +33,9 @@ def python_definition(fd) -> str:
             lines.append(f"    {outs} = {call}({e.spelling})")
             printed.update(id(o) for o in e.outputs)
         printed.add(id(v))
-    for o in ir.outputs:
-        lines.append(f"    fd.add_output({o.name})")
+    for pos, o in enumerate(ir.outputs):
+        alias = ir.output_aliases.get(pos)
+        lines.append(f"    fd.add_output({o.name}{', ' + alias.name if alias is not None else ''})")
     if len(lines) == 1:
         lines.append("    pass")
     return "\n".join(lines) + "\n"

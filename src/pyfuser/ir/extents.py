@@ -33,7 +33,7 @@ import operator
 
 import torch
 
-from ..errors import DefinitionError
+from ..errors import DefinitionError, InputError
 from .dtypes import DataType
 from .ops import OPS
 from .values import Expr, FusionIR, ScalarVal, TensorVal, Val, VectorVal
@@ -72,7 +72,13 @@ def scalar_result(e: Expr, args: list):
             if r is not None:
                 return r
     ts = [_scalar_tensor(x, v) for x, v in zip(args, e.inputs)]
-    r = ts[0].to(e.attrs["dtype"].torch) if e.op == "cast" else OPS[e.op].ref(*ts)
+    try:
+        r = ts[0].to(e.attrs["dtype"].torch) if e.op == "cast" else OPS[e.op].ref(*ts)
+    except RuntimeError as err:
+        if "ZeroDivisionError" not in str(err):
+            raise
+        operands = ", ".join(f"{v.name}={x!r}" for v, x in zip(e.inputs, args))
+        raise InputError(f"{e.op}: integer division by zero in scalar arithmetic ({operands})") from None
     return r.item()
 
 

@@ -12,7 +12,7 @@ A row (``OpDef``) carries what every layer needs to know about an op:
 * ``emit`` (elementwise rows): its Triton expression, built from argument
   expressions already converted to the op's compute dtype;
 * ``compute``: which dtype the Triton code computes in: ``"out"`` (the result dtype,
-  e.g. ``div`` of ints computes in float) or ``"args"`` (the promoted argument dtype,
+  e.g. ``truediv`` of ints computes in float) or ``"args"`` (the promoted argument dtype,
   e.g. comparisons); fp16/bf16 always compute in fp32 and round once, like eager.
 
 Adding an elementwise op is one row here plus one sample in the op-sweep test.
@@ -50,6 +50,32 @@ def _tensor_first(fn):
         return fn(a, b, *rest)
 
     return call
+
+
+def _integral(x) -> bool:
+    if isinstance(x, torch.Tensor):
+        return not (x.dtype.is_floating_point or x.dtype.is_complex)
+    return isinstance(x, int)
+
+
+def _is_bool(x) -> bool:
+    return x.dtype == torch.bool if isinstance(x, torch.Tensor) else isinstance(x, bool)
+
+
+def integer_division(a, b) -> bool:
+    """Whether nvFuser's ``div`` of ``a`` and ``b`` is an integer division: both operands
+    integers (or one a bool), so they promote to an integer dtype, as nvFuser promotes
+    them; two bools divide as eager does (to float)."""
+    return _integral(a) and _integral(b) and not (_is_bool(a) and _is_bool(b))
+
+
+_trunc_div = _tensor_first(lambda a, b: torch.div(a, b, rounding_mode="trunc"))
+
+
+def _div_ref(a, b):
+    """nvFuser's ``div``: C's truncating division with an integer result on integers
+    (7 / -2 == -3), true division otherwise; ``truediv`` always divides truly."""
+    return _trunc_div(a, b) if integer_division(a, b) else a / b
 
 
 def _prod_ref(x, dims, keepdim=False, dtype=None):
@@ -162,6 +188,12 @@ def _sign(b, a):
     return f"tl.where({t} > 0, {one}, tl.where({t} < 0, -{one}, {zero}))"  # nan -> 0, like torch
 
 
+def _neg(b, a):
+    # Triton's unary minus is 0 - x, which gives +0.0 for +0.0; times -1 is exact and flips
+    # every sign (LLVM folds it to a negation)
+    return f"({a} * -1.0)" if _is_float(b) else f"-{a}"
+
+
 def _abs(b, a):
     return a if b.cdtype == "tl.int1" else f"tl.abs({a})"
 
@@ -207,6 +239,8 @@ def _bitwise_not(b, a):
 
 
 def _div(b, x, y):
+    if b.cdtype in ("tl.int32", "tl.int64"):
+        return f"({x} // {y})"  # Triton's // on signed integers truncates, as C's /
     return f"tl.div_rn({x}, {y})" if b.cdtype == "tl.float32" else f"({x} / {y})"
 
 
@@ -315,7 +349,7 @@ def _cmp(name, ref, sym):
 _ROWS = [
     # unary
     _u("abs", torch.abs, _abs),
-    _u("neg", lambda a: -a, lambda b, a: f"-{a}"),
+    _u("neg", lambda a: -a, _neg),
     _u("exp", torch.exp, lambda b, a: f"tl.exp({a})"),
     _u("exp2", torch.exp2, lambda b, a: f"tl.exp2({a})"),
     _u("expm1", torch.expm1, lambda b, a: f"libdevice.expm1({a})", heavy=True),
@@ -350,7 +384,7 @@ _ROWS = [
     _b("add", lambda a, b: a + b, lambda b, x, y: f"({x} + {y})"),
     _b("sub", lambda a, b: a - b, lambda b, x, y: f"({x} - {y})"),
     _b("mul", lambda a, b: a * b, lambda b, x, y: f"({x} * {y})"),
-    OpDef("div", "binary", lambda a, b: a / b, _div, emit_uniform_rhs=_div_uniform),
+    OpDef("div", "binary", _div_ref, _div, emit_uniform_rhs=_div_uniform),
     OpDef("truediv", "binary", lambda a, b: a / b, _div, emit_uniform_rhs=_div_uniform),
     _b("pow", lambda a, b: a ** b, _pow, heavy=True),
     _b("fmod", _tensor_first(torch.fmod), _fmod),

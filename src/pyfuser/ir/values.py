@@ -135,12 +135,27 @@ class FusionIR:
         self.exprs: list[Expr] = []
         self.inputs: list[Val] = []
         self.outputs: list[TensorVal] = []
+        # nvFuser's add_output(out, alias): position in ``outputs`` -> the input whose
+        # storage receives that output; such outputs are computed but not returned
+        self.output_aliases: dict[int, TensorVal] = {}
         self.extent_exprs: list[Expr] = []
         self.program: list[Expr] = []  # exprs and extent_exprs, in recording order
         self.ops = None  # the frontend's fd.ops, for nvFuser's T.size(d) and V[i] spellings
         self._shape_scalars = (None, ())
+        # Set when the definition's `with` block ends: compiled plans and caches describe
+        # the program as it was then, so a later edit would be silently ignored.
+        self.sealed = False
+
+    def check_open(self, what: str) -> None:
+        """Raise if the program is sealed; ``what`` names the attempted edit."""
+        if self.sealed:
+            from ..errors import DefinitionError
+
+            raise DefinitionError(f"{what}: the fusion is already defined (its `with FusionDefinition()` block "
+                                  f"ended), so it cannot be changed; build a new FusionDefinition instead")
 
     def _next_index(self) -> int:
+        self.check_open("defining a new value")
         return len(self.vals)
 
     def new_tensor(self, dtype, shape, **kw) -> TensorVal:
@@ -159,6 +174,7 @@ class FusionIR:
         return v
 
     def add_expr(self, op: str, inputs, outputs, attrs=None, extent=False) -> Expr:
+        self.check_open(op)
         attrs = dict(attrs or {})
         e = Expr(op, list(inputs), list(outputs), attrs, extent, attr_vals(attrs))
         for o in outputs:

@@ -21,7 +21,7 @@ import torch
 from ..errors import CompileError
 from ..ir.concretize import Binding, bind
 from ..ir.values import ScalarVal
-from ..reference import run_expr, run_reference
+from ..reference import run_expr, run_reference, write_aliases
 from ..schedulers.base import _OVERRIDES
 from . import dump, profiler
 from .cache import COUNTERS
@@ -67,7 +67,14 @@ def fingerprint(inputs, device, shape_scalars=()):
 
 def execute(fd, inputs, device=None, profile=False):
     """Run the fusion.  ``profile=True`` (or ``PYFUSER_PROF=print``) records a
-    ``FusionProfile`` in ``fd.last_profile``; ``PYFUSER_DUMP`` names what to print."""
+    ``FusionProfile`` in ``fd.last_profile``; ``PYFUSER_DUMP`` names what to print.
+    Outputs aliased to an input (``add_output(out, alias)``) are computed like any
+    other, then written into their inputs (``reference.write_aliases``)."""
+    outs = _execute(fd, inputs, device, profile)
+    return write_aliases(fd.ir, inputs, outs) if fd.ir.output_aliases else outs
+
+
+def _execute(fd, inputs, device, profile):
     ir = fd.ir
     if not ir.outputs:
         return []
@@ -290,7 +297,8 @@ def run_prepared(fd, prep: Prepared, inputs, device=None):
     was prepared for, and ``fast_path_allowed()``."""
     COUNTERS["hits"] += len(prep.launches)
     try:
-        return prep.run(inputs, None, POISON_OUTPUTS, RECORD_LAUNCHES)
+        outs = prep.run(inputs, None, POISON_OUTPUTS, RECORD_LAUNCHES)
+        return write_aliases(fd.ir, inputs, outs) if fd.ir.output_aliases else outs
     except CompileError as err:
         from .repro import with_repro
 

@@ -12,7 +12,8 @@
    interpreted copies of themselves (a compiled launch of the same module still
    sees the originals).
 3. Reductions: fast paths for pyfuser's combine functions (below).
-4. fp32 -> bf16 rounds to nearest even, as the GPU does; the interpreter truncated,
+4. Float arguments: see ``_float_argument``.
+5. fp32 -> bf16 rounds to nearest even, as the GPU does; the interpreter truncated,
    an ulp off in half the values, and more after chained ops (the fuzzer found a
    17% error through two bf16 exps).
 
@@ -61,6 +62,18 @@ def _libdevice_shims():
             "fmod": _torch_fn(torch.fmod), "fast_dividef": _torch_fn(torch.div)}
 
 
+def _float_argument(arg):
+    """A Python float argument as the fp32 scalar a compiled launch receives.  Left a
+    number, the interpreter makes a constant of it where it is used, and Triton makes
+    +0.0 of every constant equal to 0, so a runtime -0.0 lost its sign."""
+    if not isinstance(arg, float):
+        return arg
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    return tl.tensor(TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+
+
 class InterpretedKernel:
     """``kernel[grid](*args)`` through Triton's interpreter, libdevice bound to torch."""
 
@@ -88,7 +101,7 @@ class InterpretedKernel:
                 for name, shim in self._shims.items():
                     setattr(libdevice, name, shim)
                 self.module.update(self.helpers)
-                return self.fn[grid](*args, **kwargs)
+                return self.fn[grid](*map(_float_argument, args), **kwargs)
             finally:
                 for name, orig in saved.items():
                     setattr(libdevice, name, orig)

@@ -41,22 +41,28 @@ def _set_rng_state(device: torch.device, state):
 def validate(fd, inputs, device=None):
     inputs = list(inputs)
     dev = bind(fd.ir, inputs, device).device
+    aliased = [fd.ir.inputs.index(a) for a in fd.ir.output_aliases.values()]
+    # the reference runs on copies of the inputs that execute writes into, taken first
+    ref_inputs = [x.clone() if i in aliased else x for i, x in enumerate(inputs)]
     before = _rng_state(dev)
     outs = fd.execute(inputs, device=device)
     after = _rng_state(dev)
     _set_rng_state(dev, before)
     try:
         rng_state, _ = make_rng_state(fd.ir, dev)
-        refs = run_reference(fd.ir, inputs, device=device, rng_state=rng_state)
+        refs = run_reference(fd.ir, ref_inputs, device=device, rng_state=rng_state)
     finally:
         _set_rng_state(dev, after)
-    reports = [compare(o, r) for o, r in zip(outs, refs)]
+    names = [o.name for p, o in enumerate(fd.ir.outputs) if p not in fd.ir.output_aliases]
+    names += [f"{fd.ir.inputs[i].name} (written in place)" for i in aliased]
+    outs_seen, refs = list(outs) + [inputs[i] for i in aliased], list(refs) + [ref_inputs[i] for i in aliased]
+    reports = [compare(o, r) for o, r in zip(outs_seen, refs)]
     bad = [i for i, (ok, _) in enumerate(reports) if not ok]
     if bad:
-        lines = [f"validate: fusion {fd.id} disagrees with the reference executor on {len(bad)} of {len(outs)} "
-                 f"output(s)"]
+        lines = [f"validate: fusion {fd.id} disagrees with the reference executor on {len(bad)} of "
+                 f"{len(outs_seen)} output(s)"]
         for i, (ok, text) in enumerate(reports):
-            lines.append(f"  output {i} ({fd.ir.outputs[i].name}): {'ok' if ok else 'MISMATCH'}: {text}")
+            lines.append(f"  output {i} ({names[i]}): {'ok' if ok else 'MISMATCH'}: {text}")
         raise ValidationError("\n".join(lines))
     return outs
 
