@@ -21,7 +21,7 @@ import torch
 from ..errors import CompileError
 from ..ir.concretize import Binding, bind
 from ..ir.values import ScalarVal
-from ..reference import run_expr, run_reference
+from ..reference import run_expr
 from ..schedulers.base import _OVERRIDES
 from . import dump, profiler
 from .cache import COUNTERS
@@ -30,7 +30,7 @@ from .prepared import (Prepared, arg_value, cacheable, launch_error, poison_tens
                        random_exprs, expand_output, view_of_input)
 from .probe import LaunchMeta, Probe, input_positions, scheduler_decisions
 from .rng_state import draw_seed_offset
-from .subfusion import bind_sub
+from .subfusion import bind_sub, needed_exprs
 from .toolchain import triton_ptxas
 
 POISON_OUTPUTS = os.environ.get("PYFUSER_POISON_OUTPUTS", "") == "1"
@@ -149,7 +149,7 @@ def _execute_general(fd, rt, plan, b, inputs, probe=None):
             if step.is_host:
                 host = _host_ops(step, b, env)
             else:
-                host = _host_step(ir, step, b, env, rng_state)
+                host = _host_step(step, b, env, rng_state)
             if probe is not None:
                 probe.host_step(i, host, (time.perf_counter() - t0) * 1e3, inputs)
             results.update(host)
@@ -220,9 +220,19 @@ def _host_ops(step, b, env):
     return out
 
 
-def _host_step(ir, step, b, env, rng_state):
-    refs = run_reference(ir, None, rng_state=rng_state, binding=b)
-    return {o: r.contiguous() for o, r in zip(ir.outputs, refs) if o in step.outputs}
+def _host_step(step, b, env, rng_state):
+    """A reference step: the reference executor's exprs that compute the step's outputs
+    from what is already known (inputs, earlier steps' results).  Every output comes
+    back, the intermediates later steps load as well as the fusion's outputs."""
+    vals = dict(env)
+    for e in needed_exprs(step.outputs, vals):
+        for o, r in zip(e.outputs, run_expr(e, [vals[v] for v in e.inputs], b, rng_state)):
+            vals[o] = r
+    return {o: _as_tensor(vals[o], o, b).contiguous() for o in step.outputs}
+
+
+def _as_tensor(x, v, b):
+    return x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=v.dtype.torch, device=b.device)
 
 
 def launch(src, fn, sched, seg, params, b: Binding, env, rng_table, probe=None, inputs=()):
