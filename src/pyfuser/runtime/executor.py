@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from ..errors import CompileError
+from ..errors import CompileError, InputError
 from ..ir.concretize import Binding, bind
 from ..ir.values import ScalarVal
 from ..reference import run_expr
@@ -102,6 +102,9 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
     ir = fd.ir
     rt.events.clear()
     b = bind(ir, inputs, device)
+    if b.device.type not in ("cpu", "cuda"):
+        raise InputError(f"execute: inputs on device {b.device} cannot run (pyfuser runs CUDA tensors as kernels, "
+                         f"CPU tensors under Triton's interpreter); got {_on_device(ir, inputs, b.device)}")
     b.input_pos = {v: i for i, v in enumerate(ir.inputs)}
     probe = Probe(fd, rt, active, profile, b.device) if active or profile else None
     live = ir.live_exprs()
@@ -132,6 +135,12 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
     if probe is not None:
         probe.finish(inputs, outs)
     return outs
+
+
+def _on_device(ir, inputs, device) -> str:
+    found = [f"input {i} ({v.name})" for i, (v, x) in enumerate(zip(ir.inputs, inputs))
+             if isinstance(x, torch.Tensor) and x.device == device]
+    return ", ".join(found) if found else f"device={device}"
 
 
 def _execute_general(fd, rt, plan, b, inputs, probe=None):
