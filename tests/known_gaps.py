@@ -5,7 +5,4 @@ Each entry is (regex on the test's node id, reason).  A fixed gap shows up as
 XPASS in the summary: delete its entry then.  Only code-generator gaps belong here;
 a frontend or reference bug is fixed, not listed.
 """
-KNOWN_CODEGEN_GAPS = [
-    (r"test_op_sweep\.py::test_binary_python_scalar\[pow-bool-bool-tensor-scalar\]",
-     "codegen: pow of a bool tensor by True: the interpreter's pow is not implemented for Bool"),
-]
+KNOWN_CODEGEN_GAPS: list = []

@@ -31,5 +31,9 @@ class CompileError(PyfuserError, RuntimeError):
     """Generating or compiling a kernel failed; the message says where a repro was written."""
 
 
+class DependencyError(PyfuserError, ImportError):
+    """A package that running kernels needs (triton; numpy for CPU tensors) is not installed."""
+
+
 class ValidationError(PyfuserError, AssertionError):
     """``fd.validate``: the fusion's outputs disagree with the reference executor's."""

@@ -67,8 +67,9 @@ def literal(value, dt: DataType) -> str:
     """A constant in dtype ``dt`` (fp64 constants keep their full precision)."""
     if dt is DataType.Bool:
         return "True" if value else "False"
-    if dt.is_int:
-        return repr(int(value))
+    if dt.is_int:  # wrapped into the dtype's range, as torch converts a number for an int tensor
+        info = torch.iinfo(dt.torch)
+        return repr((int(value) - info.min) % (info.max - info.min + 1) + info.min)
     v = float(value)
     if v == 0 and math.copysign(1.0, v) < 0:
         # Triton turns every constant equal to 0 into +0.0 (its null value), compiled and
@@ -370,7 +371,10 @@ class Lowering:
         result_cdt = DataType.Bool if row.compute == "args" else cdt
         if e.op in ("where",):
             result_cdt = cdt
-        if v.dtype is not result_cdt:
+        values = e.inputs[1:] if e.op == "where" else e.inputs
+        if v.dtype is not result_cdt or (v.dtype.is_int and v.dtype is not DataType.Int32
+                                         and all(isinstance(a, ScalarVal) and a.is_constant for a in values)):
+            # (a result made of constants alone has the constants' type, int32)
             code = f"({code}).to({TRITON_NAME[v.dtype]})"
         return w.tmp(code), axes
 

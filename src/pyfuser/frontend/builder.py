@@ -40,7 +40,7 @@ class Builder:
             raise DefinitionTypeError(f"{op}: {arg} must be a value of this FusionDefinition "
                                       f"(from define_tensor or another op), got a torch.Tensor")
         if is_number(v) and allow_number and tensor is not True:
-            return self.constant(v)
+            return self.constant(v, what=f"{op}: {arg}")
         if not isinstance(v, Val):
             want = "a tensor" if tensor else ("a tensor or a scalar" if tensor is None else "a scalar")
             raise DefinitionTypeError(f"{op}: {arg} must be {want} of this FusionDefinition, "
@@ -106,7 +106,10 @@ class Builder:
         return tuple(out)
 
     # -- values --------------------------------------------------------------------
-    def constant(self, value, dtype: DataType | None = None) -> ScalarVal:
+    def constant(self, value, dtype: DataType | None = None, what: str = "define_scalar") -> ScalarVal:
+        if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+            raise DefinitionError(f"{what}: the integer constant {value} is outside int64's range "
+                                  f"[-2**63, 2**63 - 1]")
         if dtype is None:
             dtype = python_scalar_dtype(value)
         return self.ir.new_scalar(dtype, value)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 
-from ..errors import DefinitionError, DefinitionTypeError
+from ..errors import DefinitionError, DefinitionTypeError, InputTypeError
 from ..ir.dtypes import DataType, to_datatype
 from ..ir.shapes import contiguous_strides
 from ..ir.values import FusionIR, ScalarVal, TensorVal, Val
@@ -30,6 +30,9 @@ from .builder import Builder
 from .ops import Operators, fmt
 
 _ids = itertools.count()
+# nvFuser's execute keywords (debugging and repro options): accepted, without effect here
+NVFUSER_EXECUTE_OPTIONS = ("override_user_schedule", "print_repro", "save_repro_inputs", "capture_debug_output",
+                           "_enable_options", "_disable_options")
 
 
 def _shape(t: TensorVal) -> list:
@@ -131,11 +134,15 @@ class FusionDefinition:
         return t
 
     def _define_from_strides(self, sizes, strides, dtype):
-        sizes = list(sizes)
-        strides = list(strides) if strides is not None else None
+        op = "define_tensor"
+        sizes = list(self._builder.check_int_list(op, "sizes", sizes))
         rank = len(sizes)
         if strides is None:
             strides = list(contiguous_strides(sizes))
+        strides = list(self._builder.check_int_list(op, "strides", strides))
+        if len(strides) != rank:
+            raise DefinitionError(f"{op}: strides has {len(strides)} entries, expected one per dim of sizes "
+                                  f"{sizes} ({rank}), got strides {strides}")
         order = sorted(range(rank), key=lambda d: (strides[d], d))  # innermost first
         so = [0] * rank
         for r, d in enumerate(order):
@@ -236,6 +243,12 @@ class FusionDefinition:
 
     # -- running ----------------------------------------------------------------------
     def execute(self, inputs, device=None, profile=False, **kwargs):
+        unknown = sorted(k for k in kwargs if k not in NVFUSER_EXECUTE_OPTIONS)
+        if unknown:
+            raise InputTypeError(f"execute: unexpected keyword argument{'s' * (len(unknown) > 1)} "
+                                 f"{', '.join(map(repr, unknown))}; execute takes inputs, device= and profile= "
+                                 f"(and accepts nvFuser's {', '.join(NVFUSER_EXECUTE_OPTIONS)}, which change nothing "
+                                 f"here)")
         if not self._finalized:
             raise DefinitionError(f"execute: fusion {self.id} is not completely defined: build it inside "
                                   "`with FusionDefinition() as fd:` and execute after the block ends "

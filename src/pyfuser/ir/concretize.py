@@ -66,6 +66,10 @@ def _check_scalar(s: ScalarVal, x, pos: int):
     if not isinstance(x, ok) or (isinstance(x, bool) and s.dtype is not DataType.Bool):
         raise InputTypeError(f"execute: input {pos} ({s.name}) must be a Python number of dtype {s.dtype}, "
                              f"got {type(x).__name__} {x!r}")
+    bits = {DataType.Int: 64, DataType.Int32: 32}.get(s.dtype)
+    if bits is not None and not -2**(bits - 1) <= x < 2**(bits - 1):
+        raise InputError(f"execute: input {pos} ({s.name}) of dtype {s.dtype} must be in [-2**{bits - 1}, "
+                         f"2**{bits - 1} - 1], got {x}")
     return x
 
 

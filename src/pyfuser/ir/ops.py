@@ -137,6 +137,10 @@ def _pow(b, x, y):
         const = float(y)
     except ValueError:
         const = None
+    if b.cdtype == "tl.int1":  # on bools x ** y is x or not y (0 ** 0 == 1), as torch computes
+        if y in ("True", "False"):
+            return x if y == "True" else f"({x} == {x})"
+        return f"({x} | ({y} == 0))"
     if b.cdtype in ("tl.int32", "tl.int64"):
         if const is None or const != int(const) or not 0 <= const <= 8:
             raise NotImplementedError("pow on integer tensors needs a constant exponent in 0..8")
@@ -184,8 +188,9 @@ def _sign(b, a):
     t = b.tmp(a)
     if b.cdtype == "tl.int1":
         return t
-    one, zero = ("1.0", "0.0") if _is_float(b) else ("1", "0")
-    return f"tl.where({t} > 0, {one}, tl.where({t} < 0, -{one}, {zero}))"  # nan -> 0, like torch
+    if not _is_float(b):  # in the tensor's own int type (constants would make it an int32)
+        return f"(({t} > 0).to({b.cdtype}) - ({t} < 0).to({b.cdtype}))"
+    return f"tl.where({t} > 0, 1.0, tl.where({t} < 0, -1.0, 0.0))"  # nan -> 0, like torch
 
 
 def _neg(b, a):

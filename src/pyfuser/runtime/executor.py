@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from ..errors import CompileError
+from ..errors import CompileError, InputError
 from ..ir.concretize import Binding, bind
 from ..ir.values import ScalarVal
 from ..reference import run_expr, run_reference, write_aliases
@@ -30,7 +30,7 @@ from .prepared import (Prepared, arg_value, cacheable, launch_error, poison_tens
                        random_exprs, expand_output, view_of_input)
 from .probe import LaunchMeta, Probe, input_positions, scheduler_decisions
 from .rng_state import draw_seed_offset
-from .subfusion import bind_sub
+from .subfusion import bind_sub, needed_exprs
 from .toolchain import triton_ptxas
 
 POISON_OUTPUTS = os.environ.get("PYFUSER_POISON_OUTPUTS", "") == "1"
@@ -109,6 +109,9 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
     ir = fd.ir
     rt.events.clear()
     b = bind(ir, inputs, device)
+    if b.device.type not in ("cpu", "cuda"):
+        raise InputError(f"execute: inputs on device {b.device} cannot run (pyfuser runs CUDA tensors as kernels, "
+                         f"CPU tensors under Triton's interpreter); got {_on_device(ir, inputs, b.device)}")
     b.input_pos = {v: i for i, v in enumerate(ir.inputs)}
     probe = Probe(fd, rt, active, profile, b.device) if active or profile else None
     live = ir.live_exprs()
@@ -141,6 +144,12 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
     return outs
 
 
+def _on_device(ir, inputs, device) -> str:
+    found = [f"input {i} ({v.name})" for i, (v, x) in enumerate(zip(ir.inputs, inputs))
+             if isinstance(x, torch.Tensor) and x.device == device]
+    return ", ".join(found) if found else f"device={device}"
+
+
 def _execute_general(fd, rt, plan, b, inputs, probe=None):
     ir = fd.ir
     if rt.events and rt.events[0].startswith("new input sizes"):
@@ -156,7 +165,7 @@ def _execute_general(fd, rt, plan, b, inputs, probe=None):
             if step.is_host:
                 host = _host_ops(step, b, env)
             else:
-                host = _host_step(ir, step, b, env, rng_state)
+                host = _host_step(step, b, env, rng_state)
             if probe is not None:
                 probe.host_step(i, host, (time.perf_counter() - t0) * 1e3, inputs)
             results.update(host)
@@ -227,9 +236,19 @@ def _host_ops(step, b, env):
     return out
 
 
-def _host_step(ir, step, b, env, rng_state):
-    refs = run_reference(ir, None, rng_state=rng_state, binding=b)
-    return {o: r.contiguous() for o, r in zip(ir.outputs, refs) if o in step.outputs}
+def _host_step(step, b, env, rng_state):
+    """A reference step: the reference executor's exprs that compute the step's outputs
+    from what is already known (inputs, earlier steps' results).  Every output comes
+    back, the intermediates later steps load as well as the fusion's outputs."""
+    vals = dict(env)
+    for e in needed_exprs(step.outputs, vals):
+        for o, r in zip(e.outputs, run_expr(e, [vals[v] for v in e.inputs], b, rng_state)):
+            vals[o] = r
+    return {o: _as_tensor(vals[o], o, b).contiguous() for o in step.outputs}
+
+
+def _as_tensor(x, v, b):
+    return x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=v.dtype.torch, device=b.device)
 
 
 def launch(src, fn, sched, seg, params, b: Binding, env, rng_table, probe=None, inputs=()):

@@ -15,7 +15,17 @@
 4. Float arguments: see ``_float_argument``.
 5. fp32 -> bf16 rounds to nearest even, as the GPU does; the interpreter truncated,
    an ulp off in half the values, and more after chained ops (the fuzzer found a
-   17% error through two bf16 exps).
+   17% error through two bf16 exps).  bf16 -> fp32 keeps subnormals: the
+   interpreter's conversion turned them into other values or zero (so ``x > 0``,
+   ``sign`` and casts to bool were wrong).
+6. A bool kernel argument (a runtime Bool scalar) is an int1, as the compiler types
+   it; the interpreter typed it int1 but stored it in an int32 array, and refused it.
+7. A comparison's result is an int1.  The interpreter kept its operands' type on
+   the result's numpy array, so a uniform (0-d) comparison broadcast against a block
+   became a float or int array, and ``&``/``|`` of it failed.
+8. A loop's index is a tensor, as in a compiled kernel (``k_o.to(tl.uint64)`` in a
+   row loop): the kernel module's ``range`` is ``_tensor_range`` while it runs; the
+   interpreter ran the builtin, whose index is a Python int.
 
 The interpreter reduces with numpy when the combine function is one of Triton's own
 (sum, NaN-ignoring max/min); any other combine function runs element by element in
@@ -101,13 +111,26 @@ class InterpretedKernel:
                 for name, shim in self._shims.items():
                     setattr(libdevice, name, shim)
                 self.module.update(self.helpers)
+                self.module["range"] = _tensor_range
                 return self.fn[grid](*map(_float_argument, args), **kwargs)
             finally:
                 for name, orig in saved.items():
                     setattr(libdevice, name, orig)
                 self.module.update(compiled)
+                self.module.pop("range", None)
 
         return launch
+
+
+def _tensor_range(*bounds):
+    """``range`` whose indices are scalar tensors: int64 when a bound is, else int32."""
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    wide = any(getattr(b, "dtype", None) in (tl.int64, tl.uint64) for b in bounds)
+    ty, np_ty = (tl.int64, np.int64) if wide else (tl.int32, np.int32)
+    for i in range(*(int(_data(b).reshape(-1)[0]) if hasattr(b, "handle") else int(b) for b in bounds)):
+        yield tl.tensor(TensorHandle(np.array([i], dtype=np_ty), ty), ty)
 
 
 def install_fast_paths():
@@ -129,6 +152,8 @@ def install_fast_paths():
 
     interpreter.ReduceOps.apply_impl = apply_impl
     _install_bf16_rounding(interpreter)
+    _install_bool_arguments(interpreter)
+    _install_bool_results(interpreter)
     _installed = True
 
 
@@ -143,11 +168,52 @@ def _install_bf16_rounding(interpreter):
         bits = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32)).to(torch.bfloat16)
         return interpreter.TensorHandle(bits.view(torch.int16).numpy().view(np.uint16), tl.bfloat16)
 
+    def to_f32(src):  # exact: a bf16 is the top half of an fp32 (subnormals included)
+        bits = np.ascontiguousarray(src.data).view(np.uint16).astype(np.uint32) << 16
+        return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
+
     def is_f32_to_bf16(src, dst_type):
         return src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16
 
-    builder.cast_impl = lambda self, src, dst_type: (to_bf16(src) if is_f32_to_bf16(src, dst_type)
-                                                      else cast_impl(self, src, dst_type))
-    builder.create_fp_to_fp = lambda self, src, dst_type, rounding_mode: (
-        to_bf16(src) if is_f32_to_bf16(src, dst_type) and rounding_mode in (None, tl.RoundingMode.RTNE)
-        else fp_to_fp(self, src, dst_type, rounding_mode))
+    def is_bf16_to_f32(src, dst_type):
+        return src.dtype.scalar == tl.bfloat16 and dst_type.scalar == tl.float32
+
+    def cast(self, src, dst_type):
+        if is_f32_to_bf16(src, dst_type):
+            return to_bf16(src)
+        return to_f32(src) if is_bf16_to_f32(src, dst_type) else cast_impl(self, src, dst_type)
+
+    def fp_cast(self, src, dst_type, rounding_mode):
+        if is_f32_to_bf16(src, dst_type) and rounding_mode in (None, tl.RoundingMode.RTNE):
+            return to_bf16(src)
+        return to_f32(src) if is_bf16_to_f32(src, dst_type) else fp_to_fp(self, src, dst_type, rounding_mode)
+
+    builder.cast_impl, builder.create_fp_to_fp = cast, fp_cast
+
+
+def _install_bool_arguments(interpreter):
+    import triton.language as tl
+
+    convert = interpreter._implicit_cvt
+
+    def implicit_cvt(arg):
+        if isinstance(arg, bool):
+            return tl.tensor(interpreter.TensorHandle(np.array([arg], dtype=np.bool_), tl.int1), tl.int1)
+        return convert(arg)
+
+    interpreter._implicit_cvt = implicit_cvt
+
+
+def _install_bool_results(interpreter):
+    import triton.language as tl
+
+    builder = interpreter.InterpreterBuilder
+    binary_op = builder.binary_op
+
+    def bool_binary_op(self, lhs, rhs, op):
+        out = binary_op(self, lhs, rhs, op)
+        if out.data.dtype == np.bool_ and out.dtype != tl.int1:
+            return interpreter.TensorHandle(out.data, tl.int1)
+        return out
+
+    builder.binary_op = bool_binary_op

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..codegen.lower import Unsupported
-from ..errors import CompileError
+from ..errors import CompileError, DependencyError
 from ..ir.concretize import Binding
 from ..ir.shapes import slice_shape
 from ..codegen.writer import KernelArg
@@ -357,6 +357,9 @@ class ExecutorCache:
             dump.emit(f"===== kernel {name} ({sched.NAME}) =====\n{src.source}")
         try:
             fn = load_kernel(name, src.source, seg.device_type)
+        except ImportError as err:
+            raise missing_dependency(err) or CompileError(
+                f"pyfuser: generated kernel {name} failed to load: {type(err).__name__}: {err}") from err
         except Exception as err:  # a generated kernel that does not import is our bug
             raise CompileError(f"pyfuser: generated kernel {name} failed to load: {type(err).__name__}: {err}") \
                 from err
@@ -375,6 +378,22 @@ class ExecutorCache:
         if any(k[:2] == key[:2] for k in self.kernels):
             return "new input signature for this segment"
         return "first kernel for this segment"
+
+
+# package -> what needs it, how to install it
+DEPENDENCIES = {"triton": ("pyfuser's kernels are Triton kernels", "pip install triton"),
+                "numpy": ("CPU tensors run under Triton's interpreter, which computes with numpy",
+                          "pip install numpy")}
+
+
+def missing_dependency(err: ImportError) -> DependencyError | None:
+    """The error to raise when loading a kernel failed because a package is missing."""
+    package = (getattr(err, "name", None) or "").split(".")[0]
+    if package not in DEPENDENCIES:
+        return None
+    why, install = DEPENDENCIES[package]
+    return DependencyError(f"pyfuser: the package {package!r} is not installed ({why}); install it with "
+                           f"`{install}`")
 
 
 def rebound(hit, seg):
