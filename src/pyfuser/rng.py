@@ -6,10 +6,14 @@ counter words 0-1 and the 64-bit ``offset`` words 2-3.  Since the value depends 
 (seed, offset, i), it does not depend on how a kernel tiles the tensor, and CPU
 (Triton's interpreter) and GPU give the same bits.
 
-* uniform: ``u = (word >> 8) * 2**-24`` in [0, 1), then ``lo + (hi - lo) * u``;
+* uniform: ``u = (word >> 8) * 2**-24`` in [0, 1), then ``lo + (hi - lo) * u`` in the
+  compute dtype (fp64 for an fp64 output, else fp32; ``lo`` and ``hi`` rounded to it)
+  and rounded to the output dtype; a value that rounding took to ``hi`` becomes
+  ``lo`` (nvFuser's rule), so the range stays [lo, hi) in every dtype;
 * normal: Box-Muller on the word pairs (0, 1) and (2, 3) of the same call:
   ``r = sqrt(-2 log(u1))`` with ``u1 = ((w0 >> 8) + 1) * 2**-24`` in (0, 1], then
-  ``r * cos(2 pi u2)`` for word 0 and ``r * sin(2 pi u2)`` for word 1.
+  ``r * cos(2 pi u2)`` for word 0 and ``r * sin(2 pi u2)`` for word 1, in fp32
+  (``|z| <= 5.8``, always finite), then ``mean + std * z`` in the compute dtype.
 
 This module is the torch implementation (the reference executor's); the code
 generator emits the same arithmetic in Triton (``codegen.random``).
@@ -63,12 +67,25 @@ def random_words(numel: int, seed: int, offset: int, device) -> torch.Tensor:
     return torch.stack(words, dim=1).reshape(-1)[:numel], words
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Random values are computed in fp64 for an fp64 output, else in fp32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def needs_bound(dist: str, lo: float, hi: float, dtype: torch.dtype) -> bool:
+    """Whether a uniform draw can reach ``hi`` after rounding: never for U(0, 1)
+    stored at the compute precision (``u`` itself is below 1), never for an empty or
+    reversed range (there ``hi`` bounds nothing)."""
+    if dist != "uniform" or not lo < hi:
+        return False
+    return (lo, hi) != (0.0, 1.0) or dtype not in (torch.float32, torch.float64)
+
+
 def reference_random(dist: str, shape, p0: float, p1: float, seed: int, offset: int, dtype, device):
     numel = math.prod(shape)
     flat, words = random_words(numel, seed, offset, device)
     if dist == "uniform":
-        u = (flat >> 8).to(torch.float32) * TWO_POW_M24
-        out = (p0 + (p1 - p0) * u) if (p0, p1) != (0.0, 1.0) else u
+        z = (flat >> 8).to(torch.float32) * TWO_POW_M24
     else:
         w0, w1, w2, w3 = words
         n = []
@@ -78,5 +95,14 @@ def reference_random(dist: str, shape, p0: float, p1: float, seed: int, offset: 
             r = torch.sqrt(-2.0 * torch.log(u1))
             n += [r * torch.cos(TWO_PI * u2), r * torch.sin(TWO_PI * u2)]
         z = torch.stack(n, dim=1).reshape(-1)[:numel]
-        out = (p0 + p1 * z) if (p0, p1) != (0.0, 1.0) else z
-    return out.to(torch.float32).to(dtype).reshape(shape)
+    cdt = compute_dtype(dtype)
+    lo, hi = (torch.tensor(p, dtype=cdt, device=device) for p in (p0, p1))
+    out = z.to(cdt)
+    if (p0, p1) != (0.0, 1.0):
+        out = lo + ((hi - lo) if dist == "uniform" else hi) * out
+    out = out.to(dtype)
+    if needs_bound(dist, lo.item(), hi.item(), dtype):
+        # Rounding (of lo + (hi - lo) * u, or to the output dtype) may reach hi; such
+        # a value becomes lo, as u = 0 gives: the bound stays exclusive.
+        out = torch.where(out >= hi.to(dtype), lo.to(dtype), out)
+    return out.reshape(shape)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pyfuser.reference import run_reference
+from pyfuser.rng import reference_random
 from pyfuser.runtime.executor import make_rng_state
 from pyfuser.schedulers import override
 
@@ -302,3 +303,159 @@ def test_dropout_keep_test_on_integers_matches_reference(op, left, c):
         assert torch.equal(g, w)
     (src, _), = [v for v in fd._runtime.kernels.values()]
     assert f"> {c!r})" not in src.source and f"< {c!r})" not in src.source
+
+
+# -- the upper bound stays exclusive after rounding ---------------------------------------
+# (lo, hi, dtype, shape): ranges where a draw often rounds to hi (fp32 values lo + k *
+# ulp(lo) with k = round(8u) for fp32/fp64, a quarter of that for fp16/bf16), and
+# U(0, 1) stored at 16 bits (u >= 1 - 2**-12 rounds to 1.0 in fp16).
+BOUND_CASES = [
+    (1.0, 1.0 + 2.0**-20, DataType.Float, (129,)),
+    (1.0, 1.0 + 2.0**-49, DataType.Double, (129,)),
+    (1.0, 1.0 + 2.0**-8, DataType.Half, (129,)),
+    (-1.0 - 2.0**-5, -1.0, DataType.BFloat16, (129,)),
+    (0.0, 1.0, DataType.Half, (64, 256)),
+    (0.0, 1.0, DataType.BFloat16, (64, 256)),
+]
+
+
+def _rounds_to_hi(lo, hi, dtype, shape, seed, offset):
+    """How many draws the plain rule (lo + (hi - lo) * u, rounded) takes to hi: the
+    case must have some, or the test could not fail."""
+    cdt = torch.float64 if dtype is DataType.Double else torch.float32
+    u = reference_random("uniform", shape, 0.0, 1.0, seed, offset, cdt, "cpu")
+    lo_c, hi_c = torch.tensor(lo, dtype=cdt), torch.tensor(hi, dtype=cdt)
+    plain = (lo_c + (hi_c - lo_c) * u).to(dtype.torch)
+    return int((plain >= hi_c.to(dtype.torch)).sum())
+
+
+@pytest.mark.parametrize("runtime", [False, True], ids=["constant_bounds", "runtime_bounds"])
+@pytest.mark.parametrize("lo,hi,dtype,shape", BOUND_CASES, ids=lambda v: repr(v) if isinstance(v, DataType) else None)
+def test_uniform_upper_bound_exclusive_after_rounding(lo, hi, dtype, shape, runtime):
+    if runtime and dtype is DataType.Double:
+        pytest.skip("a runtime fp64 scalar reaches a kernel as fp32 (Triton types Python floats so)")
+    seed, offset = 4321, 3
+    assert _rounds_to_hi(lo, hi, dtype, shape, seed, offset) > 0
+
+    def build(fd):
+        s, o = fd.define_scalar(dtype=DataType.Int), fd.define_scalar(dtype=DataType.Int)
+        a, b = ((fd.define_scalar(dtype=DataType.Double) for _ in range(2)) if runtime
+                else (fd.define_scalar(lo), fd.define_scalar(hi)))
+        fd.add_output(fd.ops.uniform(a, b, shape=list(shape), dtype=dtype, rng_seed=s, rng_offset=o))
+
+    fd = fusion(build)
+    args = [seed, offset] + ([lo, hi] if runtime else [])
+    got, = fd.execute(args)
+    want, = fd.reference(args)
+    hi_d = torch.tensor(hi, dtype=torch.float32 if dtype is not DataType.Double else torch.float64).to(dtype.torch)
+    lo_d = torch.tensor(lo, dtype=torch.float32 if dtype is not DataType.Double else torch.float64).to(dtype.torch)
+    for out in (got, want):
+        assert out.dtype == dtype.torch and out.max() < hi_d and out.min() >= lo_d
+    if dtype is not DataType.BFloat16:  # the interpreter's bf16 conversion truncates
+        assert torch.equal(got, want)
+    else:
+        torch.testing.assert_close(got, want, rtol=1.6e-2, atol=1.6e-2)
+
+
+def test_reversed_uniform_range_is_not_clamped():
+    """uniform(hi, lo) with hi > lo (nvFuser does not reject it) scales u as given:
+    the exclusive-bound rule applies only to a proper range."""
+    fd = _explicit(shape=(257,), p=(1.0, 0.0))
+    got, = fd.execute([9, 1])
+    assert torch.equal(got, fd.reference([9, 1])[0])
+    assert got.min() > 0.0 and got.max() <= 1.0
+    assert torch.equal(got, 1.0 - _explicit(shape=(257,)).execute([9, 1])[0])
+
+
+# -- stateful (the generator's) and stateless (rng_seed / rng_offset) draws agree ------------
+_RANDOM_OPS = {
+    "uniform": lambda fd, x, dt, **kw: fd.ops.uniform(fd.define_scalar(-0.5), fd.define_scalar(2.0),
+                                                      shape=[5, 9], dtype=dt, **kw),
+    "normal": lambda fd, x, dt, **kw: fd.ops.normal(fd.define_scalar(0.3), fd.define_scalar(1.7),
+                                                    shape=[5, 9], dtype=dt, **kw),
+    "rand_like": lambda fd, x, dt, **kw: fd.ops.rand_like(x, **kw),
+    "randn_like": lambda fd, x, dt, **kw: fd.ops.randn_like(x, **kw),
+}
+
+
+def _stateful_pair(ops, dtype):
+    """The same fusion twice: random ops drawing the generator's state, and written
+    with runtime rng_seed / rng_offset (inputs x, then seed and offset of each op)."""
+
+    def build(fd, stateless):
+        x = fd.define_tensor(shape=[5, 9], contiguity=[True, True], dtype=dtype)
+        for op in ops:
+            kw = {}
+            if stateless:
+                kw = dict(rng_seed=fd.define_scalar(dtype=DataType.Int), rng_offset=fd.define_scalar(dtype=DataType.Int))
+            r = _RANDOM_OPS[op](fd, x, dtype, **kw)
+            fd.add_output(fd.ops.mul(x, r))
+
+    return fusion(lambda fd: build(fd, False)), fusion(lambda fd: build(fd, True))
+
+
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.Half, DataType.BFloat16, DataType.Double], ids=repr)
+@pytest.mark.parametrize("ops", [("uniform",), ("normal",), ("rand_like",), ("randn_like",),
+                                 ("uniform", "randn_like", "rand_like")], ids="+".join)
+def test_stateful_execute_i_is_stateless_offset_i(ops, dtype):
+    """After torch.manual_seed(s), the i-th execute draws what rng_seed=s,
+    rng_offset=n*i+k draws for random op k of n (nvFuser's contract), bit for bit."""
+    stateful, stateless = _stateful_pair(ops, dtype)
+    x = make_tensor((5, 9), dtype.torch, gen_for("stateful", ops, dtype))
+    n = len(ops)
+    for seed in (0, 2**63 - 25, 123456789):
+        torch.manual_seed(seed)
+        got = [stateful.execute([x]) for _ in range(3)]
+        for i, outs in enumerate(got):
+            args = [x] + [v for k in range(n) for v in (seed, n * i + k)]
+            want = stateless.execute(args)
+            for k, (g, w) in enumerate(zip(outs, want)):
+                assert torch.equal(g, w), f"execute {i}, random op {k}"
+        assert not torch.equal(got[0][0], got[1][0])
+
+
+def test_stateful_draws_replay_after_other_random_calls():
+    """When torch's generator served other draws after manual_seed (inputs made with
+    torch.randn), the executes still replay after the same seed and the same calls,
+    and consecutive executes still draw new numbers."""
+    stateful, _ = _stateful_pair(("rand_like", "randn_like"), DataType.Float)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(77)
+        x = torch.randn(5, 9) + 3.0
+        runs.append([stateful.execute([x]) for _ in range(2)])
+    for a, b in zip(*runs):
+        for g, w in zip(a, b):
+            assert torch.equal(g, w)
+    assert not torch.equal(runs[0][0][0], runs[0][1][0])
+
+
+# -- random values at 16 bits do not depend on the schedule either ------------------------
+@pytest.mark.parametrize("shape", [(3, 36), (5, 129)], ids=str)
+def test_half_random_values_identical_across_reduction_schedules(shape):
+    """rand_like of an fp16 tensor inside a softmax kernel (its value rounded and kept
+    below 1), under every reduction schedule: the reference's bits each time."""
+    gen = gen_for("sched_bits_half", shape)
+    x = make_tensor(shape, torch.float16, gen)
+
+    def build(fd):
+        xi = define_input(fd, x)
+        seed, off = fd.define_scalar(dtype=DataType.Int), fd.define_scalar(dtype=DataType.Int)
+        t = fd.ops.cast(xi, dtype=DataType.Float)
+        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
+        y = fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)), dtype=DataType.Half)
+        r = fd.ops.rand_like(y, rng_seed=seed, rng_offset=off)
+        fd.add_output(r)
+        fd.add_output(fd.ops.lt(r, 0.75))
+
+    fd = fusion(build)
+    args = [x, 2**40 + 17, 6]
+    want = fd.reference(args)
+    for name, params in REDUCTION_SCHEDULES.items():
+        if "quad" in name and shape[1] % 4:
+            params = {**params, "quad_rng": False}
+        with override(**params):
+            got = fd.execute(args)
+        for g, w in zip(got, want):
+            assert torch.equal(g, w), name
+        assert got[0].max() < 1.0

@@ -26,7 +26,7 @@ from ..ir.ops import OPS
 from ..ir.shapes import reshape_groups, slice_shape
 from ..ir.values import ScalarVal, TensorVal
 from .index import ZERO, Coord, Index, plain_div, ravel, unravel
-from .random import integer_comparison, random_quads, random_value
+from .random import distribution, integer_comparison, random_quads, random_value
 
 
 class Unsupported(Exception):
@@ -612,10 +612,9 @@ class Lowering:
         lin = self.linear_of(v, idx)
         rest = e.inputs[1:] if a.get("like") else e.inputs[2:]
         if a.get("like"):
-            p0, p1 = "0.0", "1.0"
+            p0, p1 = 0.0, 1.0
         else:
-            p0, p1 = (literal(p.value, DataType.Float) if p.is_constant else scalar_cast(self.scalar(p)[0], DataType.Float)
-                      for p in e.inputs[:2])
+            p0, p1 = (float(p.value) if p.is_constant else self.scalar(p)[0] for p in e.inputs[:2])
         if a["has_seed"]:
             seed, off = (self.scalar(s)[0] for s in rest)
             seed, off = scalar_cast(seed, DataType.Int), scalar_cast(off, DataType.Int)
@@ -633,12 +632,10 @@ class Lowering:
         quads = self.tile.quads(lin)
         if quads is not None:
             sub, shape = quads
-            r = random_quads(w, a["dist"], sub, shape, p0, p1, seed_lo, seed_hi, off_lo, off_hi, self.random_ints)
+            z = random_quads(w, a["dist"], sub, shape, seed_lo, seed_hi, off_lo, off_hi, self.random_ints)
         else:
-            r = random_value(w, a["dist"], lin.code, p0, p1, seed_lo, seed_hi, off_lo, off_hi, self.random_ints)
-        if v.dtype is not DataType.Float:
-            r = w.tmp(f"({r}).to({TRITON_NAME[v.dtype]})")
-        return r, lin.axes
+            z = random_value(w, a["dist"], lin.code, seed_lo, seed_hi, off_lo, off_hi, self.random_ints)
+        return distribution(w, a["dist"], z, p0, p1, v.dtype), lin.axes
 
     # -- reductions are the tile's business -------------------------------------------
     def lower_reduction(self, e, v, idx):

@@ -9,7 +9,10 @@ from __future__ import annotations
 import math
 import struct
 
+import torch
+
 from .. import rng as R
+from ..ir.dtypes import TRITON_NAME, DataType
 
 
 def philox_words(w, sub: str, seed_lo: str, seed_hi: str, off_lo: str, off_hi: str):
@@ -62,40 +65,31 @@ def _box_muller(w, a: str, b: str) -> tuple[str, str]:
     return w.tmp(f"{rad} * tl.cos({theta})", "r"), w.tmp(f"{rad} * tl.sin({theta})", "r")
 
 
-def _scale(w, dist: str, z: str, p0: str, p1: str) -> str:
-    if (p0, p1) == ("0.0", "1.0"):
-        return z
-    if dist == "uniform":
-        return w.tmp(f"{p0} + ({p1} - {p0}) * {z}", "r")
-    return w.tmp(f"{p0} + {p1} * {z}", "r")
-
-
-def random_value(w, dist: str, lin: str, p0: str, p1: str, seed_lo, seed_hi, off_lo, off_hi, ints=None) -> str:
-    """fp32 random value of the element with logical index ``lin``.  ``ints``: a dict
-    that gets value -> its 24-bit integers n (the value is n * 2**-24), for a uniform
-    draw on [0, 1), so a comparison with a constant can test n instead."""
+def random_value(w, dist: str, lin: str, seed_lo, seed_hi, off_lo, off_hi, ints=None) -> str:
+    """The fp32 draw of the element with logical index ``lin``, before its parameters
+    (``distribution``): U(0, 1) or N(0, 1).  ``ints``: a dict that gets value -> its
+    24-bit integers n (the value is n * 2**-24) of a uniform draw, so a comparison with
+    a constant can test n instead."""
     sub = w.tmp(f"{lin} // 4", "r")
     word = w.tmp(f"{lin} % 4", "r")
     c0, c1, c2, c3 = philox_words(w, sub, seed_lo, seed_hi, off_lo, off_hi)
     if dist == "uniform":
         bits = w.tmp(f"tl.where({word} == 0, {c0}, tl.where({word} == 1, {c1}, tl.where({word} == 2, {c2}, {c3})))", "r")
-        if (p0, p1) == ("0.0", "1.0") and ints is not None:
+        if ints is not None:
             return _unit_noting_ints(w, w.tmp(f"({bits} >> 8).to(tl.int32)", "r"), ints)
-        return _scale(w, dist, _uniform(w, bits), p0, p1)
+        return _uniform(w, bits)
     a = w.tmp(f"tl.where({word} < 2, {c0}, {c2})", "r")
     b = w.tmp(f"tl.where({word} < 2, {c1}, {c3})", "r")
     cos, sin = _box_muller(w, a, b)
-    z = w.tmp(f"tl.where(({word} % 2) == 0, {cos}, {sin})", "r")
-    return _scale(w, dist, z, p0, p1)
+    return w.tmp(f"tl.where(({word} % 2) == 0, {cos}, {sin})", "r")
 
 
-def random_quads(w, dist: str, sub: str, shape: str, p0: str, p1: str, seed_lo, seed_hi, off_lo, off_hi,
-                 ints=None) -> str:
+def random_quads(w, dist: str, sub: str, shape: str, seed_lo, seed_hi, off_lo, off_hi, ints=None) -> str:
     """The same values as ``random_value``, one Philox call per 4 consecutive elements:
     ``sub`` is a block of subsequence indices (a quarter of the tile); the four words
     of each call are interleaved back into the tile of shape ``shape``."""
     c0, c1, c2, c3 = philox_words(w, sub, seed_lo, seed_hi, off_lo, off_hi)
-    if dist == "uniform" and (p0, p1) == ("0.0", "1.0") and ints is not None:
+    if dist == "uniform" and ints is not None:
         n0, n1, n2, n3 = (w.tmp(f"({c} >> 8).to(tl.int32)", "r") for c in (c0, c1, c2, c3))
         n = w.tmp(f"tl.reshape(tl.join(tl.join({n0}, {n2}), tl.join({n1}, {n3})), {shape})", "r")
         return _unit_noting_ints(w, n, ints)
@@ -103,8 +97,55 @@ def random_quads(w, dist: str, sub: str, shape: str, p0: str, p1: str, seed_lo, 
         v0, v1, v2, v3 = (_uniform(w, c) for c in (c0, c1, c2, c3))
     else:
         (v0, v1), (v2, v3) = _box_muller(w, c0, c1), _box_muller(w, c2, c3)
-    z = w.tmp(f"tl.reshape(tl.join(tl.join({v0}, {v2}), tl.join({v1}, {v3})), {shape})", "r")
-    return _scale(w, dist, z, p0, p1)
+    return w.tmp(f"tl.reshape(tl.join(tl.join({v0}, {v2}), tl.join({v1}, {v3})), {shape})", "r")
+
+
+def distribution(w, dist: str, z: str, p0, p1, dtype: DataType) -> str:
+    """The output value of the fp32 draw ``z`` (``pyfuser.rng``'s rule): scaled by the
+    parameters in the compute dtype, rounded to ``dtype``, and for uniform, a value
+    that rounding took to ``hi`` replaced by ``lo``.  ``p0``, ``p1``: floats for
+    constants, else the code of runtime scalars."""
+    cdt = DataType.Double if dtype is DataType.Double else DataType.Float
+    const = isinstance(p0, float) and isinstance(p1, float)
+    if const:
+        lo, hi = (torch.tensor(p, dtype=cdt.torch).item() for p in (p0, p1))
+        lo_c, hi_c = _constant(lo, cdt), _constant(hi, cdt)
+        span = _constant(torch.tensor(hi, dtype=cdt.torch).sub(lo).item(), cdt) if dist == "uniform" else hi_c
+    else:
+        lo_c, hi_c = (w.tmp(f"tl.cast({p}, {TRITON_NAME[cdt]})", "r") for p in (p0, p1))
+        span = w.tmp(f"{hi_c} - {lo_c}", "r") if dist == "uniform" else hi_c
+    v = z if cdt is DataType.Float else w.tmp(f"{z}.to(tl.float64)", "r")
+    if not const or (p0, p1) != (0.0, 1.0):
+        v = w.tmp(f"{lo_c} + {span} * {v}", "r")
+    if dtype is not cdt:
+        v = w.tmp(f"{v}.to({TRITON_NAME[dtype]})", "r")
+    if dist != "uniform" or (const and not R.needs_bound(dist, lo, hi, dtype.torch)):
+        return v
+    return _below_hi(w, v, lo_c, hi_c, const and (lo, hi), dtype, cdt)
+
+
+def _below_hi(w, v: str, lo_c: str, hi_c: str, const, dtype: DataType, cdt: DataType) -> str:
+    """``v``, or ``lo`` where ``v`` (rounded to ``dtype``) reached ``hi``; compared in
+    fp32 or fp64, where every value of ``dtype`` is exact.  ``const``: (lo, hi) when
+    the parameters are constants."""
+    narrow = dtype is not cdt
+    if const:
+        lo, hi = const
+        hi_d = _constant(torch.tensor(hi, dtype=cdt.torch).to(dtype.torch).item(), cdt)
+        lo_d = f"tl.full([], {_constant(lo, cdt)}, tl.float32).to({TRITON_NAME[dtype]})" if narrow else lo_c
+        cond = f"{v}.to(tl.float32) >= {hi_d}" if narrow else f"{v} >= {hi_d}"
+    else:  # a reversed range has no bound: its threshold is inf
+        hi_d = w.tmp(f"{hi_c}.to({TRITON_NAME[dtype]}).to(tl.float32)", "r") if narrow else hi_c
+        hi_d = w.tmp(f"tl.where({lo_c} < {hi_c}, {hi_d}, float('inf'))", "r")
+        lo_d = w.tmp(f"{lo_c}.to({TRITON_NAME[dtype]})", "r") if narrow else lo_c
+        cond = f"{v}.to(tl.float32) >= {hi_d}" if narrow else f"{v} >= {hi_d}"
+    return w.tmp(f"tl.where({cond}, {lo_d}, {v})", "r")
+
+
+def _constant(value: float, cdt: DataType) -> str:
+    """A parameter already rounded to the compute dtype, as exact source text."""
+    text = repr(float(value)) if math.isfinite(value) else f"float('{value}')"
+    return f"tl.full([], {text}, tl.float64)" if cdt is DataType.Double else text
 
 
 def integer_comparison(op: str, ints: str, constant: float, random_left: bool) -> str:

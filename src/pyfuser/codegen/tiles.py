@@ -663,8 +663,12 @@ class ReductionTile:
             cnt = w.tmp(f"tl.cast(J, {tn})", "red")  # J may be a constant (``constant_row``)
         else:
             cnt = w.tmp(self.row_reduce(f"({mask}).to({tn})", "tl.standard._sum_combine"), "red")
-        s = w.tmp(self.row_reduce(f"tl.where({mask}, {xs}, 0.0)", "tl.standard._sum_combine"), "red")
-        mean = w.tmp(f"{s} / tl.maximum({cnt}, 1.0)", "red")
+        # The mean sums x * 2**-k, 2**k >= the chunk's width: no overflow where the
+        # mean itself is finite (16 x 1.7e38), and, both scalings being exact, the
+        # same bits as sum(x) / n wherever that sum stays finite (and x * 2**-k normal).
+        scale = repr(2.0 ** -math.ceil(math.log2(2 * self.align if c == "e" else self.block_j)))
+        s = w.tmp(self.row_reduce(f"tl.where({mask}, {xs} * {scale}, 0.0)", "tl.standard._sum_combine"), "red")
+        mean = w.tmp(f"{s} / (tl.maximum({cnt}, 1.0) * {scale})", "red")
         d = w.tmp(f"tl.where({mask}, {xs} - {mean}, 0.0)", "red")
         m2 = w.tmp(self.row_reduce(f"{d} * {d}", "tl.standard._sum_combine"), "red")
         if acc is None:
@@ -679,7 +683,9 @@ class ReductionTile:
         delta = w.tmp(f"{mean} - {mu}", "red")
         tot = w.tmp(f"{n} + {cnt}", "red")
         w.line(f"{mu} = {mu} + {delta} * ({cnt} / tl.maximum({tot}, 1.0))")
-        w.line(f"{M2} = {M2} + {m2} + {delta} * {delta} * ({n} * {cnt} / tl.maximum({tot}, 1.0))")
+        # delta * (delta * w): with nothing folded yet (n = 0) the term is 0 even for a
+        # mean past 1.8e19, whose square alone would overflow (inf * 0 = nan).
+        w.line(f"{M2} = {M2} + {m2} + {delta} * ({delta} * ({n} * {cnt} / tl.maximum({tot}, 1.0)))")
         w.line(f"{n} = {tot}")
 
     # -- online max + sum(exp(a - max)): one pass instead of two ---------------------

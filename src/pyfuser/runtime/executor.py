@@ -44,7 +44,7 @@ def make_rng_state(ir, device):
     if not rexprs:
         return None, {}
     seed, base = draw_seed_offset(device, len(rexprs))
-    table = {id(e): (seed, base + 4 * k) for k, e in enumerate(rexprs)}
+    table = {id(e): (seed, base + k) for k, e in enumerate(rexprs)}
     return (lambda e: table[id(e)]), table
 
 

@@ -29,7 +29,7 @@ signature order, the tensors it writes last)::
 ``T4`` (the fp16 ``x * x``) is stored at 16 bits and cast again on the host;
 ``S3``, a runtime scalar input, is read from the pool on every execute.  Random
 ops get (seed, offset) per execute as the uncached path draws them: random op k
-of the fusion uses offset ``base + 4 * k`` in whichever kernel computes it.
+of the fusion uses offset ``base + k`` in whichever kernel computes it.
 
 After the first run without probe, poison or record, a program without host steps
 runs as one generated function instead of the loop (``straight_line``): the same
@@ -134,9 +134,9 @@ class Prepared:
 
     def _run(self, inputs, probe: Probe | None = None, poison=False, record=None):
         words = ()
-        if self.n_random:  # random op k: offset base + 4 * k, its 8 words computed once
+        if self.n_random:  # random op k: offset base + k, its 8 words computed once
             seed, base = draw_seed_offset(self.device, self.n_random)
-            words = [rng_words(seed, base + 4 * k) for k in range(self.n_random)]
+            words = [rng_words(seed, base + k) for k in range(self.n_random)]
         device = self.device
         if self._scalar_run is None:
             pool = [*inputs, *self._consts]
@@ -252,7 +252,7 @@ def straight_line(prep: Prepared):
     if prep.n_random:
         env.update(DRAW=draw_seed_offset, WORDS=rng_words, NR=prep.n_random)
         lines.append("    seed, base = DRAW(DEV, NR)")
-        lines.append("    w = [WORDS(seed, base + 4 * k) for k in range(NR)]")
+        lines.append("    w = [WORDS(seed, base + k) for k in range(NR)]")
     if prep.device.type == "cpu" and _FAST_EMPTY.get("cpu") is not None:
         env["EMPTY"] = _FAST_EMPTY["cpu"]
         lines.append("    empty = EMPTY")

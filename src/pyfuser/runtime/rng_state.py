@@ -1,23 +1,67 @@
 """Where random ops get (seed, offset) when the definition gives none: PyTorch's
-default generator of the device, advanced like PyTorch's own random ops advance it,
-so consecutive executes draw new numbers and ``torch.manual_seed`` replays them."""
+default generator of the device, with nvFuser's contract between the two forms of
+a random op.  After ``torch.manual_seed(s)``, the i-th execute of a fusion with one
+random op draws exactly what the same op written with ``rng_seed=s, rng_offset=i``
+draws; random op k of a fusion with n of them takes offset ``n * i + k``.
+
+Offsets here count Philox calls' counter values (one per op and execute), while
+PyTorch's CUDA generator counts 32-bit words, four per call: the CUDA offset is
+divided by 4 on the way in and advanced by 4 per random op on the way out, so the
+generator stays consistent with PyTorch's own random ops.
+
+The CPU generator is a Mersenne Twister without an offset, so the offset is kept
+here, tied to the generator's state: each draw advances the generator and notes
+the state it left.  The next draw continues from the noted offset only if it finds
+that state; it starts at 0 when it finds the state ``torch.manual_seed`` leaves;
+and when the generator has been used in between (say ``torch.randn`` for inputs), it
+takes a fresh 62-bit offset from the generator, reproducible after the same seed
+and the same calls.
+"""
 from __future__ import annotations
 
 import torch
 
-_OFFSET_STEP = 4  # offsets move in multiples of 4, as PyTorch's Philox offsets do
+_WORDS_PER_CALL = 4  # PyTorch's Philox offsets count 32-bit words; one call gives 4
 
 
 def draw_seed_offset(device: torch.device, n_ops: int) -> tuple[int, int]:
     """Reserve offsets for ``n_ops`` random ops; returns (seed, base offset).
-    Random op k of the fusion then uses offset ``base + 4 * k``."""
+    Random op k of the fusion then uses offset ``base + k``."""
+    n_ops = max(n_ops, 1)
     if device.type == "cuda":
         gen = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
         seed = gen.initial_seed()
-        offset = gen.get_offset()
-        gen.set_offset(offset + _OFFSET_STEP * max(n_ops, 1))
-        return seed, offset
-    # The CPU generator is a Mersenne Twister with no offset; draw a fresh Philox seed
-    # from it, which advances its state and replays after torch.manual_seed.
-    seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item())
-    return seed, 0
+        base = -(-gen.get_offset() // _WORDS_PER_CALL)  # round up: never reuse words PyTorch used
+        gen.set_offset(_WORDS_PER_CALL * (base + n_ops))
+        return seed, base
+    return _cpu_seed_offset(n_ops)
+
+
+# (seed, the generator's state our last draw left, the offset the next draw takes)
+_cpu_last: list = [None]
+_cpu_fresh: dict = {}  # seed -> the state torch.manual_seed(seed) leaves (one entry)
+
+
+def _fresh_state(seed: int) -> torch.Tensor:
+    if seed not in _cpu_fresh:
+        _cpu_fresh.clear()
+        _cpu_fresh[seed] = torch.Generator().manual_seed(seed).get_state()
+    return _cpu_fresh[seed]
+
+
+def _cpu_seed_offset(n_ops: int) -> tuple[int, int]:
+    gen = torch.default_generator
+    seed = gen.initial_seed()
+    state = gen.get_state()
+    last = _cpu_last[0]
+    if last is not None and last[0] == seed and torch.equal(last[1], state):
+        base = last[2]
+    elif torch.equal(state, _fresh_state(seed)):
+        base = 0
+    else:
+        base = int(torch.randint(0, 2**62, (1,), dtype=torch.int64, generator=gen).item())
+    # Advance the generator, so that torch.manual_seed(seed) afterwards is told apart
+    # from "nothing happened since" (both would otherwise leave the fresh state).
+    torch.randint(0, 2, (1,), generator=gen)
+    _cpu_last[0] = (seed, gen.get_state(), base + n_ops)
+    return seed, base
