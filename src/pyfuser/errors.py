@@ -42,3 +42,8 @@ class CacheDirError(PyfuserError, PermissionError):
 
 class SettingError(PyfuserError, ValueError):
     """A ``PYFUSER_*`` environment setting has a value pyfuser cannot use."""
+
+
+class ToolchainError(PyfuserError, RuntimeError):
+    """The installed packages cannot run pyfuser's kernels (a known-bad pair of
+    versions); the message says which to install."""

@@ -140,6 +140,27 @@ class InterpretedKernel:
         return launch
 
 
+def _version(text: str) -> tuple:
+    return tuple(int(part) for part in text.split("+")[0].split(".")[:2] if part.isdigit())
+
+
+def check_numpy(triton_version: str | None = None, numpy_version: str | None = None):
+    """Refuse the one known-bad pair: Triton 3.6's interpreter (and older) turns a
+    loop's bounds into Python ints in a way numpy 2.4 rejects (every looping kernel
+    fails).  Later Triton releases run with numpy 2.4, so the package declares numpy
+    without a cap and this names the fix instead of a TypeError deep in Triton."""
+    import triton
+
+    t = _version(triton_version or triton.__version__)
+    n = _version(numpy_version or np.__version__)
+    if t < (3, 7) and n >= (2, 4):
+        from ..errors import ToolchainError
+
+        raise ToolchainError(f"Triton {triton_version or triton.__version__}'s interpreter (CPU tensors) needs numpy "
+                             f"< 2.4, found numpy {numpy_version or np.__version__}: pip install 'numpy<2.4' (or a "
+                             f"Triton newer than 3.6)")
+
+
 def used() -> bool:
     """Whether this process has prepared an interpreted kernel."""
     return _installed
@@ -162,6 +183,7 @@ def install_fast_paths():
         data = op(x.handle.data, axis=self.axis, keepdims=self.keep_dims)
         return self.to_tensor(np.asarray(data, dtype=x.handle.data.dtype), x.dtype)
 
+    check_numpy()
     interpreter.ReduceOps.apply_impl = apply_impl
     _install_bf16_rounding(interpreter)
     _installed = True
