@@ -91,10 +91,7 @@ def execute(fd, inputs, device=None, profile=False):
             key = fingerprint(inputs, device, ir.shape_scalar_inputs())
             prep = rt.prepared.get(key)
             if prep is not None:
-                try:
-                    rt.prepared.move_to_end(key)  # least recently used goes first
-                except KeyError:  # another thread evicted it meanwhile: it still runs
-                    pass
+                prep.used = True  # spares it at the next eviction (``ExecutorCache.remember``)
                 if not (active or profile):
                     return prep.run(inputs, None, POISON_OUTPUTS, RECORD_LAUNCHES)
                 if not prep.general:

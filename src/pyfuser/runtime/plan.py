@@ -77,8 +77,8 @@ class ExecutorCache:
         self.plans: dict = {}
         self.kernel_counter = 0
         self.fresh: set = set()
-        # input fingerprint -> Prepared, least recently used first, at most
-        # PYFUSER_PREPARED_SIZES (``remember``); a hit moves its entry to the end
+        # input fingerprint -> Prepared, oldest first, at most PYFUSER_PREPARED_SIZES
+        # (``remember``)
         self.prepared: OrderedDict = OrderedDict()
         # Held by whatever plans, builds or prepares (the first execute of a
         # fingerprint): those mutate this cache.  A cached execute takes no lock.
@@ -95,15 +95,23 @@ class ExecutorCache:
         self.ptx_noted: set = set()
 
     def remember(self, key, prep):
-        """Cache ``prep`` for fingerprint ``key``, dropping the least recently used
-        entries beyond ``PYFUSER_PREPARED_SIZES`` (default 64): a fusion run at ever
-        new sizes keeps only the latest ones prepared (the others re-prepare, reusing
-        the plan and its kernels)."""
+        """Cache ``prep`` for fingerprint ``key`` within ``PYFUSER_PREPARED_SIZES``
+        (default 64): a fusion run at ever new sizes keeps the recently used ones (the
+        others re-prepare, reusing the plan and its kernels).  The rule is least
+        recently used, approximated by a second chance (CLOCK): the oldest entry goes,
+        unless it was used since it was last looked at (a hit sets ``Prepared.used``),
+        which sends it to the back instead.  A hit thus costs one attribute store, not
+        a second hash of its fingerprint to reorder the dict."""
         self.prepared[key] = prep
         self.prepared.move_to_end(key)
         keep = setting("PYFUSER_PREPARED_SIZES", PREPARED_SIZES_DEFAULT)
         while len(self.prepared) > keep:
-            self.prepared.popitem(last=False)
+            old, entry = next(iter(self.prepared.items()))
+            if entry.used and entry is not prep:
+                entry.used = False
+                self.prepared.move_to_end(old)
+            else:
+                del self.prepared[old]
 
     # -- signature -------------------------------------------------------------------
     def signature(self, b: Binding, live):

@@ -116,6 +116,7 @@ class Prepared:
         # ``run`` without probe, poison or record, as one generated function (None until
         # built; ``False`` where the program has host steps)
         self._straight = None
+        self.used = False  # executed since the cache last considered evicting it (``ExecutorCache.remember``)
 
     def run(self, inputs, probe: Probe | None = None, poison=False, record=None, hit=True):
         """One execute.  ``poison``: fill outputs with NaN (or the integer maximum)
