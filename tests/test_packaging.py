@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from pyfuser import ToolchainError
-from pyfuser.runtime.interpreter import check_numpy
+from pyfuser.runtime.interpreter import numpy_hint
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # import name -> the distribution that provides it
@@ -58,12 +58,29 @@ def test_the_runtime_needs_only_the_required_dependencies():
     assert {d: p for d, p in outside.items() if p} == {}
 
 
-@pytest.mark.parametrize("triton, numpy, ok", [("3.6.0", "2.3.5", True), ("3.6.0", "2.4.0", False),
-                                               ("3.6.1", "2.5.1", False), ("3.9.0", "2.4.6", True),
-                                               ("3.8.0", "2.4.6", True)])
-def test_the_known_bad_numpy_is_named(triton, numpy, ok):
-    if ok:
-        check_numpy(triton, numpy)
-    else:
-        with pytest.raises(ToolchainError, match=r"needs numpy < 2.4, found numpy .*pip install 'numpy<2.4'"):
-            check_numpy(triton, numpy)
+@pytest.mark.parametrize("triton, numpy, bad", [("3.6.0", "2.3.5", False), ("3.6.0", "2.4.0", True),
+                                                ("3.6.1", "2.5.1", True), ("3.9.0", "2.4.6", False),
+                                                ("3.8.0", "2.4.6", False)])
+def test_the_known_bad_numpy_is_named(triton, numpy, bad):
+    hint = numpy_hint(triton, numpy)
+    assert (hint is not None) == bad
+    if bad:
+        assert f"found numpy {numpy}: pip install 'numpy<2.4'" in hint
+
+
+def test_a_failing_launch_under_the_bad_pair_names_the_fix(monkeypatch):
+    from pyfuser.runtime import interpreter
+
+    class Failing:
+        def __getitem__(self, grid):
+            def run(*args):
+                raise TypeError("only 0-dimensional arrays can be converted to Python scalars")
+            return run
+
+    kernel = interpreter.InterpretedKernel(Failing())
+    monkeypatch.setattr(interpreter, "numpy_hint", lambda: "pip install 'numpy<2.4'")
+    with pytest.raises(ToolchainError, match=r"TypeError: only 0-dimensional(.|\n)*pip install 'numpy<2.4'"):
+        kernel[(1,)](1)
+    monkeypatch.setattr(interpreter, "numpy_hint", lambda: None)
+    with pytest.raises(TypeError, match="only 0-dimensional"):  # any other pair: the error as it is
+        kernel[(1,)](1)

@@ -135,7 +135,15 @@ class InterpretedKernel:
 
         def launch(*args, **kwargs):
             with INTERPRETER_LOCK:
-                return run(*args, **kwargs)
+                try:
+                    return run(*args, **kwargs)
+                except Exception as err:
+                    hint = numpy_hint()
+                    if hint is None:
+                        raise
+                    from ..errors import ToolchainError
+
+                    raise ToolchainError(f"{type(err).__name__}: {err}\n{hint}") from err
 
         return launch
 
@@ -144,21 +152,19 @@ def _version(text: str) -> tuple:
     return tuple(int(part) for part in text.split("+")[0].split(".")[:2] if part.isdigit())
 
 
-def check_numpy(triton_version: str | None = None, numpy_version: str | None = None):
-    """Refuse the one known-bad pair: Triton 3.6's interpreter (and older) turns a
-    loop's bounds into Python ints in a way numpy 2.4 rejects (every looping kernel
-    fails).  Later Triton releases run with numpy 2.4, so the package declares numpy
-    without a cap and this names the fix instead of a TypeError deep in Triton."""
+def numpy_hint(triton_version: str | None = None, numpy_version: str | None = None) -> str | None:
+    """What to install when the versions are the one known-bad pair, else None:
+    Triton 3.6's interpreter (and older) turns a loop's bounds into Python ints in a
+    way numpy 2.4 rejects, so kernels with a loop fail (others run).  Later Triton
+    releases run with numpy 2.4, so the package declares numpy without a cap and a
+    failing launch names the fix instead of a TypeError deep in Triton."""
     import triton
 
-    t = _version(triton_version or triton.__version__)
-    n = _version(numpy_version or np.__version__)
-    if t < (3, 7) and n >= (2, 4):
-        from ..errors import ToolchainError
-
-        raise ToolchainError(f"Triton {triton_version or triton.__version__}'s interpreter (CPU tensors) needs numpy "
-                             f"< 2.4, found numpy {numpy_version or np.__version__}: pip install 'numpy<2.4' (or a "
-                             f"Triton newer than 3.6)")
+    t_text, n_text = triton_version or triton.__version__, numpy_version or np.__version__
+    if _version(t_text) < (3, 7) and _version(n_text) >= (2, 4):
+        return (f"Triton {t_text}'s interpreter (CPU tensors) is known to fail on numpy >= 2.4, found numpy {n_text}: "
+                f"pip install 'numpy<2.4' (or a Triton newer than 3.6)")
+    return None
 
 
 def used() -> bool:
@@ -183,7 +189,6 @@ def install_fast_paths():
         data = op(x.handle.data, axis=self.axis, keepdims=self.keep_dims)
         return self.to_tensor(np.asarray(data, dtype=x.handle.data.dtype), x.dtype)
 
-    check_numpy()
     interpreter.ReduceOps.apply_impl = apply_impl
     _install_bf16_rounding(interpreter)
     _installed = True

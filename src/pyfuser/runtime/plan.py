@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..codegen.lower import Unsupported
-from ..errors import CacheDirError, CompileError, ToolchainError
+from ..errors import CacheDirError, CompileError
 from ..ir.concretize import Binding
 from ..ir.shapes import slice_shape
 from ..codegen.writer import KernelArg
@@ -384,7 +384,7 @@ class ExecutorCache:
             dump.emit(f"===== kernel {name} ({sched.NAME}) =====\n{src.source}")
         try:
             fn = load_kernel(name, src.source, seg.device_type)
-        except (CacheDirError, ToolchainError):  # the user's setup, not our bug: no repro
+        except CacheDirError:  # the user's setup, not our bug: no repro
             raise
         except Exception as err:  # a generated kernel that does not import is our bug
             raise CompileError(f"pyfuser: generated kernel {name} failed to load: {type(err).__name__}: {err}") \
