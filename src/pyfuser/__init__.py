@@ -11,18 +11,20 @@
 
 See README.md for the tour and src/pyfuser/README.md for the code's layout.
 """
-from .errors import (CompileError, DefinitionError, DefinitionTypeError, InputError, InputTypeError, PyfuserError,
-                     ValidationError)
+from .errors import (CacheDirError, CompileError, DefinitionError, DefinitionTypeError, InputError, InputTypeError,
+                     PyfuserError, SettingError, ToolchainError, ValidationError)
 from .frontend import Fusion, FusionDefinition
 from .ir.dtypes import DataType
 
 
 def cache_info() -> dict:
-    """Kernel cache counters: ``kernels_compiled``, ``hits``, ``misses`` (and more)."""
+    """Kernel cache counters: ``kernels_compiled``, ``hits``, ``misses``, ``launches``,
+    ``modules_loaded`` (kernel modules imported now)."""
     from .runtime.cache import cache_info as _info
 
     return _info()
 
 
 __all__ = ["FusionDefinition", "Fusion", "DataType", "cache_info", "PyfuserError", "DefinitionError",
-           "DefinitionTypeError", "InputError", "InputTypeError", "CompileError", "ValidationError"]
+           "DefinitionTypeError", "InputError", "InputTypeError", "CompileError", "ValidationError",
+           "CacheDirError", "SettingError", "ToolchainError"]

@@ -37,3 +37,17 @@ class DependencyError(PyfuserError, ImportError):
 
 class ValidationError(PyfuserError, AssertionError):
     """``fd.validate``: the fusion's outputs disagree with the reference executor's."""
+
+
+class CacheDirError(PyfuserError, PermissionError):
+    """The kernel cache or repro directory is not private to the user (someone else's,
+    writable by others, or a symbolic link): pyfuser imports code from there."""
+
+
+class SettingError(PyfuserError, ValueError):
+    """A ``PYFUSER_*`` environment setting has a value pyfuser cannot use."""
+
+
+class ToolchainError(PyfuserError, RuntimeError):
+    """The installed packages cannot run pyfuser's kernels (a known-bad pair of
+    versions); the message says which to install."""

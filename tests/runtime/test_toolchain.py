@@ -52,3 +52,37 @@ def test_restored_when_compiling_fails(monkeypatch):
     except RuntimeError:
         pass
     assert os.environ["TRITON_PTXAS_PATH"] == _torch_ptxas()
+
+
+def test_threads_share_one_setting_aside(monkeypatch):
+    """Two threads compile at once: torch's ptxas stays set aside until both are done."""
+    import threading
+
+    monkeypatch.setenv("TRITON_PTXAS_PATH", _torch_ptxas())
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen, errors = {}, []
+
+    def first():
+        with toolchain.triton_ptxas():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second():
+        first_in.wait(10)
+        try:
+            with toolchain.triton_ptxas():
+                second_in.set()
+                first_out.wait(10)
+                seen["while the second compiles"] = os.environ.get("TRITON_PTXAS_PATH")
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+            second_in.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert errors == [] and seen == {"while the second compiles": None}
+    assert os.environ["TRITON_PTXAS_PATH"] == _torch_ptxas()

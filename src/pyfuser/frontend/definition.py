@@ -65,6 +65,9 @@ class FusionDefinition:
     def __init__(self, fusion: Fusion | None = None, id: int | None = None):
         if fusion is not None and not isinstance(fusion, Fusion):
             raise DefinitionTypeError(f"FusionDefinition: expected a Fusion (2022 API) or nothing, got {fusion!r}")
+        # The id names the generated kernels and the printed definition: an int, never text
+        if id is not None and (not isinstance(id, int) or isinstance(id, bool) or id < 0):
+            raise DefinitionTypeError(f"FusionDefinition: id must be an int >= 0, got {type(id).__name__} {id!r}")
         self._fusion = fusion if fusion is not None else Fusion()
         self._fusion.ir = FusionIR()
         self._fusion._definition = self
@@ -117,7 +120,7 @@ class FusionDefinition:
                 raise DefinitionError(f"{op}: contiguity entries must be True, False or None, got {c!r}")
         if stride_order is not None:
             so = list(stride_order)
-            if sorted(so) != list(range(rank)):
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in so) or sorted(so) != list(range(rank)):
                 raise DefinitionError(f"{op}: stride_order {so} must be a permutation of 0..{rank - 1}")
             stride_order = tuple(so)
         try:

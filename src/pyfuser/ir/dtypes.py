@@ -11,6 +11,8 @@ import enum
 
 import torch
 
+from ..errors import DefinitionTypeError
+
 
 class DataType(enum.Enum):
     Double = "Double"
@@ -85,7 +87,7 @@ def to_datatype(x) -> DataType:
         return from_torch(x)
     if isinstance(x, str) and x in DataType.__members__:
         return DataType[x]
-    raise TypeError(f"expected a DataType (e.g. DataType.Float), got {x!r}")
+    raise DefinitionTypeError(f"expected a DataType (e.g. DataType.Float), got {x!r}")
 
 
 def python_scalar_dtype(value) -> DataType:

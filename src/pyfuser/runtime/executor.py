@@ -10,10 +10,21 @@ reference step, and every plan with host steps or kernels on intermediates while
 dump or the profiler is on, run ``_execute_general`` instead, which re-binds and
 re-runs the heuristics of every step.  Dumps and the profiler hook in through a
 ``probe.Probe``, built only when one is on.
+
+Threads: any number of threads may execute one fusion, or each their own.  A cached
+execute reads ``rt.prepared`` and runs a ``Prepared``, whose per-execute state is
+local to the call, so it takes no lock beyond the counters' (once per execute);
+whatever plans, builds or prepares holds the fusion's ``ExecutorCache.lock``.  The
+interpreter runs one launch at a time (``interpreter.INTERPRETER_LOCK``), and a
+first execute on the GPU takes that lock too once the process has used the
+interpreter: Triton's interpreter rebinds ``triton.language`` while it runs, which a
+kernel compiling at that moment would see.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 
 import torch
@@ -24,7 +35,8 @@ from ..ir.values import ScalarVal
 from ..reference import run_expr, run_reference, write_aliases
 from ..schedulers.base import _OVERRIDES
 from . import dump, profiler
-from .cache import COUNTERS
+from .cache import _count
+from . import interpreter
 from .plan import ExecutorCache, broadcast_chain, is_contiguous  # noqa: F401  (is_contiguous: imported from here by tests)
 from .prepared import (Prepared, arg_value, cacheable, launch_error, poison_tensor, prepare,
                        random_exprs, expand_output, view_of_input)
@@ -78,31 +90,41 @@ def _execute(fd, inputs, device, profile):
     ir = fd.ir
     if not ir.outputs:
         return []
-    if fd._runtime is None:
-        fd._runtime = ExecutorCache(fd)
-    rt: ExecutorCache = fd._runtime
+    rt: ExecutorCache = fd._runtime or _new_runtime(fd)
     active = dump.enabled_dumps()
     profile = profile or profiler.printing()
     try:
         if isinstance(inputs, (list, tuple)):
-            prep = rt.prepared.get(fingerprint(inputs, device, ir.shape_scalar_inputs()))
-            if prep is not None and not (active or profile):
-                COUNTERS["hits"] += len(prep.launches)
-                return prep.run(inputs, None, POISON_OUTPUTS, RECORD_LAUNCHES)
-            if prep is not None and not prep.general:
-                COUNTERS["hits"] += len(prep.launches)
-                probe = Probe(fd, rt, active, profile, prep.device)
-                rt.events.clear()
-                rt.last_metas = [launch[-1] for launch in prep.launches]
-                outs = prep.run(inputs, probe, POISON_OUTPUTS, RECORD_LAUNCHES)
-                probe.finish(inputs, outs)
-                return outs
-        with triton_ptxas():  # what compiles here compiles with Triton's ptxas (``toolchain``)
+            key = fingerprint(inputs, device, ir.shape_scalar_inputs())
+            prep = rt.prepared.get(key)
+            if prep is not None:
+                prep.used = True  # spares it at the next eviction (``ExecutorCache.remember``)
+                if not (active or profile):
+                    return prep.run(inputs, None, POISON_OUTPUTS, RECORD_LAUNCHES)
+                if not prep.general:
+                    with rt.lock:  # the probe writes the cache's story (events, metas)
+                        probe = Probe(fd, rt, active, profile, prep.device)
+                        rt.events.clear()
+                        rt.last_metas = [launch[-1] for launch in prep.launches]
+                        outs = prep.run(inputs, probe, POISON_OUTPUTS, RECORD_LAUNCHES)
+                        probe.finish(inputs, outs)
+                    return outs
+        with rt.lock, triton_ptxas():  # what compiles here compiles with Triton's ptxas (``toolchain``)
             return _execute_slow(fd, rt, inputs, device, active, profile)
     except CompileError as err:
         from .repro import with_repro
 
         raise with_repro(fd, inputs, device, err) from (err.__cause__ or err)
+
+
+_RUNTIME_LOCK = threading.Lock()
+
+
+def _new_runtime(fd) -> ExecutorCache:
+    with _RUNTIME_LOCK:
+        if fd._runtime is None:
+            fd._runtime = ExecutorCache(fd)
+        return fd._runtime
 
 
 def _execute_slow(fd, rt, inputs, device, active, profile):
@@ -112,6 +134,13 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
     if b.device.type not in ("cpu", "cuda"):
         raise InputError(f"execute: inputs on device {b.device} cannot run (pyfuser runs CUDA tensors as kernels, "
                          f"CPU tensors under Triton's interpreter); got {_on_device(ir, inputs, b.device)}")
+    guard = interpreter.INTERPRETER_LOCK if b.device.type == "cuda" and interpreter.used() else contextlib.nullcontext()
+    with guard:
+        return _execute_bound(fd, rt, b, inputs, device, active, profile)
+
+
+def _execute_bound(fd, rt, b, inputs, device, active, profile):
+    ir = fd.ir
     b.input_pos = {v: i for i, v in enumerate(ir.inputs)}
     probe = Probe(fd, rt, active, profile, b.device) if active or profile else None
     live = ir.live_exprs()
@@ -134,11 +163,11 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
         prep, chosen = prepare(fd, rt, plan, b, inputs)
         if "scheduler_params" in active:
             dump.emit(dump.scheduler_params(fd.id, scheduler_decisions(rt, plan, b, chosen)))
-        rt.prepared[fingerprint(inputs, device, ir.shape_scalar_inputs())] = prep
+        rt.remember(fingerprint(inputs, device, ir.shape_scalar_inputs()), prep)
         if probe is None and b.device.type == "cuda":  # the first launches compile: time that for profiles
             probe = Probe(fd, rt, frozenset(), False, b.device)
         rt.last_metas = [launch[-1] for launch in prep.launches]
-        outs = prep.run(inputs, probe, POISON_OUTPUTS, RECORD_LAUNCHES)
+        outs = prep.run(inputs, probe, POISON_OUTPUTS, RECORD_LAUNCHES, hit=False)
     if probe is not None:
         probe.finish(inputs, outs)
     return outs
@@ -271,7 +300,7 @@ def launch(src, fn, sched, seg, params, b: Binding, env, rng_table, probe=None, 
             probe.launch(meta, fn, grid, args, kw, inputs, out_tensors)
     except Exception as err:
         raise launch_error(src, err) from err
-    COUNTERS["launches"] += 1
+    _count("launches")
     if RECORD_LAUNCHES is not None:
         RECORD_LAUNCHES.append((fn, grid, args, kw))
     return out_tensors
@@ -314,7 +343,6 @@ def run_prepared(fd, prep: Prepared, inputs, device=None):
     """``execute``'s cached path without the fingerprint: the caller has checked that
     ``inputs`` have the dtypes, shapes, strides, devices and 16-byte alignment ``prep``
     was prepared for, and ``fast_path_allowed()``."""
-    COUNTERS["hits"] += len(prep.launches)
     try:
         outs = prep.run(inputs, None, POISON_OUTPUTS, RECORD_LAUNCHES)
         return write_aliases(fd.ir, inputs, outs) if fd.ir.output_aliases else outs

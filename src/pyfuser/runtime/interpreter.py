@@ -1,16 +1,16 @@
 """What Triton's interpreter needs to run pyfuser's kernels unchanged, and fast.
 
 1. libdevice: kernels call ``libdevice.tanh`` and friends (accurate and fast on the
-   GPU).  The interpreter cannot call extern functions, so while an interpreted
-   kernel runs, those names are bound to the same functions computed by torch on
-   the interpreter's numpy arrays (``InterpretedKernel``).  The kernel text is the
-   same on CPU and GPU; only the implementation of the math library differs, as
-   between any two math libraries, by an ulp or so.
+   GPU).  The interpreter cannot call extern functions, so the CPU copy of a kernel
+   module (``interpreted_module``; ``cache`` imports one per device kind) has its
+   ``libdevice`` name bound to a namespace of the same functions computed by torch on
+   the interpreter's numpy arrays.  The kernel text is the same on CPU and GPU; only
+   the implementation of the math library differs, as between any two math
+   libraries, by an ulp or so.  Triton's own ``libdevice`` module is never touched,
+   so a compiled launch, in any thread, sees the originals.
 2. Helper functions: a kernel may call ``@triton.jit`` functions defined next to it
    (``_pyfuser_tanh``).  The interpreter runs only a call to its own function type,
-   so while an interpreted kernel runs, the module's helpers are bound to
-   interpreted copies of themselves (a compiled launch of the same module still
-   sees the originals).
+   so the CPU copy binds each helper to an interpreted copy of itself.
 3. Reductions: fast paths for pyfuser's combine functions (below).
 4. Float arguments: see ``_float_argument``.
 5. fp32 -> bf16 rounds to nearest even, as the GPU does; the interpreter truncated,
@@ -24,7 +24,7 @@
    the result's numpy array, so a uniform (0-d) comparison broadcast against a block
    became a float or int array, and ``&``/``|`` of it failed.
 8. A loop's index is a tensor, as in a compiled kernel (``k_o.to(tl.uint64)`` in a
-   row loop): the kernel module's ``range`` is ``_tensor_range`` while it runs; the
+   row loop): the CPU copy of a kernel module has ``range`` bound to ``_tensor_range``; the
    interpreter ran the builtin, whose index is a Python int.
 
 The interpreter reduces with numpy when the combine function is one of Triton's own
@@ -32,13 +32,23 @@ The interpreter reduces with numpy when the combine function is one of Triton's 
 Python, correct but thousands of times slower.  pyfuser's kernels reduce with
 NaN-propagating max/min and with a product, so this teaches the interpreter the
 numpy equivalents of those three.  Compiled kernels are unaffected.
+
+Threads: Triton's interpreter is not thread-safe (while a kernel runs it rebinds
+``triton.language``'s builtins process-wide and keeps the program id in one global
+builder), so every interpreted launch holds ``INTERPRETER_LOCK``: interpreted kernels
+run one at a time per process, whatever the number of threads.  Each interpreted
+function keeps its own rewritten code (Triton's class-wide cache of them would keep
+every kernel alive for the life of the process).
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
 _NUMPY = {"_pyfuser_max_nan": np.max, "_pyfuser_min_nan": np.min, "_pyfuser_prod": np.prod}
 _installed = False
+INTERPRETER_LOCK = threading.RLock()
 
 
 def _data(x):
@@ -84,40 +94,80 @@ def _float_argument(arg):
     return tl.tensor(TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
 
 
-class InterpretedKernel:
-    """``kernel[grid](*args)`` through Triton's interpreter, libdevice bound to torch."""
+class _Libdevice:
+    """``libdevice`` for an interpreted module: the stand-ins, else Triton's own."""
 
-    _shims = None
+    def __init__(self, shims):
+        self.__dict__.update(shims)
 
-    def __init__(self, jit_fn):
+    def __getattr__(self, name):
+        from triton.language.extra import libdevice
+
+        return getattr(libdevice, name)
+
+
+def _interpreted_function_type():
+    global _INTERPRETED
+    if _INTERPRETED is None:
         from triton.runtime.interpreter import InterpretedFunction
-        from triton.runtime.jit import JITFunction
 
+        class Interpreted(InterpretedFunction):
+            def rewrite(self):
+                fn = self.__dict__.get("_rewritten")
+                if fn is None:
+                    fn = self._rewritten = self.rewriter.rewrite_ast()
+                return fn
+
+        _INTERPRETED = Interpreted
+    return _INTERPRETED
+
+
+_SHIMS = None
+_INTERPRETED = None
+
+
+def interpreted_module(mod):
+    """Make ``mod`` (a kernel module imported for CPU tensors only) the interpreter's:
+    ``libdevice`` bound to the stand-ins, each ``@triton.jit`` function to an
+    interpreted copy, rewritten now while the source is at hand."""
+    from triton.runtime.jit import JITFunction
+
+    global _SHIMS
+    with INTERPRETER_LOCK:
         install_fast_paths()
-        self.fn = InterpretedFunction(jit_fn.fn)
-        self.module = jit_fn.fn.__globals__
-        self.helpers = {name: InterpretedFunction(f.fn) for name, f in self.module.items()
-                        if isinstance(f, JITFunction) and f is not jit_fn}
+        if _SHIMS is None:
+            _SHIMS = _Libdevice(_libdevice_shims())
+        interpreted = _interpreted_function_type()
+        g = mod.__dict__
+        g["libdevice"] = _SHIMS
+        g["range"] = _tensor_range
+        for name, f in list(g.items()):
+            if isinstance(f, JITFunction):
+                g[name] = interpreted(f.fn)
+                g[name].rewrite()
+
+
+class InterpretedKernel:
+    """``kernel[grid](*args)`` through Triton's interpreter (``fn``: a function of a
+    module prepared by ``interpreted_module``), one launch at a time per process."""
+
+    def __init__(self, fn):
+        self.fn = fn
 
     def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            from triton.language.extra import libdevice
+        run = self.fn[grid]
 
-            if InterpretedKernel._shims is None:
-                InterpretedKernel._shims = _libdevice_shims()
-            saved = {name: getattr(libdevice, name) for name in self._shims}
-            compiled = {name: self.module[name] for name in self.helpers}
-            try:
-                for name, shim in self._shims.items():
-                    setattr(libdevice, name, shim)
-                self.module.update(self.helpers)
-                self.module["range"] = _tensor_range
-                return self.fn[grid](*map(_float_argument, args), **kwargs)
-            finally:
-                for name, orig in saved.items():
-                    setattr(libdevice, name, orig)
-                self.module.update(compiled)
-                self.module.pop("range", None)
+        def launch(*args, **kwargs):
+            with INTERPRETER_LOCK:
+                try:
+                    return run(*map(_float_argument, args), **kwargs)
+                except Exception as err:
+                    hint = numpy_hint()
+                    if hint is None:
+                        raise
+                    from ..errors import ToolchainError
+
+                    raise ToolchainError(f"{type(err).__name__}: {err}\n{hint}") from err
 
         return launch
 
@@ -131,6 +181,30 @@ def _tensor_range(*bounds):
     ty, np_ty = (tl.int64, np.int64) if wide else (tl.int32, np.int32)
     for i in range(*(int(_data(b).reshape(-1)[0]) if hasattr(b, "handle") else int(b) for b in bounds)):
         yield tl.tensor(TensorHandle(np.array([i], dtype=np_ty), ty), ty)
+
+
+def _version(text: str) -> tuple:
+    return tuple(int(part) for part in text.split("+")[0].split(".")[:2] if part.isdigit())
+
+
+def numpy_hint(triton_version: str | None = None, numpy_version: str | None = None) -> str | None:
+    """What to install when the versions are the one known-bad pair, else None:
+    Triton 3.6's interpreter (and older) turns a loop's bounds into Python ints in a
+    way numpy 2.4 rejects, so kernels with a loop fail (others run).  Later Triton
+    releases run with numpy 2.4, so the package declares numpy without a cap and a
+    failing launch names the fix instead of a TypeError deep in Triton."""
+    import triton
+
+    t_text, n_text = triton_version or triton.__version__, numpy_version or np.__version__
+    if _version(t_text) < (3, 7) and _version(n_text) >= (2, 4):
+        return (f"Triton {t_text}'s interpreter (CPU tensors) is known to fail on numpy >= 2.4, found numpy {n_text}: "
+                f"pip install 'numpy<2.4' (or a Triton newer than 3.6)")
+    return None
+
+
+def used() -> bool:
+    """Whether this process has prepared an interpreted kernel."""
+    return _installed
 
 
 def install_fast_paths():

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import heapq
 import math
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import torch
 
 from ..codegen.lower import Unsupported
-from ..errors import CompileError, DependencyError
+from ..errors import CacheDirError, CompileError, DependencyError
 from ..ir.concretize import Binding
 from ..ir.shapes import slice_shape
 from ..codegen.writer import KernelArg
@@ -27,7 +29,7 @@ from ..ir.values import Expr, TensorVal, Val
 from ..schedulers import SCHEDULERS, Segment
 from . import dump
 from ..ir.ops import OPS, runs_on_host
-from .cache import COUNTERS, load_kernel
+from .cache import _count, load_kernel, setting
 from .probe import KernelInfo
 from .subfusion import SubFusion, inputs_of, needed_exprs, subfusion
 
@@ -35,6 +37,7 @@ VIEW_OPS = ("reshape", "squeeze", "permute")
 # Failed merge attempts (each emits a kernel that is then thrown away) after which a
 # plan stops merging.
 MERGE_LOSSES = 6
+PREPARED_SIZES_DEFAULT = 64
 
 
 @dataclass
@@ -74,7 +77,12 @@ class ExecutorCache:
         self.plans: dict = {}
         self.kernel_counter = 0
         self.fresh: set = set()
-        self.prepared: dict = {}  # input fingerprint -> Prepared
+        # input fingerprint -> Prepared, oldest first, at most PYFUSER_PREPARED_SIZES
+        # (``remember``)
+        self.prepared: OrderedDict = OrderedDict()
+        # Held by whatever plans, builds or prepares (the first execute of a
+        # fingerprint): those mutate this cache.  A cached execute takes no lock.
+        self.lock = threading.RLock()
         self.spill_choice: dict = {}  # (scheduler, outputs, signature, heuristics' params) -> params that do not spill
         self.kernels: dict = {}  # (scheduler, outputs, signature, params) -> (KernelSource, kernel)
         self.refused: dict = {}  # while planning: (outputs, loads) -> why no scheduler took them
@@ -85,6 +93,25 @@ class ExecutorCache:
         self.last_metas: list = []  # LaunchMeta of the launches the last execute ran
         self.definition_dumped = False
         self.ptx_noted: set = set()
+
+    def remember(self, key, prep):
+        """Cache ``prep`` for fingerprint ``key`` within ``PYFUSER_PREPARED_SIZES``
+        (default 64): a fusion run at ever new sizes keeps the recently used ones (the
+        others re-prepare, reusing the plan and its kernels).  The rule is least
+        recently used, approximated by a second chance (CLOCK): the oldest entry goes,
+        unless it was used since it was last looked at (a hit sets ``Prepared.used``),
+        which sends it to the back instead.  A hit thus costs one attribute store, not
+        a second hash of its fingerprint to reorder the dict."""
+        self.prepared[key] = prep
+        self.prepared.move_to_end(key)
+        keep = setting("PYFUSER_PREPARED_SIZES", PREPARED_SIZES_DEFAULT)
+        while len(self.prepared) > keep:
+            old, entry = next(iter(self.prepared.items()))
+            if entry.used and entry is not prep:
+                entry.used = False
+                self.prepared.move_to_end(old)
+            else:
+                del self.prepared[old]
 
     # -- signature -------------------------------------------------------------------
     def signature(self, b: Binding, live):
@@ -335,12 +362,12 @@ class ExecutorCache:
             if key in self.fresh:  # built while planning this very execute
                 self.fresh.discard(key)
             else:
-                COUNTERS["hits"] += 1
+                _count("hits")
                 info = self.kernel_info[hit[0].name]
                 self.events.append(f"kernel{info.number} {info.name} ({sched.NAME}): hit (same scheduler, "
                                    f"signature and params)")
             return rebound(hit, seg)
-        COUNTERS["misses"] += 1
+        _count("misses")
         reason = self._miss_reason(key)
         self.fresh.add(key)
         self.kernel_counter += 1
@@ -357,6 +384,8 @@ class ExecutorCache:
             dump.emit(f"===== kernel {name} ({sched.NAME}) =====\n{src.source}")
         try:
             fn = load_kernel(name, src.source, seg.device_type)
+        except CacheDirError:  # the user's setup, not our bug: no repro
+            raise
         except ImportError as err:
             raise missing_dependency(err) or CompileError(
                 f"pyfuser: generated kernel {name} failed to load: {type(err).__name__}: {err}") from err
@@ -364,7 +393,7 @@ class ExecutorCache:
             raise CompileError(f"pyfuser: generated kernel {name} failed to load: {type(err).__name__}: {err}") \
                 from err
         ms = (time.perf_counter() - t0) * 1e3
-        COUNTERS["kernels_compiled"] += 1
+        _count("kernels_compiled")
         self.kernels[key] = (src, fn)
         self.kernel_info[name] = KernelInfo(name, self.kernel_counter, sched.NAME, params, ms)
         self.events.append(f"kernel{self.kernel_counter} {name} ({sched.NAME}): miss, compiled in {ms:.1f} ms: "

@@ -54,7 +54,7 @@ from ..ir.ops import OPS
 from ..ir.shapes import contiguous_strides
 from ..ir.values import ScalarVal, TensorVal
 from ..reference import run_expr
-from .cache import COUNTERS
+from .cache import add_counts
 from .plan import broadcast_chain, is_contiguous
 from .probe import LaunchMeta, Probe
 from .rng_state import draw_seed_offset
@@ -116,15 +116,18 @@ class Prepared:
         # ``run`` without probe, poison or record, as one generated function (None until
         # built; ``False`` where the program has host steps)
         self._straight = None
+        self.used = False  # executed since the cache last considered evicting it (``ExecutorCache.remember``)
 
-    def run(self, inputs, probe: Probe | None = None, poison=False, record=None):
+    def run(self, inputs, probe: Probe | None = None, poison=False, record=None, hit=True):
         """One execute.  ``poison``: fill outputs with NaN (or the integer maximum)
         before the kernels write them; ``record``: a list each launch appends
         (fn, grid, args, kwargs) to.  Without those three, once every launch's way
-        of launching is settled, the straight-line version (``straight_line``) runs."""
+        of launching is settled, the straight-line version (``straight_line``) runs.
+        ``hit``: count the launches as cache hits (all but the run that prepared it).
+        Safe to call from several threads at once: the pool is the call's own."""
         if self._straight and probe is None and not poison and record is None:
             return self._straight(inputs)
-        out = self._run(inputs, probe, poison, record)
+        out = self._run(inputs, probe, poison, record, hit)
         if self._straight is None and probe is None and not poison and record is None:
             try:
                 self._straight = straight_line(self)
@@ -132,7 +135,14 @@ class Prepared:
                 self._straight = False
         return out
 
-    def _run(self, inputs, probe: Probe | None = None, poison=False, record=None):
+    def _run(self, inputs, probe: Probe | None = None, poison=False, record=None, hit=True):
+        done = [0]  # launches made, counted once per execute, failed ones too
+        try:
+            return self._steps(inputs, probe, poison, record, done)
+        finally:
+            add_counts(len(self.launches) if hit else 0, done[0])
+
+    def _steps(self, inputs, probe, poison, record, done):
         words = ()
         if self.n_random:  # random op k: offset base + k, its 8 words computed once
             seed, base = draw_seed_offset(self.device, self.n_random)
@@ -173,7 +183,7 @@ class Prepared:
                     probe.launch(meta, fn, grid, args, kw, pool, dict(zip(src.outputs, outs)))
             except Exception as err:
                 raise launch_error(src, err) from err
-            COUNTERS["launches"] += 1
+            done[0] += 1
             if record is not None:
                 record.append((fn, grid, args, kw))
         results = [pool[j] for j in self._results]
@@ -242,7 +252,7 @@ def straight_line(prep: Prepared):
         return False
     if prep.device.type == "cuda" and any(prep.direct_ok[s] and s not in direct_map for s in steps):
         return None
-    env = {"ALLOC": _allocator, "DEV": prep.device, "COUNTERS": COUNTERS, "launch_error": launch_error,
+    env = {"ALLOC": _allocator, "DEV": prep.device, "COUNT": add_counts, "launch_error": launch_error,
            "SR": prep._scalar_run, "CONSTS": tuple(prep._consts), "EMPTIES": prep._empties, "SELF": prep}
     lines = ["def straight(inputs):"]
     pool = f"[*inputs{', *SR(inputs)' if prep._scalar_run is not None else ''}{', *CONSTS' if prep._consts else ''}]"
@@ -283,7 +293,7 @@ def straight_line(prep: Prepared):
     if steps:
         lines.append("    except Exception as err:")
         lines.append("        raise launch_error(SRCS[s], err) from err")
-        lines.append(f"    COUNTERS['launches'] += {len(steps)}")
+        lines.append(f"    COUNT({len(steps)}, {len(steps)})")
     lines.append(f"    out = [{', '.join(f'p[{j}]' for j in prep._results)}]")
     if prep._views:
         lines.append("    SELF._rebuild_views(out, inputs)")

@@ -18,7 +18,7 @@ import torch
 from ..errors import CompileError
 from ..ir.shapes import contiguous_strides
 from ..schedulers.base import _OVERRIDES
-from .cache import cache_dir
+from .cache import cache_dir, private_dir, write_file
 
 HEADER = '''"""pyfuser repro: fusion {fid}.
 
@@ -49,9 +49,9 @@ def make_input(dtype, sizes, strides=None, storage_offset=0):
 
 
 def repro_dir() -> str:
-    d = os.environ.get("PYFUSER_REPRO_DIR") or os.path.join(cache_dir(), "repro")
-    os.makedirs(d, exist_ok=True)
-    return d
+    named = os.environ.get("PYFUSER_REPRO_DIR")
+    return private_dir(named, "PYFUSER_REPRO_DIR") if named else private_dir(os.path.join(cache_dir(), "repro"),
+                                                                             "the repro directory")
 
 
 def input_expr(v, x) -> str:
@@ -102,12 +102,7 @@ def repro_script(fd, inputs, device=None, error: BaseException | None = None) ->
 
 def write_repro(fd, script: str) -> str:
     digest = hashlib.sha1(script.encode()).hexdigest()[:10]
-    path = os.path.join(repro_dir(), f"repro_fusion{fd.id}_{digest}.py")
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(script)
-    os.replace(tmp, path)
-    return path
+    return write_file(repro_dir(), f"repro_fusion{fd.id}_{digest}.py", script.encode(), prune=False)
 
 
 def with_repro(fd, inputs, device, err: CompileError) -> CompileError:

@@ -19,8 +19,13 @@ and the same calls.
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
+# Reading and advancing a generator's offset are two calls: threads drawing at once
+# would share an offset, and with it their random numbers.
+_LOCK = threading.Lock()
 _WORDS_PER_CALL = 4  # PyTorch's Philox offsets count 32-bit words; one call gives 4
 
 
@@ -28,13 +33,15 @@ def draw_seed_offset(device: torch.device, n_ops: int) -> tuple[int, int]:
     """Reserve offsets for ``n_ops`` random ops; returns (seed, base offset).
     Random op k of the fusion then uses offset ``base + k``."""
     n_ops = max(n_ops, 1)
-    if device.type == "cuda":
-        gen = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
-        seed = gen.initial_seed()
-        base = -(-gen.get_offset() // _WORDS_PER_CALL)  # round up: never reuse words PyTorch used
-        gen.set_offset(_WORDS_PER_CALL * (base + n_ops))
-        return seed, base
-    return _cpu_seed_offset(n_ops)
+    with _LOCK:
+        if device.type == "cuda":
+            gen = torch.cuda.default_generators[device.index if device.index is not None
+                                                else torch.cuda.current_device()]
+            seed = gen.initial_seed()
+            base = -(-gen.get_offset() // _WORDS_PER_CALL)  # round up: never reuse words PyTorch used
+            gen.set_offset(_WORDS_PER_CALL * (base + n_ops))
+            return seed, base
+        return _cpu_seed_offset(n_ops)
 
 
 # (seed, the generator's state our last draw left, the offset the next draw takes)

@@ -12,14 +12,20 @@ got other kernels than one that had not.  While pyfuser compiles (an execute tha
 plans or prepares), a ``TRITON_PTXAS_PATH`` naming torch's own ptxas is set aside;
 one naming any other ptxas (a user's choice) is kept.  The variable is the process's:
 a thread compiling at the same moment (Inductor's, say) sees it set aside as well,
-which changes which ptxas compiles that kernel, not what it computes.
+which changes which ptxas compiles that kernel, not what it computes.  pyfuser's
+own threads share one setting-aside: the variable comes back when the last of them
+leaves the block.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 _VAR = "TRITON_PTXAS_PATH"
+_LOCK = threading.Lock()
+_inside = 0  # threads inside ``triton_ptxas`` blocks
+_set_aside = None  # the value to restore when the last one leaves
 
 
 def _torch_ptxas() -> str:
@@ -32,12 +38,18 @@ def _torch_ptxas() -> str:
 def triton_ptxas():
     """Compile with Triton's bundled ptxas inside the block if the variable names
     torch's (module docstring); restores the variable after."""
-    set_to = os.environ.get(_VAR)
-    if not set_to or os.path.realpath(set_to) != _torch_ptxas():
-        yield
-        return
-    del os.environ[_VAR]
+    global _inside, _set_aside
+    with _LOCK:
+        if _inside == 0:
+            set_to = os.environ.get(_VAR)
+            if set_to and os.path.realpath(set_to) == _torch_ptxas():
+                _set_aside = set_to
+                del os.environ[_VAR]
+        _inside += 1
     try:
         yield
     finally:
-        os.environ[_VAR] = set_to
+        with _LOCK:
+            _inside -= 1
+            if _inside == 0 and _set_aside is not None:
+                os.environ[_VAR], _set_aside = _set_aside, None
