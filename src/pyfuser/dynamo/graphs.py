@@ -250,7 +250,7 @@ class GraphedBackward:
             elif kind == "input":
                 _, pos, size, stride, delta = out
                 x = args[pos]
-                outs.append(_reinterpret(x, size, stride, x.storage_offset() + delta))
+                outs.append(_reinterpret(x, size, stride, delta))
             else:
                 outs.append(out[1])
         return outs
