@@ -11,8 +11,8 @@
 
 See README.md for the tour and src/pyfuser/README.md for the code's layout.
 """
-from .errors import (CompileError, DefinitionError, DefinitionTypeError, InputError, InputTypeError, PyfuserError,
-                     ValidationError)
+from .errors import (AccuracyError, CompileError, DefinitionError, DefinitionTypeError, InputError, InputTypeError,
+                     PyfuserError, ValidationError)
 from .frontend import Fusion, FusionDefinition
 from .ir.dtypes import DataType
 
@@ -25,4 +25,5 @@ def cache_info() -> dict:
 
 
 __all__ = ["FusionDefinition", "Fusion", "DataType", "cache_info", "PyfuserError", "DefinitionError",
-           "DefinitionTypeError", "InputError", "InputTypeError", "CompileError", "ValidationError"]
+           "DefinitionTypeError", "InputError", "InputTypeError", "CompileError", "ValidationError",
+           "AccuracyError"]
