@@ -252,9 +252,9 @@ def run_aside(fn, args, random: bool):
 class CheckedRegion(torch.nn.Module):
     """A ``FusedRegion`` run beside its ATen submodule; returns the region's outputs."""
 
-    def __init__(self, region):
+    def __init__(self, region, where: str):
         super().__init__()
-        self.region = region
+        self.region, self.where = region, f"region {region.name} of {where}"
         graph = region.fallback.graph
         nodes = [f"{n.name} = {n.target}" for n in graph.nodes if n.op == "call_function"]
         self.detail = "region nodes: " + "; ".join(nodes)
@@ -268,16 +268,17 @@ class CheckedRegion(torch.nn.Module):
         got = self.region(*args)
         want = run_aside(self.region.fallback, ref, self.random)
         STATS["checked_region_calls"] += 1
-        raise_first(f"region {self.region.name}", self.detail, got, want, self.skip, self.names)
+        raise_first(self.where, self.detail, got, want, self.skip, self.names)
         return got
 
 
-def check_regions(gm: torch.fx.GraphModule, region_type) -> int:
-    """Wrap each ``region_type`` child of ``gm`` in a ``CheckedRegion``; returns how many."""
+def check_regions(gm: torch.fx.GraphModule, region_type, where: str) -> int:
+    """Wrap each ``region_type`` child of ``gm`` (a graph named ``where``) in a
+    ``CheckedRegion``; returns how many."""
     count = 0
     for name, mod in list(gm.named_children()):
         if isinstance(mod, region_type):
-            setattr(gm, name, CheckedRegion(mod))
+            setattr(gm, name, CheckedRegion(mod, where))
             count += 1
     return count
 
@@ -285,9 +286,10 @@ def check_regions(gm: torch.fx.GraphModule, region_type) -> int:
 # -- views -------------------------------------------------------------------------------
 
 
-def _same_view(name: str, ops, got, want):
+def _same_view(name: str, ops, x, got, want):
     """``got`` must be ``want``: sizes, strides (of dims longer than 1), storage, offset."""
-    detail = f"view {name} ({' -> '.join(map(str, ops))})"
+    detail = (f"view node {name} ({' -> '.join(map(str, ops))} of an input of size {list(x.shape)}, stride "
+              f"{list(x.stride())}, storage offset {x.storage_offset()})")
     STATS["checked_views"] += 1
     if got.shape != want.shape:
         raise AccuracyError(f"pyfuser accuracy check: {detail}: size {list(got.shape)}, ATen {list(want.shape)}",
@@ -313,7 +315,7 @@ def _same_view(name: str, ops, got, want):
 def checked_reinterpret(name, x, in_stride, size, stride, delta, op, args, kwargs):
     """``views.reinterpret`` beside the view op it replaced."""
     got = views.reinterpret(x, in_stride, size, stride, delta, op, args, kwargs)
-    _same_view(name, (op,), got, op(*args, **kwargs))
+    _same_view(name, (op,), x, got, op(*args, **kwargs))
     return got
 
 
@@ -323,20 +325,21 @@ def checked_reinterpret_chain(name, x, in_stride, size, stride, delta, chain):
     want = x
     for op, rest, kwargs in chain:
         want = op(want, *rest, **kwargs)
-    _same_view(name, [op for op, _, _ in chain], got, want)
+    _same_view(name, [op for op, _, _ in chain], x, got, want)
     return got
 
 
 _CHECKED_VIEWS = {views.reinterpret: checked_reinterpret, views.reinterpret_chain: checked_reinterpret_chain}
 
 
-def check_views(gm: torch.fx.GraphModule) -> int:
-    """Point ``gm``'s fast-path views at their checked twins; returns how many."""
+def check_views(gm: torch.fx.GraphModule, where: str) -> int:
+    """Point ``gm``'s fast-path views at their checked twins (their messages name the
+    node and ``where``, its graph); returns how many."""
     count = 0
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in _CHECKED_VIEWS:
             node.target = _CHECKED_VIEWS[node.target]
-            node.args = (node.name, *node.args)
+            node.args = (f"{node.name} of {where}", *node.args)
             count += 1
     if count:
         gm.recompile()

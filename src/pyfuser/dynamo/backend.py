@@ -134,11 +134,11 @@ def _checked(traced, gm, kind):
     they run, and the whole graph against ``traced``; never replayed as a CUDA graph."""
     from functorch.compile import make_boxed_func
 
-    accuracy.check_views(gm)
-    rewritten = accuracy.with_regions_in_aten(gm, FusedRegion)
-    accuracy.check_regions(gm, FusedRegion)
     _GRAPHS_CHECKED[kind] += 1
     name = f"{kind} {_GRAPHS_CHECKED[kind]}"
+    accuracy.check_views(gm, name)
+    rewritten = accuracy.with_regions_in_aten(gm, FusedRegion)
+    accuracy.check_regions(gm, FusedRegion, name)
     return accuracy.CheckedGraph(name, traced, rewritten, make_boxed_func(gm.forward))
 
 
