@@ -3,6 +3,7 @@ rewritten graphs run beside ATen; a disagreement raises ``AccuracyError``."""
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import pyfuser.dynamo as pd
 from pyfuser.dynamo import accuracy, backend, rules, views
@@ -177,3 +178,22 @@ def test_mismatch_rules():
     assert accuracy.mismatch(t([1000.0, 0.0]), t([1000.0, 0.005])) is None
     assert accuracy.mismatch(t([1.0, 0.0]), t([1.0, 0.005])) is not None
     assert "float32[2]" in accuracy.mismatch(t([1.0, 0.0]), t([1.0, 0.0]).half())["what"]
+
+
+def test_a_graph_writing_its_input_writes_it_once():
+    """The ATen runs of a graph that writes an input (through a view) read copies."""
+    def writes(x, index, src):
+        x[1:].index_add_(0, index, src)
+        return x * 2
+
+    g = torch.Generator().manual_seed(0)
+    x, src, index = torch.randn(5, 3, generator=g), torch.randn(2, 3, generator=g), torch.tensor([0, 2])
+    gm = make_fx(writes, tracing_mode="fake")(x, index, src)
+    assert accuracy.written_inputs(gm.graph) == {0}
+    checked = accuracy.CheckedGraph("test graph", gm, gm, lambda args: gm(*args))
+    want_x = x.clone()
+    want = writes(want_x, index, src)
+    got = checked([x, index, src])
+    torch.testing.assert_close(x, want_x, rtol=0, atol=0)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert pd.stats()["checked_graph_calls"] == 1
