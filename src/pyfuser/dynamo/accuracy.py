@@ -48,8 +48,10 @@ from . import views
 from .region import STATS
 
 # dtype -> (rtol, atol).  fp32: a few dozen ulps (another exp, another summation
-# order).  fp16 / bf16: a fused chain keeps fp32 intermediates where ATen rounds
-# each op's result, about ten roundings of the 16-bit type over a region's chain.
+# order).  fp16 / bf16: each node is rounded to its dtype as in ATen, but a value an
+# fp32 hair apart (a sum in another order, fp32 intermediates of a decomposed
+# softmax) can round one ulp away and the ulp grow down a region's chain: about ten
+# roundings of the 16-bit type.
 TOLERANCES = {
     torch.float64: (1e-10, 1e-10),
     torch.float32: (1e-5, 1e-5),
