@@ -51,3 +51,14 @@ class SettingError(PyfuserError, ValueError):
 class ToolchainError(PyfuserError, RuntimeError):
     """The installed packages cannot run pyfuser's kernels (a known-bad pair of
     versions); the message says which to install."""
+
+
+class AccuracyError(PyfuserError, AssertionError):
+    """The torch.compile backend's accuracy mode (``PYFUSER_CHECK=1``): a fused region,
+    a fast-path view or a rewritten graph disagrees with ATen on the same inputs.
+    ``where`` names it, ``output`` is the output's position, ``index`` the first
+    mismatching element, ``got`` / ``want`` pyfuser's and ATen's values there."""
+
+    def __init__(self, message, where=None, output=None, index=None, got=None, want=None):
+        super().__init__(message)
+        self.where, self.output, self.index, self.got, self.want = where, output, index, got, want

@@ -147,6 +147,25 @@ def test_an_output_that_is_an_input_is_the_call_s_own():
     assert pd.stats()["graph_replays"] == 5 - graphs.WARMUP_CALLS
 
 
+def test_an_output_viewing_an_input_at_an_offset_is_the_call_s_own():
+    """The input itself starts past its storage's first element (a split's part):
+    the rebuilt view's offset is relative to it, counted once."""
+    def passthrough(x, y):
+        return [x[1:], y * 2]
+
+    pd.reset()
+    wrapped = graphs.GraphedBackward(passthrough, capture=fake_capture)
+    base, y, _ = fresh()
+    x = base[3:]
+    for k in range(5):
+        x.add_(1)
+        got = wrapped([x, y])
+        assert got[0].data_ptr() == x[1:].data_ptr()
+        torch.testing.assert_close(got[0], x[1:], rtol=0, atol=0)
+        del got
+    assert pd.stats()["graph_replays"] == 5 - graphs.WARMUP_CALLS
+
+
 def test_dumps_and_profiles_see_every_call(monkeypatch):
     pd.reset()
     w, saved, _ = fresh()

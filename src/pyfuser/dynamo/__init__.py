@@ -12,6 +12,8 @@ Files, in processing order:
 * ``translate.py``: a region's graph -> FusionDefinition, checked against ATen's shapes and dtypes;
 * ``region.py``: a region at run time, its translation cache and ATen fallback;
 * ``graphs.py``: a backward graph replayed as one CUDA graph when that is safe;
+* ``accuracy.py``: the accuracy mode (``PYFUSER_CHECK=1``, ``check_accuracy()``): regions,
+  fast-path views and rewritten graphs checked against ATen as they run;
 * ``bert_bench.py``: BERT training steps, eager vs torch.compile vs pyfuser.
 
 ``stats()`` counts what the backend did (FusionDefinitions created, regions,
@@ -20,6 +22,8 @@ ATen.
 """
 from __future__ import annotations
 
+from ..errors import AccuracyError
+from .accuracy import TOLERANCES, check_accuracy, set_tolerance
 from .backend import pyfuser_backend
 from .region import FallbackWarning, reset, stats
 
@@ -47,4 +51,5 @@ def _register():
 
 _register()
 
-__all__ = ["pyfuser_backend", "stats", "reset", "FallbackWarning", "BACKEND_NAMES"]
+__all__ = ["pyfuser_backend", "stats", "reset", "FallbackWarning", "BACKEND_NAMES", "check_accuracy", "set_tolerance",
+           "TOLERANCES", "AccuracyError"]

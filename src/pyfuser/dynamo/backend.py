@@ -22,18 +22,19 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections import Counter
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from . import graphs
+from . import accuracy, graphs
 from .decompositions import decomposition_table
 from .in_place import index_add_in_place
 from .one_hot import one_hot_sums
 from .pad_matmuls import pad_matmuls, propagate_meta
 from .partition import fuse_regions
-from .region import warn_once
+from .region import FusedRegion, warn_once
 from .remat import tag_scalar_derived
 from .sink_views import sink_views
 from .sum_views import sums_through_views
@@ -103,6 +104,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False):
     can be replayed as a CUDA graph is (``graphs.py``)."""
     from functorch.compile import make_boxed_func
 
+    traced = gm
     try:
         with _unfaked():
             gm = fuse_regions(_rewritten(_padded(gm)))
@@ -117,12 +119,30 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False):
         gm = fast
     except Exception as err:  # an optimization of host time only: keep ATen's views
         warn_once(f"views: {type(err).__name__}", f"rewriting views failed ({type(err).__name__}); ATen takes them")
+    if accuracy.enabled():
+        return _checked(traced, gm, "backward graph" if backward else "forward graph")
     if backward and graphs.enabled():
         why_not = graphs.not_graphable(gm)
         if why_not is None:
             return graphs.GraphedBackward(gm.forward)
         _log.debug("backward graph not captured: %s", why_not)
     return make_boxed_func(gm.forward)
+
+
+def _checked(traced, gm, kind):
+    """Accuracy mode (``accuracy.py``): ``gm``'s regions and fast-path views checked as
+    they run, and the whole graph against ``traced``; never replayed as a CUDA graph."""
+    from functorch.compile import make_boxed_func
+
+    _GRAPHS_CHECKED[kind] += 1
+    name = f"{kind} {_GRAPHS_CHECKED[kind]}"
+    accuracy.check_views(gm, name)
+    rewritten = accuracy.with_regions_in_aten(gm, FusedRegion)
+    accuracy.check_regions(gm, FusedRegion, name)
+    return accuracy.CheckedGraph(name, traced, rewritten, make_boxed_func(gm.forward))
+
+
+_GRAPHS_CHECKED: Counter = Counter()
 
 
 def partition_joint(joint_module, joint_inputs, **kwargs):

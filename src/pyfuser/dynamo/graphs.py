@@ -40,7 +40,7 @@ The first ``WARMUP_CALLS`` calls run as usual (kernels compile, launchers settle
 the next is captured on a side stream and replayed.  While ``PYFUSER_DUMP`` or
 ``PYFUSER_PROF`` is set, or a scheduler override is on, calls run as usual, so the
 dumps and profiles see every region.  ``PYFUSER_CUDA_GRAPHS=0`` turns graphing
-off.  ``stats()`` counts ``graph_captures``, ``graph_replays`` and ``graph_misses``.
+off, and so does the accuracy mode (``accuracy.py``).  ``stats()`` counts ``graph_captures``, ``graph_replays`` and ``graph_misses``.
 """
 from __future__ import annotations
 
@@ -250,7 +250,7 @@ class GraphedBackward:
             elif kind == "input":
                 _, pos, size, stride, delta = out
                 x = args[pos]
-                outs.append(_reinterpret(x, size, stride, x.storage_offset() + delta))
+                outs.append(_reinterpret(x, size, stride, delta))
             else:
                 outs.append(out[1])
         return outs

@@ -71,7 +71,9 @@ def stats() -> dict:
     ``translation_cache_hits`` (regions that reused a translation), ``region_calls``
     (regions run, pyfuser or fallback; not those inside a replayed CUDA graph), and
     from ``graphs.py`` ``graph_captures``, ``graph_replays`` and ``graph_misses``
-    (backward calls that ran uncaptured after a capture)."""
+    (backward calls that ran uncaptured after a capture); under the accuracy mode
+    (``accuracy.py``) ``checked_region_calls``, ``checked_views`` and
+    ``checked_graph_calls``."""
     return dict(STATS)
 
 
