@@ -17,7 +17,8 @@ test and benchmark dependency, not one of the package.
 * ``llama``: ``LlamaForCausalLM`` (RMSNorm, rotary embeddings, SiLU-gated MLP,
   grouped-query attention: fewer key/value heads than query heads).
 * ``t5``: ``T5ForConditionalGeneration`` (encoder-decoder, relative position bias,
-  RMS-style layer norm without mean, cross attention).
+  RMS-style layer norm without mean, cross attention; ``ff_proj="gated-gelu"`` for
+  T5 v1.1's gated feed-forward).
 * ``vit``: ``ViTForImageClassification`` (a patch-embedding convolution, [CLS]).
 * ``mlp``: LayerNorm -> Linear -> GELU -> Linear with a cross-entropy loss, the
   model the zoo trains for several AdamW steps.
@@ -98,12 +99,13 @@ def llama(hidden=32, layers=1, heads=4, kv_heads=2, intermediate=64, vocab=128, 
     return ZooModel("llama", _from_config(LlamaForCausalLM, config), _tokens(vocab, seq))
 
 
-def t5(hidden=32, layers=1, heads=2, ff=64, vocab=128, seq=8, target_seq=6) -> ZooModel:
+def t5(hidden=32, layers=1, heads=2, ff=64, vocab=128, seq=8, target_seq=6, ff_proj="relu") -> ZooModel:
     from transformers import T5Config, T5ForConditionalGeneration
 
     config = T5Config(d_model=hidden, d_kv=hidden // heads, d_ff=ff, num_layers=layers, num_decoder_layers=layers,
                       num_heads=heads, vocab_size=vocab, dropout_rate=0.0, relative_attention_num_buckets=8,
-                      relative_attention_max_distance=16, decoder_start_token_id=0, pad_token_id=0)
+                      relative_attention_max_distance=16, decoder_start_token_id=0, pad_token_id=0,
+                      feed_forward_proj=ff_proj)
 
     def batch(n, g):
         ids, mask = torch.randint(1, vocab, (n, seq), generator=g), _padding(n, seq, g)
