@@ -7,18 +7,14 @@ import torch.nn.functional as F
 
 import pyfuser
 import pyfuser.dynamo as pd
+from pyfuser.bench import zoo
 
-transformers = pytest.importorskip("transformers")
-
-TINY_BERT = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128, vocab_size=500,
-                 max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+pytest.importorskip("transformers")
 
 
 def tiny_bert():
-    torch.manual_seed(0)
-    config = transformers.BertConfig(**TINY_BERT)
-    model = transformers.BertForMaskedLM._from_config(config, attn_implementation="eager")
-    return model.train()
+    """The zoo's BERT (dropout off, training mode), a little wider than its default."""
+    return zoo.build("bert", hidden=64, layers=2, heads=2, intermediate=128, vocab=500, seq=64).model
 
 
 def assert_grads_close(model, reference, rtol):
