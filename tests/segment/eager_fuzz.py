@@ -230,6 +230,7 @@ class Recipe:
     steps: list  # (op, [arg refs], attrs); a ref is a value index or ("const", value)
     outputs: list  # value indices
     alias: tuple | None = None  # (value index, input index): written into that input
+    rand: tuple | None = None  # (dtype, lo, hi): a uniform draw output last, checked for its range
     special: float = 0.0
     seed: object = None
     features: set = field(default_factory=set)
@@ -241,8 +242,10 @@ class _Drawer:
     def __init__(self, rng: random.Random):
         self.rng = rng
         r = rng
-        self.rows = r.choice([1, 2, 3, 4, 5])
-        self.cols = r.choice([1, 3, 4, 6, 8])
+        # Now and then 16 or more on both axes, so the pointwise scheduler's 2-D tiles run.
+        big = r.random() < 0.1
+        self.rows = r.randint(16, 20) if big else r.choice([1, 2, 3, 4, 5])
+        self.cols = r.randint(16, 40) if big else r.choice([1, 3, 4, 6, 8])
         self.special = r.choice([0.0, 0.0, 0.15, 0.4])
         self.vals: list[Val] = []
         self.inputs, self.steps, self.feeds = [], [], []
@@ -558,7 +561,15 @@ class _Drawer:
                 if self.vals[o].dtype is self.inputs[k][1]:
                     alias = (o, k)
                     self.features.add("alias")
-        return Recipe(self.rows, self.cols, self.inputs, self.steps, outs, alias, self.special, seed, self.features)
+        rand = None
+        if self.rng.random() < 0.1:
+            lo = self.rng.choice([0.0, -1.0, 2.0])
+            rand = (self.rng.choice(FLOATS), lo, lo + self.rng.choice([1.0, 0.5, 3.0]))
+            if rand[0] is not DataType.Float:
+                self.features.add("uniform_16bit")
+        return Recipe(self.rows, self.cols, self.inputs, self.steps, outs, alias, special=self.special, seed=seed,
+                      features=self.features,
+                      rand=rand)
 
 
 def _dtype_of(x) -> DataType:
@@ -615,6 +626,9 @@ def build(rec: Recipe) -> FusionDefinition:
                 fd.add_output(vals[o])
         if rec.alias is not None:
             fd.add_output(vals[rec.alias[0]], alias_input=vals[rec.alias[1]])
+        if rec.rand is not None:
+            dt, lo, hi = rec.rand
+            fd.add_output(fd.ops.uniform(fd.define_scalar(lo), fd.define_scalar(hi), shape=[R, C], dtype=dt))
     return fd
 
 
@@ -634,6 +648,7 @@ KNOWN = {
     "int_const_range": ({"crash", "int"}, "an integer constant outside its dtype's range crashes the interpreter"),
     "bool_pow": ({"crash"}, "pow on bool crashes the interpreter"),
     "bf16_subnormal": ({"value", "zero", "int", "nan", "inf"}, "bf16 subnormals are flushed to zero on load"),
+    "uniform_16bit": ({"value"}, "uniform in fp16/bf16 can return its upper bound"),
     "alias": ({"crash", "count", "value", "int", "nan", "inf", "zero", "dtype"}, "alias outputs"),
 }
 
@@ -703,13 +718,25 @@ def run_one(seed, index):
     except Exception as err:  # noqa: BLE001 - every failure is reported and classified
         return rec, [("crash", f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")], len(rec.steps)
     returned = [o for o in rec.outputs if rec.alias is None or o != rec.alias[0]]
+    if rec.rand is not None and len(got) == len(returned) + 1:
+        diffs += _check_uniform(got[-1], *rec.rand)
+        got = got[:-1]
     if len(got) != len(returned):
-        return rec, [("count", f"{len(got)} outputs returned, expected {len(returned)}")], len(rec.steps)
+        return rec, diffs + [("count", f"{len(got)} outputs returned, expected {len(returned)}")], len(rec.steps)
     for k, (g, o) in enumerate(zip(got, returned)):
         diffs += compare(g, vals[o], f"output {k} (value {o})")
     if rec.alias is not None:
         diffs += compare(args[rec.alias[1]], vals[rec.alias[0]], f"aliased input {rec.alias[1]}")
     return rec, diffs, len(rec.steps)
+
+
+def _check_uniform(got, dt: DataType, lo: float, hi: float) -> list:
+    """A uniform draw has no eager twin; it must lie in [lo, hi) in its own dtype."""
+    if got.dtype != dt.torch:
+        return [("dtype", f"uniform: dtype {got.dtype}, expected {dt.torch}")]
+    bad = ~((got >= lo) & (got < hi))
+    return [("value", f"uniform({lo}, {hi}) in {dt}: {int(bad.sum())} outside [lo, hi): "
+                      f"{got[bad][:4].tolist()}")] if bad.any() else []
 
 
 def classify(rec: Recipe, diffs: list) -> str:
@@ -718,11 +745,11 @@ def classify(rec: Recipe, diffs: list) -> str:
     fusion causes) or 'new'."""
     if not diffs:
         return "ok"
-    if all("(numerical" in text for _, text in diffs):
-        return "numerical"
     for feat, (kinds, _) in KNOWN.items():
         if feat in rec.features and all(k in kinds or "(numerical" in t for k, t in diffs):
             return "known:" + feat
+    if all("(numerical" in text for _, text in diffs):
+        return "numerical"
     return "new"
 
 
