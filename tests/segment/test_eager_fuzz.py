@@ -2,6 +2,7 @@
 difference classified; a new one fails the test.  The long run is in docs/DEBUGGING.md."""
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -54,3 +55,21 @@ def test_an_integer_operand_of_a_16_bit_op_is_rounded_to_it(idt, fdt):
     want = [af + b, b * af, b + torch.tensor(70001).to(fdt.torch), b - torch.tensor(70001).to(fdt.torch), af < b]
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("op", ["fmod", "remainder"])
+@pytest.mark.parametrize("dt", [DataType.Float, DataType.BFloat16])
+def test_fmod_of_a_huge_quotient_is_exact_on_cpu(op, dt):
+    """fmod is exact in IEEE arithmetic (C's fmod, libdevice's); the interpreter's
+    stand-in was torch's CPU fmod, whose vectorized loop computes a - trunc(a / b) * b
+    and gives NaN once a / b overflows (fmod(3.39e38, 1e-3) in a row of 16 or more)."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1], dtype=dt)
+        b = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        fd.add_output(getattr(fd.ops, op)(a, b))
+    a = torch.tensor([3.3895e38, -3.3895e38, 1e30, 2.5] * 8).to(dt.torch)
+    b = torch.tensor([9.9945e-4, 9.9945e-4, -7e-3, 0.75] * 8)
+    r = np.fmod(a.float().numpy(), b.numpy())  # exact: the remainder is representable
+    if op == "remainder":
+        r = np.where((r != 0) & ((r < 0) != (b.numpy() < 0)), r + b.numpy(), r)
+    torch.testing.assert_close(fd.execute([a, b])[0], torch.from_numpy(r), rtol=0, atol=0)
