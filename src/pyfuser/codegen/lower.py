@@ -63,6 +63,20 @@ def compute_dtype(dt: DataType) -> DataType:
     return DataType.Float if dt in (DataType.Half, DataType.BFloat16) else dt
 
 
+def _via_16_bit(code: str, inp, common: DataType) -> str:
+    """An integer operand of an op whose common dtype is fp16/bf16 (computed in fp32):
+    rounded to the common dtype first, as nvFuser's promoteValues and torch cast it
+    (70000 is inf in fp16), through fp32 as torch converts.  Float scalars are not
+    rounded (nvFuser's optionalCast leaves them), nor bools (0 and 1 are exact)."""
+    if isinstance(inp, ScalarVal) and inp.is_constant:
+        v = inp.value
+        x = torch.tensor(v) if -2**63 <= v < 2**63 else torch.tensor(float(v))
+        return literal(x.to(common.torch).item(), DataType.Float)
+    if isinstance(inp, ScalarVal):
+        return scalar_cast(scalar_cast(scalar_cast(code, DataType.Float), common), DataType.Float)
+    return f"({code}).to(tl.float32).to({TRITON_NAME[common]}).to(tl.float32)"
+
+
 def literal(value, dt: DataType) -> str:
     """A constant in dtype ``dt`` (fp64 constants keep their full precision)."""
     if dt is DataType.Bool:
@@ -336,14 +350,17 @@ class Lowering:
                 code = f"({code}).to(tl.float32)"
             return w.tmp(f"({code}).to({TRITON_NAME[target]})"), axes
         if row.compute == "args":
-            cdt = compute_dtype(_promote(tuple((a.dtype, min(a.rank, 1) if isinstance(a, TensorVal) else None)
-                                               for _, a in args)))
+            common = _promote(tuple((a.dtype, min(a.rank, 1) if isinstance(a, TensorVal) else None)
+                                    for _, a in args))
         else:
-            cdt = compute_dtype(v.dtype)
+            common = v.dtype
+        cdt = compute_dtype(common)
         conv = []
         for i, (code, inp) in enumerate(args):
             want = DataType.Bool if (e.op == "where" and i == 0) else cdt
-            if isinstance(inp, ScalarVal) and inp.is_constant:
+            if want is not common and want is cdt and inp.dtype.is_int:
+                conv.append(_via_16_bit(code, inp, common))
+            elif isinstance(inp, ScalarVal) and inp.is_constant:
                 conv.append(literal(inp.value, want))
             elif inp.dtype is want:
                 conv.append(code)

@@ -55,8 +55,8 @@ def _data(x):
     return x.handle.data if hasattr(x, "handle") else np.asarray(x)
 
 
-def _torch_fn(fn):
-    """A libdevice stand-in: apply the torch function to the interpreter's arrays."""
+def _torch_fn(fn, numpy=False):
+    """A libdevice stand-in: apply the torch (or numpy) function to the interpreter's arrays."""
 
     def shim(*args, _semantic=None):
         import torch
@@ -66,8 +66,9 @@ def _torch_fn(fn):
         first = max((a for a in args if hasattr(a, "handle")), key=lambda a: np.size(a.handle.data))
         datas = [_data(a) for a in args]
         dtype = _data(first).dtype
-        ts = [torch.from_numpy(np.ascontiguousarray(np.asarray(d, dtype=dtype))) for d in datas]
-        out = fn(*ts).numpy().astype(dtype)
+        arrays = [np.ascontiguousarray(np.asarray(d, dtype=dtype)) for d in datas]
+        with np.errstate(all="ignore"):  # masked-off lanes hold anything
+            out = (fn(*arrays) if numpy else fn(*map(torch.from_numpy, arrays)).numpy()).astype(dtype)
         return type(first)(TensorHandle(out, first.handle.dtype), first.type)
 
     return shim
@@ -79,7 +80,10 @@ def _libdevice_shims():
     return {"tanh": _torch_fn(torch.tanh), "expm1": _torch_fn(torch.expm1), "log1p": _torch_fn(torch.log1p),
             "erfc": _torch_fn(torch.erfc), "atan2": _torch_fn(torch.atan2), "pow": _torch_fn(torch.pow),
             "tan": _torch_fn(torch.tan), "rint": _torch_fn(torch.round), "trunc": _torch_fn(torch.trunc),
-            "fmod": _torch_fn(torch.fmod), "fast_dividef": _torch_fn(torch.div)}
+            "fast_dividef": _torch_fn(torch.div),
+            # C's fmod, exact as libdevice's: torch's CPU fmod is a - trunc(a / b) * b in its
+            # vectorized loop, NaN once a / b overflows
+            "fmod": _torch_fn(np.fmod, numpy=True)}
 
 
 def _float_argument(arg):
