@@ -2,7 +2,10 @@
 
 The attention mask of a padded batch ([B, 1, S, S], from a [1, 1, S, 1] position
 test and a [B, 1, 1, S] padding mask) is an output of the [B, H, S, S] softmax tile;
-unravelling its row counter to the position input's coordinate divides by S."""
+unravelling its row counter to the position input's coordinate divides by S.  Under
+Triton's interpreter that counter is a Python int, which the magic-number division's
+``.to(tl.uint64)`` fails on (a known gap); compiled for a GPU it is a tensor, and the
+kernel matches the reference there."""
 import torch
 
 from .common import DataType, check, fusion, gen_for, make_tensor

@@ -459,3 +459,24 @@ def test_half_random_values_identical_across_reduction_schedules(shape):
         for g, w in zip(got, want):
             assert torch.equal(g, w), name
         assert got[0].max() < 1.0
+
+
+def test_saved_and_restored_generator_state_replays_and_continues():
+    """torch.set_rng_state(saved) replays what followed the save (fd.validate and
+    benchmarks swap states so), and validate between executes keeps execute i at
+    offset i."""
+    stateful, stateless = _stateful_pair(("rand_like",), DataType.Float)
+    x = make_tensor((5, 9), torch.float32, gen_for("restore"))
+    torch.manual_seed(5)
+    stateful.execute([x])
+    saved = torch.get_rng_state()
+    a = stateful.execute([x])[0]
+    torch.set_rng_state(saved)
+    assert torch.equal(stateful.execute([x])[0], a)
+    torch.manual_seed(5)
+    got = []
+    for _ in range(3):
+        stateful.validate([x])
+        got.append(stateful.execute([x])[0])
+    for i, g in enumerate(got):
+        assert torch.equal(g, stateless.execute([x, 5, 2 * i + 1])[0]), i

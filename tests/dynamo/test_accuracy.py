@@ -60,6 +60,14 @@ def test_env_var_and_python_switch(monkeypatch, env, switch, on):
     assert (pd.stats().get("checked_region_calls", 0) > 0) == on
 
 
+def test_a_backward_compiled_after_the_switch_is_checked_as_its_forward():
+    """AOTAutograd compiles the backward at its first call: here outside the switch."""
+    with pd.check_accuracy():
+        out = torch.compile(pointwise, backend="pyfuser")(*inputs((4, 8), (8, 8)))
+    out.sum().backward()
+    assert pd.stats()["checked_graph_calls"] == 2
+
+
 def _mul_adds(monkeypatch):
     """A broken rule: ``mul`` translated as an add."""
     rule = rules.RULES[aten.mul.Tensor]

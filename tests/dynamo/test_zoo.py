@@ -45,8 +45,9 @@ MIN_REGIONS = dict(bert=10, gpt2=10, llama=10, t5=20, vit=10, mlp=4)
 # Fallbacks the code generator owes (a region the backend hands to ATen, whose
 # results are then ATen's): the attention mask beside the softmax tile is stored over
 # rows of its own in a loop whose counter is a Python int under Triton's interpreter,
-# and its row index's magic-number division calls ``.to`` on it (CPU only; the gap is
-# tests/codegen/test_own_rows_division.py in tests/known_gaps.py: drop this with it).
+# and its row index's magic-number division calls ``.to`` on it (CPU only; the GPU's
+# kernel is exact).  The gap is tests/codegen/test_own_rows_division.py in
+# tests/known_gaps.py: drop this with it.
 KNOWN_FALLBACKS = re.compile(r"'int' object has no attribute 'to'")
 
 

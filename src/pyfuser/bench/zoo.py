@@ -1,7 +1,8 @@
 """A zoo of models for the ``torch.compile`` backend: one builder per model.
 
 Each builder takes the model's size parameters (tiny defaults, for the CPU tests
-under Triton's interpreter; full sizes for a GPU benchmark or a DDP/FSDP run) and
+under Triton's interpreter; full sizes for a GPU benchmark or a DDP/FSDP run), and
+the transformer builders any other field of their config class as a keyword, and
 returns a ``ZooModel``: the module, with random weights and dropout off, and a
 ``batch(n, generator)`` that draws one batch of inputs and labels as keyword
 arguments.  ``loss(model(**batch))`` is the scalar to differentiate.
@@ -17,8 +18,8 @@ test and benchmark dependency, not one of the package.
 * ``llama``: ``LlamaForCausalLM`` (RMSNorm, rotary embeddings, SiLU-gated MLP,
   grouped-query attention: fewer key/value heads than query heads).
 * ``t5``: ``T5ForConditionalGeneration`` (encoder-decoder, relative position bias,
-  RMS-style layer norm without mean, cross attention; ``ff_proj="gated-gelu"`` for
-  T5 v1.1's gated feed-forward).
+  RMS-style layer norm without mean, cross attention; ``feed_forward_proj="gated-gelu"``
+  for T5 v1.1's gated feed-forward).
 * ``vit``: ``ViTForImageClassification`` (a patch-embedding convolution, [CLS]).
 * ``mlp``: LayerNorm -> Linear -> GELU -> Linear with a cross-entropy loss, the
   model the zoo trains for several AdamW steps.
@@ -36,6 +37,9 @@ MODELS = ("bert", "gpt2", "llama", "t5", "vit", "mlp")
 
 @dataclass
 class ZooModel:
+    """A built model and its batches.  Both are on the CPU: move the model with
+    ``.to(device)`` and each batch's tensors alike (``{k: v.to(device) ...}``)."""
+
     name: str
     model: nn.Module  # in training mode, every dropout probability 0
     batch: Callable[[int, torch.Generator], dict]  # (batch size, generator) -> keyword arguments
@@ -73,60 +77,64 @@ def _tokens(vocab, seq):
     return batch
 
 
-def bert(hidden=32, layers=1, heads=2, intermediate=64, vocab=128, seq=8) -> ZooModel:
+def bert(hidden=32, layers=1, heads=2, intermediate=64, vocab=128, seq=8, **config) -> ZooModel:
     from transformers import BertConfig, BertForMaskedLM
 
-    config = BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=intermediate, vocab_size=vocab, max_position_embeddings=max(seq, 16),
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return ZooModel("bert", _from_config(BertForMaskedLM, config), _tokens(vocab, seq))
+    fields = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                  intermediate_size=intermediate, vocab_size=vocab, max_position_embeddings=max(seq, 16),
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = _from_config(BertForMaskedLM, BertConfig(**(fields | config)))
+    return ZooModel("bert", model, _tokens(vocab, seq))
 
 
-def gpt2(hidden=32, layers=1, heads=2, vocab=128, seq=8) -> ZooModel:
+def gpt2(hidden=32, layers=1, heads=2, vocab=128, seq=8, **config) -> ZooModel:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=vocab, n_positions=max(seq, 16),
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    return ZooModel("gpt2", _from_config(GPT2LMHeadModel, config), _tokens(vocab, seq))
+    fields = dict(n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=vocab, n_positions=max(seq, 16),
+                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = _from_config(GPT2LMHeadModel, GPT2Config(**(fields | config)))
+    return ZooModel("gpt2", model, _tokens(vocab, seq))
 
 
-def llama(hidden=32, layers=1, heads=4, kv_heads=2, intermediate=64, vocab=128, seq=8) -> ZooModel:
+def llama(hidden=32, layers=1, heads=4, kv_heads=2, intermediate=64, vocab=128, seq=8, **config) -> ZooModel:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                         num_key_value_heads=kv_heads, intermediate_size=intermediate, vocab_size=vocab,
-                         max_position_embeddings=max(seq, 16), attention_dropout=0.0, hidden_act="silu")
-    return ZooModel("llama", _from_config(LlamaForCausalLM, config), _tokens(vocab, seq))
+    fields = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                  num_key_value_heads=kv_heads, intermediate_size=intermediate, vocab_size=vocab,
+                  max_position_embeddings=max(seq, 16), attention_dropout=0.0, hidden_act="silu")
+    model = _from_config(LlamaForCausalLM, LlamaConfig(**(fields | config)))
+    return ZooModel("llama", model, _tokens(vocab, seq))
 
 
-def t5(hidden=32, layers=1, heads=2, ff=64, vocab=128, seq=8, target_seq=6, ff_proj="relu") -> ZooModel:
+def t5(hidden=32, layers=1, heads=2, ff=64, vocab=128, seq=8, target_seq=6, **config) -> ZooModel:
     from transformers import T5Config, T5ForConditionalGeneration
 
-    config = T5Config(d_model=hidden, d_kv=hidden // heads, d_ff=ff, num_layers=layers, num_decoder_layers=layers,
-                      num_heads=heads, vocab_size=vocab, dropout_rate=0.0, relative_attention_num_buckets=8,
-                      relative_attention_max_distance=16, decoder_start_token_id=0, pad_token_id=0,
-                      feed_forward_proj=ff_proj)
+    fields = dict(d_model=hidden, d_kv=hidden // heads, d_ff=ff, num_layers=layers, num_decoder_layers=layers,
+                  num_heads=heads, vocab_size=vocab, dropout_rate=0.0, relative_attention_num_buckets=8,
+                  relative_attention_max_distance=16, decoder_start_token_id=0, pad_token_id=0)
+    model = _from_config(T5ForConditionalGeneration, T5Config(**(fields | config)))
 
     def batch(n, g):
         ids, mask = torch.randint(1, vocab, (n, seq), generator=g), _padding(n, seq, g)
-        target_mask = _padding(n, target_seq, g)
         target = torch.randint(1, vocab, (n, target_seq), generator=g)
-        return dict(input_ids=ids, attention_mask=mask, labels=_labels(target, target_mask, vocab, g))
-    return ZooModel("t5", _from_config(T5ForConditionalGeneration, config), batch)
+        return dict(input_ids=ids, attention_mask=mask, labels=_labels(target, _padding(n, target_seq, g), vocab, g))
+    return ZooModel("t5", model, batch)
 
 
-def vit(hidden=32, layers=1, heads=2, intermediate=64, image=8, patch=4, channels=3, labels=10) -> ZooModel:
+def vit(hidden=32, layers=1, heads=2, intermediate=64, image=8, patch=4, channels=3, labels=10, **config) -> ZooModel:
     from transformers import ViTConfig, ViTForImageClassification
 
-    config = ViTConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                       intermediate_size=intermediate, image_size=image, patch_size=patch, num_channels=channels,
-                       num_labels=labels, problem_type="single_label_classification",
-                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    # problem_type given: transformers sets it at the first call otherwise, a recompile.
+    fields = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                  intermediate_size=intermediate, image_size=image, patch_size=patch, num_channels=channels,
+                  num_labels=labels, problem_type="single_label_classification",
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = _from_config(ViTForImageClassification, ViTConfig(**(fields | config)))
 
     def batch(n, g):
         return dict(pixel_values=torch.randn(n, channels, image, image, generator=g),
                     labels=torch.randint(0, labels, (n,), generator=g))
-    return ZooModel("vit", _from_config(ViTForImageClassification, config), batch)
+    return ZooModel("vit", model, batch)
 
 
 class MLP(nn.Module):

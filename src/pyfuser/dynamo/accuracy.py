@@ -20,10 +20,11 @@ same inputs, so a wrong result is named where it is made and not where it shows:
 Not checked: the decompositions and ``remat.py``'s copies, which AOTAutograd traces
 into the graphs themselves (compare the loss and gradients with eager for those).
 
-The mode is read when a graph is compiled; the CUDA-graph replay of backward graphs
-is off under it (a replay would hide the regions' runs).  The model gets pyfuser's
-results, computed as without the mode: the ATen runs read copies of the inputs they
-would write, and put back the random-number generators' state they drew from.
+The mode is read when Dynamo compiles a graph and binds its backward too (compiled
+at the first ``backward()``); the CUDA-graph replay of backward graphs is off under
+it (a replay would hide the regions' runs). The model gets pyfuser's results,
+computed as without the mode: the ATen runs read copies of the inputs they would
+write, and put back the random-number generators' state they drew from.
 
 Outputs that depend on random numbers (dropout) are not compared: pyfuser's and
 ATen's generators draw different numbers.  Regions reading a mask made elsewhere

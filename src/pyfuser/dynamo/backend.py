@@ -99,9 +99,10 @@ def _rewritten(gm):
     return gm
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False):
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, check=None):
     """AOTAutograd's forward / backward / inference compiler; a ``backward`` graph that
-    can be replayed as a CUDA graph is (``graphs.py``)."""
+    can be replayed as a CUDA graph is (``graphs.py``).  ``check``: the accuracy mode
+    (``accuracy.py``; None: as it is now)."""
     from functorch.compile import make_boxed_func
 
     traced = gm
@@ -119,7 +120,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False):
         gm = fast
     except Exception as err:  # an optimization of host time only: keep ATen's views
         warn_once(f"views: {type(err).__name__}", f"rewriting views failed ({type(err).__name__}); ATen takes them")
-    if accuracy.enabled():
+    if accuracy.enabled() if check is None else check:
         return _checked(traced, gm, "backward graph" if backward else "forward graph")
     if backward and graphs.enabled():
         why_not = graphs.not_graphable(gm)
@@ -168,12 +169,16 @@ def partition_joint(joint_module, joint_inputs, **kwargs):
 
 
 @functools.lru_cache(maxsize=None)
-def _aot_backend():
-    return aot_autograd(fw_compiler=compile_graph, bw_compiler=functools.partial(compile_graph, backward=True),
-                        inference_compiler=compile_graph,
+def _aot_backend(check: bool):
+    """AOTAutograd with pyfuser's compilers.  The accuracy mode is bound when Dynamo
+    compiles: AOTAutograd compiles a backward graph at its first call, maybe after
+    the mode was switched, and it must be checked as its forward is."""
+    compiler = functools.partial(compile_graph, check=check)
+    return aot_autograd(fw_compiler=compiler, bw_compiler=functools.partial(compiler, backward=True),
+                        inference_compiler=compiler,
                         partition_fn=partition_joint, decompositions=decomposition_table())
 
 
 def pyfuser_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """``torch.compile(model, backend=pyfuser_backend)``, also registered as "pyfuser"."""
-    return _aot_backend()(gm, example_inputs, **kwargs)
+    return _aot_backend(accuracy.enabled())(gm, example_inputs, **kwargs)

@@ -11,15 +11,16 @@ generator stays consistent with PyTorch's own random ops.
 
 The CPU generator is a Mersenne Twister without an offset, so the offset is kept
 here, tied to the generator's state: each draw advances the generator and notes
-the state it left.  The next draw continues from the noted offset only if it finds
-that state; it starts at 0 when it finds the state ``torch.manual_seed`` leaves;
-and when the generator has been used in between (say ``torch.randn`` for inputs), it
-takes a fresh 62-bit offset from the generator, reproducible after the same seed
-and the same calls.
+the state it left.  A draw that finds a noted state continues from its offset; one
+that finds the state ``torch.manual_seed`` leaves starts at 0; and when the
+generator has been used in between (say ``torch.randn`` for inputs), it takes a
+fresh 62-bit offset from the generator, reproducible after the same seed and the
+same calls.
 """
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
 import torch
 
@@ -44,31 +45,36 @@ def draw_seed_offset(device: torch.device, n_ops: int) -> tuple[int, int]:
         return _cpu_seed_offset(n_ops)
 
 
-# (seed, the generator's state our last draw left, the offset the next draw takes)
-_cpu_last: list = [None]
+# The generator's state each recent draw left (its bytes) -> (seed, the offset the
+# next draw from that state takes).  Keyed by state, so a state saved and restored
+# (``fd.validate``, a benchmark swapping streams) continues as it would have.
+_CPU_STATES: OrderedDict = OrderedDict()
+_CPU_KEEP = 1024
 _cpu_fresh: dict = {}  # seed -> the state torch.manual_seed(seed) leaves (one entry)
 
 
-def _fresh_state(seed: int) -> torch.Tensor:
+def _fresh_state(seed: int) -> bytes:
     if seed not in _cpu_fresh:
         _cpu_fresh.clear()
-        _cpu_fresh[seed] = torch.Generator().manual_seed(seed).get_state()
+        _cpu_fresh[seed] = torch.Generator().manual_seed(seed).get_state().numpy().tobytes()
     return _cpu_fresh[seed]
 
 
 def _cpu_seed_offset(n_ops: int) -> tuple[int, int]:
     gen = torch.default_generator
     seed = gen.initial_seed()
-    state = gen.get_state()
-    last = _cpu_last[0]
-    if last is not None and last[0] == seed and torch.equal(last[1], state):
-        base = last[2]
-    elif torch.equal(state, _fresh_state(seed)):
+    state = gen.get_state().numpy().tobytes()
+    known = _CPU_STATES.get(state)
+    if known is not None and known[0] == seed:
+        base = known[1]
+    elif state == _fresh_state(seed):
         base = 0
     else:
         base = int(torch.randint(0, 2**62, (1,), dtype=torch.int64, generator=gen).item())
     # Advance the generator, so that torch.manual_seed(seed) afterwards is told apart
     # from "nothing happened since" (both would otherwise leave the fresh state).
     torch.randint(0, 2, (1,), generator=gen)
-    _cpu_last[0] = (seed, gen.get_state(), base + n_ops)
+    _CPU_STATES[gen.get_state().numpy().tobytes()] = (seed, base + n_ops)
+    while len(_CPU_STATES) > _CPU_KEEP:
+        _CPU_STATES.popitem(last=False)
     return seed, base
