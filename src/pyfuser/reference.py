@@ -132,6 +132,10 @@ def write_aliases(ir: FusionIR, inputs, outs: list) -> list:
         if tuple(value.shape) != tuple(target.shape):
             raise InputError(f"add_output({ir.outputs[pos].name}, {alias.name}): the output's shape "
                              f"{list(value.shape)} differs from the input's {list(target.shape)}")
+        if torch._debug_has_internal_overlap(target) == 1:  # an expanded input: one element, many places
+            raise InputError(f"add_output({ir.outputs[pos].name}, {alias.name}): the input given for "
+                             f"{alias.name} has overlapping elements (strides {list(target.stride())}), so it "
+                             f"cannot receive an output")
         if value.untyped_storage().data_ptr() in storages:
             value = value.clone()
         writes.append((target, value))

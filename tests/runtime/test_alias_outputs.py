@@ -229,3 +229,14 @@ def test_aliased_input_read_by_a_later_kernel():
 
     with without_scheduler("inner_normalization"):
         test_aliased_input_read_elsewhere_sees_old_values("minus_mean", "strided")
+
+
+def test_expanded_input_cannot_receive_an_output():
+    from pyfuser.errors import InputError
+
+    x = make_tensor((3, 1), torch.float32, gen_for("expanded")).expand(3, 4)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1], contiguity=[False, False], dtype=F)
+        fd.add_output(fd.ops.mul(t, 2.0), t)
+    with pytest.raises(InputError, match=r"add_output\(T\d+, T0\).*overlapping elements \(strides \[1, 0\]\)"):
+        fd.execute([x])
