@@ -193,16 +193,16 @@ def _version(text: str) -> tuple:
 
 def numpy_hint(triton_version: str | None = None, numpy_version: str | None = None) -> str | None:
     """What to install when the versions are the one known-bad pair, else None:
-    Triton 3.6's interpreter (and older) turns a loop's bounds into Python ints in a
-    way numpy 2.4 rejects, so kernels with a loop fail (others run).  Later Triton
-    releases run with numpy 2.4, so the package declares numpy without a cap and a
+    Triton 3.6's interpreter turns a loop's bounds into Python ints in a way numpy
+    2.4 rejects, so kernels with a loop fail (others run).  Triton 3.8 and 3.9 run
+    them with numpy 2.4, so the package declares numpy without a cap and a
     failing launch names the fix instead of a TypeError deep in Triton."""
     import triton
 
     t_text, n_text = triton_version or triton.__version__, numpy_version or np.__version__
     if _version(t_text) < (3, 7) and _version(n_text) >= (2, 4):
         return (f"Triton {t_text}'s interpreter (CPU tensors) is known to fail on numpy >= 2.4, found numpy {n_text}: "
-                f"pip install 'numpy<2.4' (or a Triton newer than 3.6)")
+                f"pip install 'numpy<2.4' (or Triton 3.8 or newer)")
     return None
 
 
