@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 
@@ -36,7 +37,6 @@ from ..reference import run_expr, run_reference, write_aliases
 from ..schedulers.base import _OVERRIDES
 from . import dump, profiler
 from .cache import _count
-from . import interpreter
 from .plan import ExecutorCache, broadcast_chain, is_contiguous  # noqa: F401  (is_contiguous: imported from here by tests)
 from .prepared import (Prepared, arg_value, cacheable, launch_error, poison_tensor, prepare,
                        random_exprs, expand_output, view_of_input)
@@ -134,9 +134,19 @@ def _execute_slow(fd, rt, inputs, device, active, profile):
     if b.device.type not in ("cpu", "cuda"):
         raise InputError(f"execute: inputs on device {b.device} cannot run (pyfuser runs CUDA tensors as kernels, "
                          f"CPU tensors under Triton's interpreter); got {_on_device(ir, inputs, b.device)}")
-    guard = interpreter.INTERPRETER_LOCK if b.device.type == "cuda" and interpreter.used() else contextlib.nullcontext()
+    guard = _interpreter_guard(b.device)
     with guard:
         return _execute_bound(fd, rt, b, inputs, device, active, profile)
+
+
+def _interpreter_guard(device):
+    """The interpreter's lock for a first execute on the GPU once interpreted kernels
+    have run in this process (see the module's docstring), else no lock.  The
+    interpreter module (and numpy with it) is imported by CPU launches only."""
+    interpreter = sys.modules.get(__package__ + ".interpreter")
+    if device.type == "cuda" and interpreter is not None and interpreter.used():
+        return interpreter.INTERPRETER_LOCK
+    return contextlib.nullcontext()
 
 
 def _execute_bound(fd, rt, b, inputs, device, active, profile):
