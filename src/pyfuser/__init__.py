@@ -11,8 +11,8 @@
 
 See README.md for the tour and src/pyfuser/README.md for the code's layout.
 """
-from .errors import (AccuracyError, CacheDirError, CompileError, DefinitionError, DefinitionTypeError, InputError,
-                     InputTypeError, PyfuserError, SettingError, ToolchainError, ValidationError)
+from .errors import (AccuracyError, CacheDirError, CompileError, DefinitionError, DefinitionTypeError, DependencyError,
+                     InputError, InputTypeError, PyfuserError, SettingError, ToolchainError, ValidationError)
 from .frontend import Fusion, FusionDefinition
 from .ir.dtypes import DataType
 
@@ -27,4 +27,4 @@ def cache_info() -> dict:
 
 __all__ = ["FusionDefinition", "Fusion", "DataType", "cache_info", "PyfuserError", "DefinitionError",
            "DefinitionTypeError", "InputError", "InputTypeError", "CompileError", "ValidationError",
-           "CacheDirError", "SettingError", "ToolchainError", "AccuracyError"]
+           "CacheDirError", "SettingError", "ToolchainError", "AccuracyError", "DependencyError"]
