@@ -663,18 +663,34 @@ class ReductionTile:
             cnt = w.tmp(f"tl.cast(J, {tn})", "red")  # J may be a constant (``constant_row``)
         else:
             cnt = w.tmp(self.row_reduce(f"({mask}).to({tn})", "tl.standard._sum_combine"), "red")
-        # The mean sums x * 2**-k, 2**k >= the chunk's width: no overflow where the
-        # mean itself is finite (16 x 1.7e38), and, both scalings being exact, the
-        # same bits as sum(x) / n wherever that sum stays finite (and x * 2**-k normal).
-        scale = repr(2.0 ** -math.ceil(math.log2(2 * self.align if c == "e" else self.block_j)))
-        s = w.tmp(self.row_reduce(f"tl.where({mask}, {xs} * {scale}, 0.0)", "tl.standard._sum_combine"), "red")
-        mean = w.tmp(f"{s} / (tl.maximum({cnt}, 1.0) * {scale})", "red")
+        mean = self._chunk_mean(w, mask, xs, cnt, c)
         d = w.tmp(f"tl.where({mask}, {xs} - {mean}, 0.0)", "red")
         m2 = w.tmp(self.row_reduce(f"{d} * {d}", "tl.standard._sum_combine"), "red")
         if acc is None:
             return [cnt, mean, m2]
         self.chan(w, acc, cnt, mean, m2)
         return acc
+
+    def _chunk_mean(self, w, mask, xs, cnt, c) -> str:
+        """sum(x) / n; where a row's sum overflowed (16 x 1.7e38: eager's Welford mean is
+        finite), the sum again of x * 2**-k, 2**k >= the chunk's width, which cannot
+        overflow where the mean is finite.  The branch is taken only by programs with
+        such a row, so the common path costs one max of the row sums."""
+        s = w.tmp(self.row_reduce(f"tl.where({mask}, {xs}, 0.0)", "tl.standard._sum_combine"), "red")
+        mean = w.fresh("red")
+        w.line(f"{mean} = {s} / tl.maximum({cnt}, 1.0)")
+        scale = repr(2.0 ** -math.ceil(math.log2(2 * self.align if c == "e" else self.block_j)))
+        # (a program of several rows tests the sum of their |sums|: inf if any is, and
+        # where that sum alone overflows the scaled path is as exact)
+        worst = w.tmp(f"tl.abs({s})" if self.scalar_rows else f"tl.reduce(tl.abs({s}), None, tl.standard._sum_combine)",
+                      "red")
+        w.line(f"if {worst} == float('inf'):")
+        w.indent += 1
+        scaled = w.fresh("red")
+        w.line(f"{scaled} = {self.row_reduce(f'tl.where({mask}, {xs} * {scale}, 0.0)', 'tl.standard._sum_combine')}")
+        w.line(f"{mean} = {scaled} / (tl.maximum({cnt}, 1.0) * {scale})")
+        w.indent -= 1
+        return mean
 
     @staticmethod
     def chan(w, acc, cnt, mean, m2):
