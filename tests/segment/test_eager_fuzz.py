@@ -62,7 +62,8 @@ def test_an_integer_operand_of_a_16_bit_op_is_rounded_to_it(idt, fdt):
 def test_fmod_of_a_huge_quotient_is_exact_on_cpu(op, dt):
     """fmod is exact in IEEE arithmetic (C's fmod, libdevice's); the interpreter's
     stand-in was torch's CPU fmod, whose vectorized loop computes a - trunc(a / b) * b
-    and gives NaN once a / b overflows (fmod(3.39e38, 1e-3) in a row of 16 or more)."""
+    and gives NaN once a / b overflows (fmod(3.39e38, 1e-3) in a row of 16 or more);
+    the reference executor called it too."""
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1], dtype=dt)
         b = fd.define_tensor(shape=[-1], dtype=DataType.Float)
@@ -72,4 +73,6 @@ def test_fmod_of_a_huge_quotient_is_exact_on_cpu(op, dt):
     r = np.fmod(a.float().numpy(), b.numpy())  # exact: the remainder is representable
     if op == "remainder":
         r = np.where((r != 0) & ((r < 0) != (b.numpy() < 0)), r + b.numpy(), r)
-    torch.testing.assert_close(fd.execute([a, b])[0], torch.from_numpy(r), rtol=0, atol=0)
+    want = torch.from_numpy(r)  # fp32: the promoted dtype of (dt, fp32)
+    torch.testing.assert_close(fd.execute([a, b])[0], want, rtol=0, atol=0)
+    torch.testing.assert_close(fd.reference([a, b])[0], want, rtol=0, atol=0)
