@@ -1,5 +1,6 @@
 """CI slice of the eager-oracle fuzzer (eager_fuzz.py): a fixed seed, every fusion's
 difference classified; a new one fails the test.  The long run is in docs/DEBUGGING.md."""
+import math
 import warnings
 
 import numpy as np
@@ -76,3 +77,18 @@ def test_fmod_of_a_huge_quotient_is_exact_on_cpu(op, dt):
     want = torch.from_numpy(r)  # fp32: the promoted dtype of (dt, fp32)
     torch.testing.assert_close(fd.execute([a, b])[0], want, rtol=0, atol=0)
     torch.testing.assert_close(fd.reference([a, b])[0], want, rtol=0, atol=0)
+
+
+def test_a_runtime_scalar_keeps_the_sign_of_zero_on_cpu():
+    """A runtime float scalar of -0.0 reaches the kernel as -0.0: Triton's interpreter
+    turned a Python float argument into a constant, and its constants of value 0 are
+    +0.0 (a compiled kernel takes the fp32 argument as it is)."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        s = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.mul(t, s))
+        fd.add_output(fd.ops.truediv(t, s))
+    t = torch.tensor([1.0, -2.0])
+    got = fd.execute([t, -0.0])
+    assert torch.signbit(got[0]).tolist() == [True, False]
+    assert got[1].tolist() == [-math.inf, math.inf]

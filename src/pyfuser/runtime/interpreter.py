@@ -12,7 +12,9 @@
    interpreted copies of themselves (a compiled launch of the same module still
    sees the originals).
 3. Reductions: fast paths for pyfuser's combine functions (below).
-4. fp32 -> bf16 rounds to nearest even, as the GPU does; the interpreter truncated,
+4. Python float arguments (runtime scalars) arrive as fp32 scalars, as a compiled
+   kernel takes them (``_float_arg``).
+5. fp32 -> bf16 rounds to nearest even, as the GPU does; the interpreter truncated,
    an ulp off in half the values, and more after chained ops (the fuzzer found a
    17% error through two bf16 exps).
 
@@ -65,6 +67,18 @@ def _libdevice_shims():
             "fmod": _torch_fn(np.fmod, numpy=True)}
 
 
+def _float_arg(x):
+    """A Python float argument as the fp32 scalar a compiled kernel receives (Triton
+    passes Python floats as fp32).  Left a float, the interpreter makes it a constant,
+    and Triton's constants of value 0 are +0.0: a runtime -0.0 lost its sign."""
+    if type(x) is not float:
+        return x
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    return tl.tensor(TensorHandle(np.array([x], dtype=np.float32), tl.float32), tl.float32)
+
+
 class InterpretedKernel:
     """``kernel[grid](*args)`` through Triton's interpreter, libdevice bound to torch."""
 
@@ -92,7 +106,7 @@ class InterpretedKernel:
                 for name, shim in self._shims.items():
                     setattr(libdevice, name, shim)
                 self.module.update(self.helpers)
-                return self.fn[grid](*args, **kwargs)
+                return self.fn[grid](*map(_float_arg, args), **kwargs)
             finally:
                 for name, orig in saved.items():
                     setattr(libdevice, name, orig)
