@@ -19,12 +19,12 @@ expanded (stride 0) or as a lower-rank tensor broadcast in the fusion.
 
 Comparison (``compare``): dtype and shape exact; integers and bools exact; NaN
 positions equal; floats within ``tol``.  The tolerance is an error bound carried
-along the chain: every float op adds the unit roundoff of its result dtype (4 units
-for fp32, whose transcendental functions may be a few ulp off correct rounding), an
-op that amplifies its input's error (exp, pow, sin, ...) multiplies the incoming
-bound by its input's magnitude, and the bound is relative to the largest finite
-magnitude seen along the chain (a subtraction's error is relative to its operands,
-not its result).  Ops that jump (floor, round, comparisons, casts to integers, sign,
+along the chain, element by element: every float op adds the unit roundoff of its
+result dtype (4 units for fp32, whose transcendental functions may be a few ulp off
+correct rounding), an op that amplifies its input's error (exp, pow, sin, ...)
+multiplies the incoming bound by its input's magnitude, a reduction by its length,
+and the bound is relative to the largest finite magnitude along the chain at that
+element (a subtraction's error is relative to its operands, not its result).  Ops that jump (floor, round, comparisons, casts to integers, sign,
 isnan, ...) take only exact values, so a rounding difference never becomes a
 different integer.  Signed zeros are compared where the chain is exact and holds no
 op whose zero sign IEEE leaves open (max/min, reductions).

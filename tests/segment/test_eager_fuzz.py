@@ -11,13 +11,13 @@ from pyfuser import DataType, FusionDefinition
 
 from .eager_fuzz import KNOWN, classify, run_one
 
-SEED, COUNT = "ci", 300
+SEED, COUNT, CHUNKS = "ci", 480, 8
 
 
-@pytest.mark.parametrize("chunk", range(6))
+@pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_random_fusions_match_eager(chunk):
     warnings.filterwarnings("ignore")  # NaN and overflow in the interpreter's numpy are the point
-    per = COUNT // 6
+    per = COUNT // CHUNKS
     new = []
     for i in range(chunk * per, (chunk + 1) * per):
         rec, diffs, _ = run_one(SEED, i)
