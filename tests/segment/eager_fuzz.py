@@ -390,7 +390,12 @@ class _Drawer:
         r = self.rng
         kind = r.choice(["smooth", "exact", "pred", "arith", "arith", "arith", "compare", "logic", "where",
                          "cast", "cast", "reduce", "reduce", "clamp", "lerp", "bitwise_not"])
-        getattr(self, "_" + kind)()
+        saved = len(self.steps), len(self.vals), set(self.features)
+        try:
+            getattr(self, "_" + kind)()
+        except RuntimeError:  # torch refuses the draw (an integer scalar out of its tensor's range): undo it
+            del self.steps[saved[0]:], self.vals[saved[1]:]
+            self.features = saved[2]
 
     def _smooth(self):
         i = self.pick(lambda v: v.dtype is not DataType.Bool or True)
@@ -484,7 +489,9 @@ class _Drawer:
         if j is None:
             return
         b = self.operand(j)
-        if op in ("bitwise_and", "bitwise_or", "logical_and", "logical_or") and (b.scalar or b.ops & {"bcast", "in:row", "in:col", "in:expand_rows", "in:expand_cols", "in:size1"}):
+        uniform = {"bcast", "in:row", "in:col", "in:expand_rows", "in:expand_cols", "in:size1"}
+        if op in ("bitwise_and", "bitwise_or", "logical_and", "logical_or") and (
+                b.scalar or (b.ops | self.vals[i].ops) & uniform):
             self.features.add("logic_uniform")
         if b.const and _is_int(b) and self.vals[i].dtype is DataType.Int32 and self.rng.random() < 0.3:
             j = ("const", self.rng.choice([2**40, -2**35]))
