@@ -818,23 +818,27 @@ def main(argv=None):
     warnings.filterwarnings("ignore")  # NaN and overflow in the interpreter's numpy are the point
     idx = [a.only] if a.only is not None else range(a.start, a.start + a.count)
     counts, n_ops, t0 = {}, 0, time.time()
-    for i in idx:
+    def summary(n):
+        return (f"eager fuzz seed={a.seed}: {n} fusions, {n_ops} ops, {time.time() - t0:.0f} s: "
+                + ", ".join(f"{c}={v}" for c, v in sorted(counts.items())))
+
+    for done, i in enumerate(idx, 1):
         try:
-            rec, diffs, k = run_one(a.seed, i, a.avoid_known)
+            rec, diffs, n = run_one(a.seed, i, a.avoid_known)
         except Exception:  # a bug of the generator itself
             print(f"[{i}] generator error:\n{traceback.format_exc()}", flush=True)
             counts["generator"] = counts.get("generator", 0) + 1
             continue
-        n_ops += k
+        n_ops += n
         cls = classify(rec, diffs)
         counts[cls] = counts.get(cls, 0) + 1
         if cls != "ok":
-            print(f"[{i}] {cls}: " + "; ".join(f"{k}: {t}" for k, t in diffs), flush=True)
+            print(f"[{i}] {cls}: " + "; ".join(f"{kind}: {t}" for kind, t in diffs), flush=True)
             if a.show:
                 print(show(rec), flush=True)
-    n = len(idx)
-    print(f"eager fuzz seed={a.seed}: {n} fusions, {n_ops} ops, {time.time() - t0:.0f} s: "
-          + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())), flush=True)
+        if done % 1000 == 0 and done < len(idx):
+            print("so far: " + summary(done), flush=True)
+    print(summary(len(idx)), flush=True)
     return 1 if counts.get("new") or counts.get("generator") else 0
 
 
