@@ -353,6 +353,7 @@ class _Drawer:
         exact = all(a.exact for a in args) and op in EXACT_OPS and not (op in ("sum",) and outs[0].is_floating_point())
         rel_in = _emax([a.rel for a in args] + [0.0])
         mag = _emax([a.mag for a in args])
+        overflow = False
         if op in AMPLIFY and not all(a.exact for a in args):
             rel_in = rel_in * mag
         if op in REDUCE:  # a reduction's error is relative to its inputs' largest magnitude
@@ -363,8 +364,13 @@ class _Drawer:
             if outs[0].is_floating_point():
                 n = math.prod(args[0].eager.shape[d] for d in attrs["dims"])
                 rel_in = rel_in * n + n * EPS.get(DataType.Float)
+                # partial sums (products) that may overflow: NaN or inf then depends on the order
+                big = float(mag.max()) ** (n if op == "prod" else 1) * (1 if op == "prod" else n)
+                overflow = op not in ("max", "min") and big >= torch.finfo(torch.float32).max / 2
         mag = _emax([mag] + [_mag(o) for o in outs])
         ops = frozenset().union(*[a.ops for a in tensors], {op})
+        if overflow:
+            ops = ops | {"overflow_inexact"}
         if op in POLE and not all(a.exact for a in args):
             ops = ops | {"pole_inexact"}
         for o in outs:
@@ -719,7 +725,9 @@ def compare(got, want: Val, name: str) -> list[str]:
     g, e = got.double(), w.double()
     gn, en = torch.isnan(g), torch.isnan(e)
     if (gn != en).any():
-        tag = " (numerical: a pole met by an inexact value)" if "pole_inexact" in want.ops else ""
+        tag = (" (numerical: a pole met by an inexact value)" if "pole_inexact" in want.ops else
+               " (numerical: partial sums or products that overflow, in another order)"
+               if "overflow_inexact" in want.ops else "")
         return [("nan", f"{name}: NaN positions differ{tag}: got {g[gn != en][:4].tolist()} eager {e[gn != en][:4].tolist()}")]
     ok = ~gn
     bound = tol(want)
@@ -733,7 +741,9 @@ def compare(got, want: Val, name: str) -> list[str]:
         top = torch.finfo(w.dtype).max / (1 + 4 * rtol)
         gi, ei = gi[off], ei[off]
         near = (gi.isinf() & ei.isfinite() & (ei.abs() >= top)) | (ei.isinf() & gi.isfinite() & (gi.abs() >= top))
-        tag = " (numerical: overflow of an inexact value)" if not want.exact and bool(near.all()) else ""
+        tag = (" (numerical: overflow of an inexact value)" if not want.exact and bool(near.all()) else
+               " (numerical: partial sums or products that overflow, in another order)"
+               if "overflow_inexact" in want.ops else "")
         return [("inf", f"{name}: infinities differ{tag}: got {gi[:4].tolist()} eager {ei[:4].tolist()}")]
     g, e, bound = g[~inf], e[~inf], bound[~inf]
     bad = (g - e).abs() > bound
