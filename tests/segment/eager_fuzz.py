@@ -365,8 +365,9 @@ class _Drawer:
                 n = math.prod(args[0].eager.shape[d] for d in attrs["dims"])
                 rel_in = rel_in * n + n * EPS.get(DataType.Float)
                 # partial sums (products) that may overflow: NaN or inf then depends on the order
-                big = float(mag.max()) ** (n if op == "prod" else 1) * (1 if op == "prod" else n)
-                overflow = op not in ("max", "min") and big >= torch.finfo(torch.float32).max / 2
+                big, top = max(float(mag.max()), 1e-300), torch.finfo(torch.float32).max / 2
+                overflow = (n * math.log(big) >= math.log(top)) if op == "prod" else (
+                    op not in ("max", "min") and big * n >= top)
         mag = _emax([mag] + [_mag(o) for o in outs])
         ops = frozenset().union(*[a.ops for a in tensors], {op})
         if overflow:
