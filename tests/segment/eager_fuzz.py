@@ -239,8 +239,8 @@ def _eager_op(op, args, attrs):
         return getattr(torch, "a" + op)(a, attrs["dims"], keepdim=attrs["keepdim"])
     if op in ("var", "var_mean"):
         var = torch.var(a, attrs["dims"], correction=attrs["correction"], keepdim=attrs["keepdim"])
-        # The mean as torch.mean computes it: torch.var_mean's own is NaN once a row holds
-        # an infinity (its running update subtracts inf from inf); the mean of such a row is +-inf.
+        # The mean as the math and torch.mean have it: torch.var_mean's own is NaN once a row
+        # holds an infinity (its running update subtracts inf from inf); the mean is +-inf.
         return var if op == "var" else (var, torch.mean(a, attrs["dims"], keepdim=attrs["keepdim"]))
     raise AssertionError(op)
 
