@@ -689,7 +689,7 @@ def build(rec: Recipe) -> FusionDefinition:
 # those kinds in a fusion holding the feature is counted as that bug's; once a fix
 # merges, delete its row and the fusions holding it must pass.
 KNOWN = {
-    "int_div": ({"dtype", "value", "crash"}, "div of two integers returns a float (nvFuser truncates to an integer)"),
+    "int_div": ({"dtype", "value", "crash", "int", "nan", "inf", "zero"}, "div of two integers returns a float (nvFuser truncates to an integer)"),
     "neg_zero_const": ({"zero", "inf", "value"}, "signed zeros: a -0.0 constant loses its sign"),
     "neg": ({"zero", "inf", "value"}, "signed zeros: neg of +-0.0"),
     "var_special": ({"value", "nan", "inf"}, "var_mean overflows for values near fp32's max"),
