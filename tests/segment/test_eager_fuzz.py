@@ -1,5 +1,6 @@
 """CI slice of the eager-oracle fuzzer (eager_fuzz.py): a fixed seed, every fusion's
 difference classified; a new one fails the test.  The long run is in docs/DEBUGGING.md."""
+import math
 import warnings
 
 import numpy as np
@@ -10,13 +11,13 @@ from pyfuser import DataType, FusionDefinition
 
 from .eager_fuzz import KNOWN, classify, run_one
 
-SEED, COUNT = "ci", 300
+SEED, COUNT, CHUNKS = "ci", 480, 8
 
 
-@pytest.mark.parametrize("chunk", range(6))
+@pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_random_fusions_match_eager(chunk):
     warnings.filterwarnings("ignore")  # NaN and overflow in the interpreter's numpy are the point
-    per = COUNT // 6
+    per = COUNT // CHUNKS
     new = []
     for i in range(chunk * per, (chunk + 1) * per):
         rec, diffs, _ = run_one(SEED, i)
@@ -62,7 +63,8 @@ def test_an_integer_operand_of_a_16_bit_op_is_rounded_to_it(idt, fdt):
 def test_fmod_of_a_huge_quotient_is_exact_on_cpu(op, dt):
     """fmod is exact in IEEE arithmetic (C's fmod, libdevice's); the interpreter's
     stand-in was torch's CPU fmod, whose vectorized loop computes a - trunc(a / b) * b
-    and gives NaN once a / b overflows (fmod(3.39e38, 1e-3) in a row of 16 or more)."""
+    and gives NaN once a / b overflows (fmod(3.39e38, 1e-3) in a row of 16 or more);
+    the reference executor called it too."""
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1], dtype=dt)
         b = fd.define_tensor(shape=[-1], dtype=DataType.Float)
@@ -72,4 +74,21 @@ def test_fmod_of_a_huge_quotient_is_exact_on_cpu(op, dt):
     r = np.fmod(a.float().numpy(), b.numpy())  # exact: the remainder is representable
     if op == "remainder":
         r = np.where((r != 0) & ((r < 0) != (b.numpy() < 0)), r + b.numpy(), r)
-    torch.testing.assert_close(fd.execute([a, b])[0], torch.from_numpy(r), rtol=0, atol=0)
+    want = torch.from_numpy(r)  # fp32: the promoted dtype of (dt, fp32)
+    torch.testing.assert_close(fd.execute([a, b])[0], want, rtol=0, atol=0)
+    torch.testing.assert_close(fd.reference([a, b])[0], want, rtol=0, atol=0)
+
+
+def test_a_runtime_scalar_keeps_the_sign_of_zero_on_cpu():
+    """A runtime float scalar of -0.0 reaches the kernel as -0.0: Triton's interpreter
+    turned a Python float argument into a constant, and its constants of value 0 are
+    +0.0 (a compiled kernel takes the fp32 argument as it is)."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        s = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.mul(t, s))
+        fd.add_output(fd.ops.truediv(t, s))
+    t = torch.tensor([1.0, -2.0])
+    got = fd.execute([t, -0.0])
+    assert torch.signbit(got[0]).tolist() == [True, False]
+    assert got[1].tolist() == [-math.inf, math.inf]

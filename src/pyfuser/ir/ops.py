@@ -78,6 +78,26 @@ def _div_ref(a, b):
     return _trunc_div(a, b) if integer_division(a, b) else a / b
 
 
+def _exact_fmod(a, b, floor=False):
+    """fmod (``floor``: remainder, the divisor's sign) of floats as IEEE defines it, exact.
+    On CPU through C's fmod (numpy): torch's vectorized CPU loop computes a - trunc(a / b)
+    * b, NaN once the quotient overflows (fmod(3.39e38, 1e-3) in a row of 16 or more)."""
+    r = torch.fmod(a, b)
+    if r.device.type != "cpu" or not r.is_floating_point():
+        return torch.remainder(a, b) if floor else r
+    import numpy as np
+
+    x, y = (torch.as_tensor(v).to(r.dtype) for v in (a, b))
+    if r.dtype in (torch.float16, torch.bfloat16):
+        x, y = x.float(), y.float()
+    x, y = np.broadcast_arrays(x.numpy(), y.numpy())
+    with np.errstate(all="ignore"):
+        out = np.fmod(x, y)
+        if floor:
+            out = np.where((out != 0) & ((out < 0) != (y < 0)), out + y, out)
+    return torch.from_numpy(np.ascontiguousarray(out)).to(r.dtype)
+
+
 def _prod_ref(x, dims, keepdim=False, dtype=None):
     out = x if dtype is None else x.to(dtype)
     if out.dtype == torch.bool or not out.dtype.is_floating_point:
@@ -392,8 +412,8 @@ _ROWS = [
     OpDef("div", "binary", _div_ref, _div, emit_uniform_rhs=_div_uniform),
     OpDef("truediv", "binary", lambda a, b: a / b, _div, emit_uniform_rhs=_div_uniform),
     _b("pow", lambda a, b: a ** b, _pow, heavy=True),
-    _b("fmod", _tensor_first(torch.fmod), _fmod),
-    _b("remainder", _tensor_first(torch.remainder), _remainder),
+    _b("fmod", _tensor_first(_exact_fmod), _fmod),
+    _b("remainder", _tensor_first(lambda a, b: _exact_fmod(a, b, floor=True)), _remainder),
     _b("atan2", _tensor_first(torch.atan2), lambda b, y, x: _ld(b, "atan2", y, x), heavy=True),
     _b("maximum", _tensor_first(torch.maximum), _max_min("maximum")),
     _b("minimum", _tensor_first(torch.minimum), _max_min("minimum")),
