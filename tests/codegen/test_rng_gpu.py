@@ -43,7 +43,7 @@ def test_cpu_and_cuda_give_the_same_values(dist, dtype):
     words through the GPU's log / sqrt / sin / cos, whose fp32 approximations differ
     from numpy's (an absolute error in log(u1) near u1 = 1 moves sqrt(-2 log u1) most)."""
     fd = _explicit(dist, shape=(37, 129), dtype=dtype)
-    cpu, = fd.execute([2024, 7])
+    cpu, = fd.execute([2024, 7], device="cpu")
     gpu, = _explicit(dist, shape=(37, 129), dtype=dtype).execute([2024, 7], device="cuda")
     assert gpu.is_cuda
     again, = _explicit(dist, shape=(37, 129), dtype=dtype).execute([2024, 7], device="cuda")

@@ -13,11 +13,9 @@ pytestmark = pytest.mark.gpu
 
 def test_tiny_bert_fp16_autocast_on_cuda():
     transformers = pytest.importorskip("transformers")
-    from tests.dynamo.test_models import TINY_BERT, assert_grads_close
+    from tests.dynamo.test_models import assert_grads_close, tiny_bert
 
-    torch.manual_seed(0)
-    config = transformers.BertConfig(**TINY_BERT)
-    reference = transformers.BertForMaskedLM._from_config(config, attn_implementation="eager").cuda().train()
+    reference = tiny_bert().cuda().train()
     model = copy.deepcopy(reference)
     ids = torch.randint(0, 500, (4, 32), device="cuda")
     labels = torch.randint(0, 500, (4, 32), device="cuda")
@@ -65,12 +63,11 @@ def _train_tiny_bert(steps, accumulate=1, optimizer=torch.optim.SGD, lr=0.05):
     """Losses and final weights of a tiny BERT (dropout on) trained through the backend;
     ``accumulate`` backward calls per optimizer step."""
     transformers = pytest.importorskip("transformers")
-    from tests.dynamo.test_models import TINY_BERT
+    from pyfuser.bench import zoo
 
     torch._dynamo.reset()
-    torch.manual_seed(0)
-    config = transformers.BertConfig(**dict(TINY_BERT, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1))
-    model = transformers.BertForMaskedLM._from_config(config, attn_implementation="eager").cuda().train()
+    model = zoo.build("bert", hidden=64, layers=2, heads=2, intermediate=128, vocab=500, seq=64,
+                      hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1).model.cuda().train()
     compiled = torch.compile(model, backend="pyfuser")
     opt = optimizer(model.parameters(), lr=lr)
     g = torch.Generator(device="cuda").manual_seed(3)

@@ -688,22 +688,7 @@ def build(rec: Recipe) -> FusionDefinition:
 # Known bugs: feature -> (the kinds of difference it causes, reason).  A difference of
 # those kinds in a fusion holding the feature is counted as that bug's; once a fix
 # merges, delete its row and the fusions holding it must pass.
-KNOWN = {
-    "int_div": ({"dtype", "value", "crash", "int", "nan", "inf", "zero"}, "div of two integers returns a float (nvFuser truncates to an integer)"),
-    "neg_zero_const": ({"zero", "inf", "value"}, "signed zeros: a -0.0 constant loses its sign"),
-    "neg": ({"zero", "inf", "value"}, "signed zeros: neg of +-0.0"),
-    "var_special": ({"value", "nan", "inf"}, "var_mean overflows for values near fp32's max"),
-    "int_pow": ({"crash", "value", "int"}, "host steps: integer pow by a tensor exponent, or a constant "
-                                          "exponent outside 0..8, in the middle of a fusion"),
-    "runtime_bool": ({"crash"}, "a runtime Bool scalar crashes the interpreter"),
-    "logic_uniform": ({"crash"}, "&/| with a uniform (scalar or broadcast) operand crashes the interpreter"),
-    "reduction_and_other_shape": ({"crash"}, "a reduction plus an output of another shape in one kernel crashes"),
-    "int_const_range": ({"crash", "int"}, "an integer constant outside its dtype's range crashes the interpreter"),
-    "bool_pow": ({"crash"}, "pow on bool crashes the interpreter"),
-    "bf16_subnormal": ({"value", "zero", "int", "nan", "inf"}, "bf16 subnormals are flushed to zero on load"),
-    "uniform_16bit": ({"value"}, "uniform in fp16/bf16 can return its upper bound"),
-    "alias": ({"crash", "count", "value", "int", "nan", "inf", "zero", "dtype"}, "alias outputs"),
-}
+KNOWN: dict = {}
 
 
 def tol(v: Val) -> torch.Tensor:
