@@ -50,3 +50,23 @@ def test_reference_and_execute_agree():
     (want,) = fd.reference([x])
     (got,) = fd.execute([x])
     assert_matches(got, want)
+
+
+@pytest.mark.parametrize("runtime", [False, True], ids=["constant", "runtime"])
+@pytest.mark.parametrize("dtype", [DataType.Half, DataType.BFloat16])
+def test_a_float_scalar_meeting_a_16_bit_tensor_is_not_rounded(runtime, dtype):
+    """nvFuser's rule (the reference's, the kernels'): the op runs in fp32 with the
+    scalar's own value and rounds the result once; eager rounds the scalar to the
+    tensor's dtype first (fp16: -10000 + 70000.0 is inf there, 60000 here)."""
+    big = 70000.0 if dtype is DataType.Half else 3.3e38
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1], dtype=dtype)
+        s = fd.define_scalar(dtype=DataType.Double) if runtime else fd.define_scalar(big)
+        fd.add_output(fd.ops.add(t, s))
+        fd.add_output(fd.ops.lt(t, fd.define_scalar(0.9)))
+    x = torch.tensor([-10000.0, 0.8999, -3.0e38 if dtype is DataType.BFloat16 else 1.0], dtype=dtype.torch)
+    inputs = [x, big] if runtime else [x]
+    want = [(x.float() + big).to(dtype.torch), x.float() < 0.9]
+    for got in (fd.execute(inputs), fd.reference(inputs)):
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)

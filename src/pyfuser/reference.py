@@ -73,10 +73,24 @@ def run_expr(e: Expr, args: list, binding: Binding, rng_state=None):
     raise AssertionError(f"reference: no implementation for {e.op}")
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
 def _elementwise(e: Expr, args):
     row = OPS[e.op]
     if e.op == "cast":
         return args[0].to(e.attrs["dtype"].torch)
+    if any(type(x) is float for x in args) and any(isinstance(x, torch.Tensor) and x.dtype in _HALF for x in args):
+        # nvFuser leaves a floating-point scalar meeting 16-bit tensors uncast (its
+        # optionalCast): the op runs in fp32 with the scalar's own value and only the
+        # result is rounded.  Eager rounds the scalar first (fp16 x + 70000.0 is inf
+        # there, 60000 here where x = -10000).
+        wide = [x.float() if isinstance(x, torch.Tensor) and x.dtype in _HALF else x for x in args]
+        return _apply(e, row, wide).to(e.outputs[0].dtype.torch)
+    return _apply(e, row, args)
+
+
+def _apply(e: Expr, row, args):
     if e.op == "clamp":
         it = iter(args[1:])
         lo = next(it) if e.attrs["has_min"] else None

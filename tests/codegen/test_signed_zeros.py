@@ -39,6 +39,10 @@ CASES = [
      lambda x: torch.full(x.shape, -0.0, device=x.device) + x * 0.0),
     ("neg_constant", lambda fd, t: fd.ops.mul(t, fd.ops.neg(fd.define_scalar(0.0))), lambda x: x * -0.0),
     ("abs", lambda fd, t: fd.ops.abs(fd.ops.mul(t, -0.0)), lambda x: torch.abs(x * -0.0)),
+    # clamp keeps x unless it is out of range: clamp(-0.0, min=0.0) is -0.0
+    ("clamp_min_zero", lambda fd, t: fd.ops.clamp(t, min=0.0, max=2.0), lambda x: torch.clamp(x, 0.0, 2.0)),
+    ("clamp_max_neg_zero", lambda fd, t: fd.ops.clamp(t, max=fd.define_constant(-0.0)),
+     lambda x: torch.clamp(x, max=-0.0)),
 ]
 
 
@@ -70,6 +74,7 @@ RUNTIME = [
     ("runtime_mul", lambda fd, t, s: fd.ops.mul(t, s), lambda x, s: x * s),
     ("runtime_div", lambda fd, t, s: fd.ops.div(t, s), lambda x, s: x / s),
     ("runtime_neg", lambda fd, t, s: fd.ops.div(t, fd.ops.neg(s)), lambda x, s: x / -s),
+    ("runtime_clamp", lambda fd, t, s: fd.ops.clamp(t, min=s), lambda x, s: torch.clamp(x, min=s)),
 ]
 
 

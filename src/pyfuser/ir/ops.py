@@ -121,8 +121,6 @@ def _lerp_ref(start, end, weight):
 
 
 def _clamp_ref(x, lo=None, hi=None):
-    if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor):
-        return torch.clamp(x, lo, hi)
     return torch.clamp(x, lo, hi)
 
 
@@ -245,12 +243,25 @@ def _max_min(fn):
 
 
 def _clamp(b, x, lo=None, hi=None):
-    r = x
-    if lo is not None:
-        r = _max_min("maximum")(b, r, lo)
-    if hi is not None:
-        r = _max_min("minimum")(b, r, hi)
+    """``x`` unless it is below ``lo`` or above ``hi``, as eager's ``x < lo ? lo : x``:
+    clamp(-0.0, min=0.0) is -0.0 (a maximum may return either zero).  A NaN ``x``
+    stays NaN through the comparisons; a NaN bound that is not a constant is tested."""
+    r = b.tmp(x)
+    for bound, below in ((lo, "<"), (hi, ">")):
+        if bound is None:
+            continue
+        r = b.tmp(f"tl.where({r} {below} {bound}, {bound}, {r})")
+        if _is_float(b) and not _is_number(bound):
+            r = b.tmp(f"tl.where({bound} != {bound}, {bound}, {r})")
     return r
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _lerp(b, s, e, w):
