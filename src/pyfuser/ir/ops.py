@@ -129,14 +129,19 @@ def _clamp_ref(x, lo=None, hi=None):
 # b.lit(v) spells a constant in the compute dtype, b.cdtype is that dtype's Triton name.
 
 
+def _is_number(text: str) -> bool:
+    """Whether an emitted operand is a numeric literal (not a name or an expression)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _tensor_arg(b, a: str) -> str:
     """A constant argument as a typed 0-d tensor (extern calls, and the interpreter's
     stand-ins for them, take tensors)."""
-    try:
-        float(a)
-    except ValueError:
-        return a
-    return f"tl.full([], {a}, {b.cdtype})"
+    return f"tl.full([], {a}, {b.cdtype})" if _is_number(a) else a
 
 
 def _ld(b, name, *args):
@@ -254,14 +259,6 @@ def _clamp(b, x, lo=None, hi=None):
         if _is_float(b) and not _is_number(bound):
             r = b.tmp(f"tl.where({bound} != {bound}, {bound}, {r})")
     return r
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _lerp(b, s, e, w):

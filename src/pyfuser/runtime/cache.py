@@ -27,7 +27,7 @@ Bounds, both least recently used first:
   process removing one is harmless.
 
 Thread safety: loading takes one process-wide lock; the counters are updated under
-their own (``add_counts``).
+their own (``count``).
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ import threading
 import warnings
 from collections import Counter, OrderedDict
 
-from ..errors import CacheDirError, SettingError
+from ..errors import CacheDirError, DependencyError, SettingError
 
 COUNTERS: Counter = Counter()
 _COUNT_LOCK = threading.Lock()
@@ -53,16 +53,18 @@ KERNEL_MODULES_DEFAULT = 512
 CACHE_FILES_DEFAULT = 2048
 
 
-def add_counts(hits: int = 0, launches: int = 0):
-    """Add to the process's hit and launch counts, safe from any thread."""
+def count(hits: int = 0, launches: int = 0, misses: int = 0, kernels_compiled: int = 0):
+    """Add to the process's counters, safe from any thread (a cached execute calls it
+    once, positionally: no keyword dict on that path)."""
     with _COUNT_LOCK:
-        COUNTERS["hits"] += hits
-        COUNTERS["launches"] += launches
-
-
-def _count(name: str, n: int = 1):
-    with _COUNT_LOCK:
-        COUNTERS[name] += n
+        if hits:
+            COUNTERS["hits"] += hits
+        if launches:
+            COUNTERS["launches"] += launches
+        if misses:
+            COUNTERS["misses"] += misses
+        if kernels_compiled:
+            COUNTERS["kernels_compiled"] += kernels_compiled
 
 
 def cache_info() -> dict:
@@ -212,7 +214,13 @@ def load_kernel(name: str, source: str, device_type: str):
         mod = _modules.get(key)
         if mod is None:
             path = write_file(cache_dir(), modname + ".py", data)
-            mod = _import(modname if kind == "cuda" else modname + "_cpu", path, source, kind)
+            try:
+                mod = _import(modname if kind == "cuda" else modname + "_cpu", path, source, kind)
+            except ImportError as err:
+                dep = missing_dependency(err)
+                if dep is None:
+                    raise
+                raise dep from err
             _modules[key] = mod
             _evict(setting("PYFUSER_KERNEL_MODULES", KERNEL_MODULES_DEFAULT))
         else:
@@ -223,6 +231,22 @@ def load_kernel(name: str, source: str, device_type: str):
     from .interpreter import InterpretedKernel
 
     return InterpretedKernel(fn)
+
+
+# package -> what needs it, how to install it
+DEPENDENCIES = {"triton": ("pyfuser's kernels are Triton kernels", "pip install triton"),
+                "numpy": ("CPU tensors run under Triton's interpreter, which computes with numpy",
+                          "pip install numpy")}
+
+
+def missing_dependency(err: ImportError) -> DependencyError | None:
+    """The error for a kernel module whose import failed for want of a package, or None."""
+    package = (getattr(err, "name", None) or "").split(".")[0]
+    if package not in DEPENDENCIES:
+        return None
+    why, install = DEPENDENCIES[package]
+    return DependencyError(f"pyfuser: the package {package!r} is not installed ({why}); install it with "
+                           f"`{install}`")
 
 
 def _import(modname: str, path: str, source: str, kind: str):

@@ -36,7 +36,7 @@ from ..ir.values import ScalarVal
 from ..reference import run_expr, run_reference, write_aliases
 from ..schedulers.base import _OVERRIDES
 from . import dump, profiler
-from .cache import _count
+from .cache import count
 from .plan import ExecutorCache, broadcast_chain, is_contiguous  # noqa: F401  (is_contiguous: imported from here by tests)
 from .prepared import (Prepared, arg_value, cacheable, launch_error, poison_tensor, prepare,
                        random_exprs, expand_output, view_of_input)
@@ -310,7 +310,7 @@ def launch(src, fn, sched, seg, params, b: Binding, env, rng_table, probe=None, 
             probe.launch(meta, fn, grid, args, kw, inputs, out_tensors)
     except Exception as err:
         raise launch_error(src, err) from err
-    _count("launches")
+    count(launches=1)
     if RECORD_LAUNCHES is not None:
         RECORD_LAUNCHES.append((fn, grid, args, kw))
     return out_tensors

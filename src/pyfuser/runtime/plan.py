@@ -29,7 +29,7 @@ from ..ir.values import Expr, TensorVal, Val
 from ..schedulers import SCHEDULERS, Segment
 from . import dump
 from ..ir.ops import OPS, runs_on_host
-from .cache import _count, load_kernel, setting
+from .cache import count, load_kernel, setting
 from .probe import KernelInfo
 from .subfusion import SubFusion, inputs_of, needed_exprs, subfusion
 
@@ -362,12 +362,12 @@ class ExecutorCache:
             if key in self.fresh:  # built while planning this very execute
                 self.fresh.discard(key)
             else:
-                _count("hits")
+                count(hits=1)
                 info = self.kernel_info[hit[0].name]
                 self.events.append(f"kernel{info.number} {info.name} ({sched.NAME}): hit (same scheduler, "
                                    f"signature and params)")
             return rebound(hit, seg)
-        _count("misses")
+        count(misses=1)
         reason = self._miss_reason(key)
         self.fresh.add(key)
         self.kernel_counter += 1
@@ -384,16 +384,13 @@ class ExecutorCache:
             dump.emit(f"===== kernel {name} ({sched.NAME}) =====\n{src.source}")
         try:
             fn = load_kernel(name, src.source, seg.device_type)
-        except CacheDirError:  # the user's setup, not our bug: no repro
+        except (CacheDirError, DependencyError):  # the user's setup, not our bug: no repro
             raise
-        except ImportError as err:
-            raise missing_dependency(err) or CompileError(
-                f"pyfuser: generated kernel {name} failed to load: {type(err).__name__}: {err}") from err
         except Exception as err:  # a generated kernel that does not import is our bug
             raise CompileError(f"pyfuser: generated kernel {name} failed to load: {type(err).__name__}: {err}") \
                 from err
         ms = (time.perf_counter() - t0) * 1e3
-        _count("kernels_compiled")
+        count(kernels_compiled=1)
         self.kernels[key] = (src, fn)
         self.kernel_info[name] = KernelInfo(name, self.kernel_counter, sched.NAME, params, ms)
         self.events.append(f"kernel{self.kernel_counter} {name} ({sched.NAME}): miss, compiled in {ms:.1f} ms: "
@@ -407,22 +404,6 @@ class ExecutorCache:
         if any(k[:2] == key[:2] for k in self.kernels):
             return "new input signature for this segment"
         return "first kernel for this segment"
-
-
-# package -> what needs it, how to install it
-DEPENDENCIES = {"triton": ("pyfuser's kernels are Triton kernels", "pip install triton"),
-                "numpy": ("CPU tensors run under Triton's interpreter, which computes with numpy",
-                          "pip install numpy")}
-
-
-def missing_dependency(err: ImportError) -> DependencyError | None:
-    """The error to raise when loading a kernel failed because a package is missing."""
-    package = (getattr(err, "name", None) or "").split(".")[0]
-    if package not in DEPENDENCIES:
-        return None
-    why, install = DEPENDENCIES[package]
-    return DependencyError(f"pyfuser: the package {package!r} is not installed ({why}); install it with "
-                           f"`{install}`")
 
 
 def rebound(hit, seg):

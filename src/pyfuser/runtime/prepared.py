@@ -54,7 +54,7 @@ from ..ir.ops import OPS
 from ..ir.shapes import contiguous_strides
 from ..ir.values import ScalarVal, TensorVal
 from ..reference import run_expr
-from .cache import add_counts
+from .cache import count
 from .plan import broadcast_chain, is_contiguous
 from .probe import LaunchMeta, Probe
 from .rng_state import draw_seed_offset
@@ -140,7 +140,7 @@ class Prepared:
         try:
             return self._steps(inputs, probe, poison, record, done)
         finally:
-            add_counts(len(self.launches) if hit else 0, done[0])
+            count(len(self.launches) if hit else 0, done[0])
 
     def _steps(self, inputs, probe, poison, record, done):
         words = ()
@@ -252,7 +252,7 @@ def straight_line(prep: Prepared):
         return False
     if prep.device.type == "cuda" and any(prep.direct_ok[s] and s not in direct_map for s in steps):
         return None
-    env = {"ALLOC": _allocator, "DEV": prep.device, "COUNT": add_counts, "launch_error": launch_error,
+    env = {"ALLOC": _allocator, "DEV": prep.device, "COUNT": count, "launch_error": launch_error,
            "SR": prep._scalar_run, "CONSTS": tuple(prep._consts), "EMPTIES": prep._empties, "SELF": prep}
     lines = ["def straight(inputs):"]
     pool = f"[*inputs{', *SR(inputs)' if prep._scalar_run is not None else ''}{', *CONSTS' if prep._consts else ''}]"
