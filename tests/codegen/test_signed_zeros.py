@@ -5,7 +5,10 @@ Triton makes +0.0 of every constant equal to 0 and lowers unary minus as ``0 - x
 product with -1 (``codegen.lower.literal``, ``ir.ops._neg``); the interpreter gets
 float arguments as the fp32 scalars a compiled launch gets.  The sign of a zero shows
 after a division (``1 / -0.0 == -inf``) and in ``atan2``; every case is checked against
-eager PyTorch bit for bit in the sign, and against the reference executor."""
+eager PyTorch bit for bit in the sign, and against the reference executor.  Maximum,
+minimum and clamp order -0.0 below +0.0 (IEEE 754-2019, CUDA's instructions, nvFuser's
+kernels, eager on the GPU); eager on the CPU returns either zero, so those cases are
+checked against that rule (``_max``, ``_min``)."""
 from __future__ import annotations
 
 import pytest
@@ -16,6 +19,22 @@ from pyfuser import DataType, FusionDefinition
 from ..helpers import gen_for, make_tensor
 
 _DT = {torch.float32: DataType.Float, torch.float64: DataType.Double, torch.bfloat16: DataType.BFloat16}
+
+
+def _max(x, s):
+    """IEEE 754-2019 maximum: of two zeros +0.0 unless both are -0.0."""
+    s = torch.as_tensor(s, dtype=x.dtype, device=x.device).expand_as(x)
+    both = (x == 0) & (s == 0)
+    return torch.where(both, torch.where(torch.signbit(x) & torch.signbit(s), -0.0, 0.0).to(x.dtype),
+                       torch.maximum(x, s))
+
+
+def _min(x, s):
+    """IEEE 754-2019 minimum: of two zeros -0.0 unless both are +0.0."""
+    s = torch.as_tensor(s, dtype=x.dtype, device=x.device).expand_as(x)
+    both = (x == 0) & (s == 0)
+    return torch.where(both, torch.where(torch.signbit(x) | torch.signbit(s), -0.0, 0.0).to(x.dtype),
+                       torch.minimum(x, s))
 
 
 def _zero(fd, t):
@@ -39,10 +58,15 @@ CASES = [
      lambda x: torch.full(x.shape, -0.0, device=x.device) + x * 0.0),
     ("neg_constant", lambda fd, t: fd.ops.mul(t, fd.ops.neg(fd.define_scalar(0.0))), lambda x: x * -0.0),
     ("abs", lambda fd, t: fd.ops.abs(fd.ops.mul(t, -0.0)), lambda x: torch.abs(x * -0.0)),
-    # clamp keeps x unless it is out of range: clamp(-0.0, min=0.0) is -0.0
-    ("clamp_min_zero", lambda fd, t: fd.ops.clamp(t, min=0.0, max=2.0), lambda x: torch.clamp(x, 0.0, 2.0)),
-    ("clamp_max_neg_zero", lambda fd, t: fd.ops.clamp(t, max=fd.define_constant(-0.0)),
-     lambda x: torch.clamp(x, max=-0.0)),
+    # max, min and clamp order -0.0 below +0.0 (CUDA's instructions; eager on the CPU
+    # returns either zero): clamp(-0.0, min=0.0) is +0.0
+    ("clamp_min_zero", lambda fd, t: fd.ops.clamp(t, min=0.0, max=2.0), lambda x: _min(_max(x, 0.0), 2.0)),
+    ("clamp_max_neg_zero", lambda fd, t: fd.ops.clamp(t, max=fd.define_constant(-0.0)), lambda x: _min(x, -0.0)),
+    ("clamp_min_neg_zero", lambda fd, t: fd.ops.clamp(t, min=-0.0), lambda x: _max(x, -0.0)),
+    ("maximum_zero", lambda fd, t: fd.ops.maximum(t, 0.0), lambda x: _max(x, 0.0)),
+    ("minimum_neg_zero", lambda fd, t: fd.ops.minimum(fd.ops.neg(_zero(fd, t)), t),
+     lambda x: _min(-(x * 0.0), x)),
+    ("maximum_neg_zero", lambda fd, t: fd.ops.maximum(-0.0, t), lambda x: _max(x, -0.0)),
 ]
 
 
@@ -74,7 +98,9 @@ RUNTIME = [
     ("runtime_mul", lambda fd, t, s: fd.ops.mul(t, s), lambda x, s: x * s),
     ("runtime_div", lambda fd, t, s: fd.ops.div(t, s), lambda x, s: x / s),
     ("runtime_neg", lambda fd, t, s: fd.ops.div(t, fd.ops.neg(s)), lambda x, s: x / -s),
-    ("runtime_clamp", lambda fd, t, s: fd.ops.clamp(t, min=s), lambda x, s: torch.clamp(x, min=s)),
+    ("runtime_clamp", lambda fd, t, s: fd.ops.clamp(t, min=s), lambda x, s: _max(x, s)),
+    ("runtime_clamp_max", lambda fd, t, s: fd.ops.clamp(t, max=s), lambda x, s: _min(x, s)),
+    ("runtime_maximum", lambda fd, t, s: fd.ops.maximum(t, s), lambda x, s: _max(x, s)),
 ]
 
 

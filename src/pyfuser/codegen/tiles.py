@@ -672,25 +672,14 @@ class ReductionTile:
         return acc
 
     def _chunk_mean(self, w, mask, xs, cnt, c) -> str:
-        """sum(x) / n; where a row's sum overflowed (16 x 1.7e38: eager's Welford mean is
-        finite), the sum again of x * 2**-k, 2**k >= the chunk's width, which cannot
-        overflow where the mean is finite.  The branch is taken only by programs with
-        such a row, so the common path costs one max of the row sums."""
-        s = w.tmp(self.row_reduce(f"tl.where({mask}, {xs}, 0.0)", "tl.standard._sum_combine"), "red")
-        mean = w.fresh("red")
-        w.line(f"{mean} = {s} / tl.maximum({cnt}, 1.0)")
+        """The sum of x * 2**-k over n, 2**k >= the chunk's width: it cannot overflow
+        where the mean is finite (16 x 1.7e38: eager's Welford mean is finite), and,
+        both scalings being exact, it is sum(x) / n wherever that sum is finite and
+        x * 2**-k normal.  (A branch to the scaled sum only where a sum overflowed
+        cost more than the multiply: docs/CODEGEN.md.)"""
         scale = repr(2.0 ** -math.ceil(math.log2(2 * self.align if c == "e" else self.block_j)))
-        # (a program of several rows tests the sum of their |sums|: inf if any is, and
-        # where that sum alone overflows the scaled path is as exact)
-        worst = w.tmp(f"tl.abs({s})" if self.scalar_rows else f"tl.reduce(tl.abs({s}), None, tl.standard._sum_combine)",
-                      "red")
-        w.line(f"if {worst} == float('inf'):")
-        w.indent += 1
-        scaled = w.fresh("red")
-        w.line(f"{scaled} = {self.row_reduce(f'tl.where({mask}, {xs} * {scale}, 0.0)', 'tl.standard._sum_combine')}")
-        w.line(f"{mean} = {scaled} / (tl.maximum({cnt}, 1.0) * {scale})")
-        w.indent -= 1
-        return mean
+        s = w.tmp(self.row_reduce(f"tl.where({mask}, {xs} * {scale}, 0.0)", "tl.standard._sum_combine"), "red")
+        return w.tmp(f"{s} / (tl.maximum({cnt}, 1.0) * {scale})", "red")
 
     @staticmethod
     def chan(w, acc, cnt, mean, m2):

@@ -35,12 +35,6 @@ class KernelWriter:
     def comment(self, text: str):
         self.line(f"# {text}")
 
-    def fresh(self, prefix: str = "t") -> str:
-        """A new temporary's name, bound by the caller (outside common-subexpression
-        reuse: for a value assigned inside a branch)."""
-        self._n += 1
-        return f"{prefix}{self._n}"
-
     def tmp(self, expr: str, prefix: str = "t") -> str:
         """Bind ``expr`` to a fresh temporary; returns its name (also kept in ``last``)."""
         if expr.isidentifier():

@@ -120,8 +120,39 @@ def _lerp_ref(start, end, weight):
     return torch.lerp(start, end, weight)
 
 
+def _ordered(fn):
+    """torch's maximum or minimum with -0.0 ordered below +0.0, as IEEE 754-2019's
+    maximum and minimum, CUDA's max/min instructions and so the kernels order them
+    (torch on the CPU returns either zero).  Of two zeros the maximum is ``a + b``
+    (-0.0 only if both are) and the minimum ``-(-a + -b)`` (+0.0 only if both are)."""
+    is_max = fn is torch.maximum
+
+    def call(a, b):
+        r = fn(a, b)
+        if not r.dtype.is_floating_point:
+            return r
+        a, b = a.to(r.dtype), b.to(r.dtype)
+        zeros = (a == 0) & (b == 0)
+        return torch.where(zeros, a + b if is_max else -(-a + -b), r)
+
+    return call
+
+
+_max_ref, _min_ref = _ordered(torch.maximum), _ordered(torch.minimum)
+
+
 def _clamp_ref(x, lo=None, hi=None):
-    return torch.clamp(x, lo, hi)
+    """``minimum(maximum(x, lo), hi)`` in the dtype torch's clamp gives, zeros ordered
+    as in ``_ordered``: clamp(-0.0, min=0.0) is +0.0, as on CUDA (nvFuser's kernels,
+    eager on the GPU)."""
+    r = torch.clamp(x, lo, hi)
+    if not r.dtype.is_floating_point:
+        return r
+    r = x.to(r.dtype)
+    for bound, order in ((lo, _max_ref), (hi, _min_ref)):
+        if bound is not None:
+            r = order(r, torch.as_tensor(bound, dtype=r.dtype, device=r.device))
+    return r
 
 
 # --- Triton emission helpers (multi-statement functions) -----------------------
@@ -248,16 +279,14 @@ def _max_min(fn):
 
 
 def _clamp(b, x, lo=None, hi=None):
-    """``x`` unless it is below ``lo`` or above ``hi``, as eager's ``x < lo ? lo : x``:
-    clamp(-0.0, min=0.0) is -0.0 (a maximum may return either zero).  A NaN ``x``
-    stays NaN through the comparisons; a NaN bound that is not a constant is tested."""
+    """Floats: ``minimum(maximum(x, lo), hi)``, NaN-propagating, with -0.0 below +0.0
+    (``_ordered``): clamp(-0.0, min=0.0) is +0.0.  Integers: ``x`` unless below ``lo``
+    or above ``hi``."""
     r = b.tmp(x)
-    for bound, below in ((lo, "<"), (hi, ">")):
+    for bound, below, order in ((lo, "<", _max_min("maximum")), (hi, ">", _max_min("minimum"))):
         if bound is None:
             continue
-        r = b.tmp(f"tl.where({r} {below} {bound}, {bound}, {r})")
-        if _is_float(b) and not _is_number(bound):
-            r = b.tmp(f"tl.where({bound} != {bound}, {bound}, {r})")
+        r = b.tmp(order(b, r, bound) if _is_float(b) else f"tl.where({r} {below} {bound}, {bound}, {r})")
     return r
 
 
@@ -423,8 +452,8 @@ _ROWS = [
     _b("fmod", _tensor_first(_exact_fmod), _fmod),
     _b("remainder", _tensor_first(lambda a, b: _exact_fmod(a, b, floor=True)), _remainder),
     _b("atan2", _tensor_first(torch.atan2), lambda b, y, x: _ld(b, "atan2", y, x), heavy=True),
-    _b("maximum", _tensor_first(torch.maximum), _max_min("maximum")),
-    _b("minimum", _tensor_first(torch.minimum), _max_min("minimum")),
+    _b("maximum", _tensor_first(_max_ref), _max_min("maximum")),
+    _b("minimum", _tensor_first(_min_ref), _max_min("minimum")),
     _cmp("eq", lambda a, b: a == b, "=="),
     _cmp("ne", lambda a, b: a != b, "!="),
     _cmp("lt", lambda a, b: a < b, "<"),

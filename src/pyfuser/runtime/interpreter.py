@@ -26,6 +26,9 @@
 8. A loop's index is a tensor, as in a compiled kernel (``k_o.to(tl.uint64)`` in a
    row loop): the CPU copy of a kernel module has ``range`` bound to ``_tensor_range``; the
    interpreter ran the builtin, whose index is a Python int.
+9. Float maximum and minimum (``tl.maximum``/``tl.minimum`` with NaN propagation)
+   order -0.0 below +0.0, as the GPU's max/min instructions do; the interpreter's
+   numpy ``maximum`` returned whichever zero came second.
 
 The interpreter reduces with numpy when the combine function is one of Triton's own
 (sum, NaN-ignoring max/min); any other combine function runs element by element in
@@ -232,6 +235,7 @@ def install_fast_paths():
     _install_bf16_rounding(interpreter)
     _install_bool_arguments(interpreter)
     _install_bool_results(interpreter)
+    _install_ordered_zeros(interpreter)
     _installed = True
 
 
@@ -280,6 +284,19 @@ def _install_bool_arguments(interpreter):
         return convert(arg)
 
     interpreter._implicit_cvt = implicit_cvt
+
+
+def _install_ordered_zeros(interpreter):
+    builder = interpreter.InterpreterBuilder
+
+    def maximum(a, b):  # of two zeros, -0.0 only if both are: their sum
+        return np.where((a == 0) & (b == 0), a + b, np.maximum(a, b))
+
+    def minimum(a, b):  # of two zeros, +0.0 only if both are
+        return np.where((a == 0) & (b == 0), -(-a + -b), np.minimum(a, b))
+
+    builder.create_maximumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, maximum)
+    builder.create_minimumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, minimum)
 
 
 def _install_bool_results(interpreter):
