@@ -248,20 +248,20 @@ def test_launch_hooks_are_seen_only_when_installed():
     (a profiler's).  Triton keeps each hook as a chain that is never None."""
     from triton import knobs
 
-    from pyfuser.runtime.prepared import _hook_set
+    from pyfuser.compat import hook_set
 
     chain = knobs.runtime.launch_enter_hook
-    assert not _hook_set(chain) and not _hook_set(None)
+    assert not hook_set(chain) and not hook_set(None)
 
     def hook(*args):
         pass
 
     chain.add(hook)
     try:
-        assert _hook_set(chain)
+        assert hook_set(chain)
     finally:
         chain.remove(hook)
-    assert not _hook_set(chain)
+    assert not hook_set(chain)
 
 
 def test_the_straight_line_runner_matches_the_loop():

@@ -47,6 +47,7 @@ from typing import NamedTuple
 import torch
 
 from ..codegen.index import div_magic
+from ..compat import compile_for, current_cuda_device, fast_empty_strided, needs_scratch, raw_launcher
 from ..errors import CompileError
 from ..ir.concretize import Binding
 from ..ir.extents import ScalarProgram
@@ -263,8 +264,8 @@ def straight_line(prep: Prepared):
         env.update(DRAW=draw_seed_offset, WORDS=rng_words, NR=prep.n_random)
         lines.append("    seed, base = DRAW(DEV, NR)")
         lines.append("    w = [WORDS(seed, base + k) for k in range(NR)]")
-    if prep.device.type == "cpu" and _FAST_EMPTY.get("cpu") is not None:
-        env["EMPTY"] = _FAST_EMPTY["cpu"]
+    if prep.device.type == "cpu" and fast_empty_strided("cpu") is not None:
+        env["EMPTY"] = fast_empty_strided("cpu")
         lines.append("    empty = EMPTY")
     else:
         lines.append("    empty = ALLOC(DEV)")
@@ -595,53 +596,15 @@ def direct_launcher(src, fn, grid, args, kw):
     allocator (aligned).  None if the compiled kernel cannot be had; the JIT path is
     used then."""
     try:
-        k = fn.run(*args, grid=grid, warmup=True, **kw)
+        k = compile_for(fn, grid, args, kw)
         g = tuple(grid) + (1,) * (3 - len(grid))
         consts = [kw[name] for name in src.constexprs]
-        launcher = k.run  # the CUDA launcher (loads the module on first use)
-        if launcher.global_scratch_size or launcher.profile_scratch_size:
+        if needs_scratch(k):
             return k[g], consts  # Triton's own runner allocates the scratch
         device = next((a.device.index for a in args if isinstance(a, torch.Tensor)), None)
-        return _raw_launch(launcher, k, g, device), consts
+        return raw_launcher(k, g, device), consts
     except Exception:
         return None
-
-
-def _raw_launch(launcher, k, grid, device_index):
-    """A launch of compiled kernel ``k`` on ``grid`` through Triton's C launcher with
-    everything but the stream and the arguments fixed: Triton's runner looks up the
-    device and the stream and builds launch metadata on every call (about 5 us of a
-    launch's host time).  While a launch hook is installed (a profiler's), Triton's
-    runner runs instead, so the hook sees every launch; a kernel needing global or
-    profiling scratch keeps that runner (``direct_launcher``)."""
-    from triton import knobs
-
-    hooks = knobs.runtime
-    slow = k[grid]
-    launch, function, packed = launcher.launch, k.function, k.packed_metadata
-    coop, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
-    gx, gy, gz = grid
-    stream_of = torch._C._cuda_getCurrentRawStream
-    dev = torch.cuda.current_device() if device_index is None else device_index
-
-    def run(*args):
-        if not (_hook_set(hooks.launch_enter_hook) or _hook_set(hooks.launch_exit_hook)):
-            launch(gx, gy, gz, stream_of(dev), function, coop, pdl, None, None, packed, None, None, None, *args)
-        else:
-            slow(*args)
-
-    return run
-
-
-def _hook_set(hook) -> bool:
-    """Whether a Triton launch hook is installed: Triton 3.6 keeps each hook as a
-    ``HookChain`` that is never None, empty until someone adds a hook (a check for
-    None alone sent every launch through the slow runner)."""
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
-_GUARDS = getattr(torch._C, "_dynamo", None) and getattr(torch._C._dynamo, "guards", None)
-_FAST_EMPTY = {kind: getattr(_GUARDS, f"_empty_strided_{kind}", None) for kind in ("cpu", "cuda")}
 
 
 def _allocator(device):
@@ -650,15 +613,10 @@ def _allocator(device):
     (no Python argument parsing: 0.5 against 1.3 us per tensor on the CPU machine; a
     BERT step allocates about 760), else ``torch.empty_strided`` (itself about 1 us
     less than ``torch.empty``, which adds a memory-format step)."""
-    fast = _FAST_EMPTY.get(device.type)
-    if fast is not None and (device.type == "cpu" or device.index == _current_cuda_device()):
+    fast = fast_empty_strided(device.type)
+    if fast is not None and (device.type == "cpu" or device.index == current_cuda_device()):
         return fast
     return lambda shape, strides, dtype: torch.empty_strided(shape, strides, dtype=dtype, device=device)
-
-
-# The current CUDA device without ``torch.cuda.current_device``'s lazy-init check (a
-# Prepared exists on a GPU only after CUDA ran there).
-_current_cuda_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
 def launch_error(src, err) -> CompileError:

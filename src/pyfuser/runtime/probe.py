@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..compat import newest_compiled, registers
 from ..schedulers import SCHEDULERS
 from . import dump, profiler
 from .cache import COUNTERS
@@ -47,10 +48,7 @@ def compiled_kernel(fn, ret):
     if ret is not None and hasattr(ret, "n_regs"):
         return ret
     try:
-        from triton.runtime import driver
-
-        kernels = fn.device_caches[driver.active.get_current_device()][0]
-        return next(reversed(kernels.values()), None)
+        return newest_compiled(fn)
     except Exception:  # noqa: BLE001 - dumps must never break a run
         return None
 
@@ -110,7 +108,7 @@ class Probe:
             ms = events[0].elapsed_time(events[1])
         nin = sum(inputs[p].nbytes for p in meta.input_positions)
         nout = sum(t.nbytes for t in out_tensors.values())
-        regs, spills = (getattr(ck, "n_regs", None), getattr(ck, "n_spills", None)) if ck is not None else (None, None)
+        regs, spills = registers(ck)
         if "kernel_time" in self.active:
             if self.cuda:
                 dump.emit(dump.kernel_time(info.number, ms, profiler.gbps(nin + nout, ms) or 0.0, regs, spills,

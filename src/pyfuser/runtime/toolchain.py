@@ -29,9 +29,9 @@ _set_aside = None  # the value to restore when the last one leaves
 
 
 def _torch_ptxas() -> str:
-    import torch
+    from ..compat import torch_ptxas_path
 
-    return os.path.realpath(os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas"))
+    return torch_ptxas_path()
 
 
 @contextlib.contextmanager
