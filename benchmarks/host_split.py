@@ -74,8 +74,8 @@ def replay(n=5):
 
 allocs = [a for p in prepared_programs() for la in p.launches for a in la.alloc]
 full = replay()
-from pyfuser.runtime.prepared import _allocator
-empty = _allocator(torch.device("cuda"))
+from pyfuser.runtime.launch import allocator
+empty = allocator(torch.device("cuda"))
 shapes = allocs[:50]
 t0 = time.perf_counter()
 for _ in range(200):

@@ -71,7 +71,7 @@ class _Env(dict):
 
 
 def offline_args(src, sched, seg, params, b, env):
-    """What ``prepared.warmup_args`` builds, from meta tensors: args, kw for ``offline_usage``."""
+    """What ``args.warmup_args`` builds, from meta tensors: args, kw for ``offline_usage``."""
     outs = {o: torch.empty(b.shapes[o], dtype=o.dtype.torch, device="meta") for o in src.outputs}
     rng = {id(a.source[1]): (0, 0) for a in src.args if a.kind == "rng"}
     args = [_meta_scratch(a, b) if a.source[0] == "scratch" else arg_value(a, b, env, outs, rng) for a in src.args]

@@ -7,7 +7,7 @@ import torch
 
 import pyfuser
 from pyfuser.reference import run_reference
-from pyfuser.runtime import executor, prepared as prepared_mod
+from pyfuser.runtime import args as args_mod, executor, program
 from pyfuser.runtime.plan import ExecutorCache, Plan, Step
 
 from ..helpers import without_scheduler
@@ -206,7 +206,7 @@ def test_spill_check_builds_warm_up_arguments_for_every_kernel(monkeypatch):
     dtypes (placeholders), and the check's choice is what the program launches
     (the interpreter has no compiled kernel to read spills from: the heuristics' params)."""
     warmed = []
-    warmup = prepared_mod.warmup_args
+    warmup = args_mod.warmup_args
 
     def spy(src, params, sched, seg, b):
         args, grid, kw = warmup(src, params, sched, seg, b)
@@ -216,8 +216,8 @@ def test_spill_check_builds_warm_up_arguments_for_every_kernel(monkeypatch):
         warmed.append(src.name)
         return args, grid, kw
 
-    monkeypatch.setattr(prepared_mod, "checks_spills", lambda device: True)
-    monkeypatch.setattr(prepared_mod, "warmup_args", spy)
+    monkeypatch.setattr(program, "checks_spills", lambda device: True)
+    monkeypatch.setattr(program, "warmup_args", spy)
     fd = define(linear_between_pointwise)
     for seed in range(2):
         inputs = linear_inputs(seed=seed)
@@ -230,13 +230,13 @@ def test_spill_check_builds_warm_up_arguments_for_every_kernel(monkeypatch):
 def test_general_plan_kernels_pass_the_spill_check(monkeypatch):
     """On CUDA every kernel of a general plan is built through ``choose_params``."""
     calls = []
-    choose = prepared_mod.choose_params
+    choose = program.choose_params
 
     def spy(rt, seg, sched, *a, **k):
         calls.append(sched.NAME)
         return choose(rt, seg, sched, *a, **k)
 
-    monkeypatch.setattr(prepared_mod, "choose_params", spy)
+    monkeypatch.setattr(program, "choose_params", spy)
     fd = define(layer_norm_backward)
     inputs = [x.cuda() for x in layer_norm_backward_inputs(seed=0)]
     assert_outputs(fd.execute(inputs), fd.reference(inputs))
@@ -266,7 +266,7 @@ def test_launch_hooks_are_seen_only_when_installed():
 
 def test_the_straight_line_runner_matches_the_loop():
     """After its first execute, a program without host steps runs as one generated
-    function (``prepared.straight_line``): the same outputs, random numbers and launch
+    function (``straight.straight_line``): the same outputs, random numbers and launch
     count as ``Prepared``'s loop; a program with host steps keeps the loop."""
     build, make = GENERAL["random_rows"]
     fd = define(build)

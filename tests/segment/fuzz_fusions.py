@@ -135,6 +135,6 @@ def check(recipe):
             tol = dict(rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(g.float(), w.float(), equal_nan=True, **tol)
     # The second execute runs the cached program's straight-line runner
-    # (``prepared.straight_line``): bit for bit the first's results.
+    # (``straight.straight_line``): bit for bit the first's results.
     for g, a in zip(got, fd.execute(inputs)):
         torch.testing.assert_close(a, g, rtol=0, atol=0, equal_nan=True)

@@ -38,9 +38,11 @@ from ..schedulers.base import _OVERRIDES
 from . import dump, profiler
 from .cache import count
 from .plan import ExecutorCache, broadcast_chain, is_contiguous  # noqa: F401  (is_contiguous: imported from here by tests)
-from .prepared import (Prepared, arg_value, cacheable, launch_error, poison_tensor, prepare,
-                       random_exprs, expand_output, view_of_input)
+from .args import arg_value, random_exprs
+from .launch import launch_error, poison_tensor
+from .prepared import Prepared, expand_output, view_of_input
 from .probe import LaunchMeta, Probe, input_positions, scheduler_decisions
+from .program import cacheable, prepare
 from .rng_state import draw_seed_offset
 from .subfusion import bind_sub, needed_exprs
 from .toolchain import triton_ptxas

@@ -1,0 +1,58 @@
+"""Launching a Prepared's kernels: the direct launcher (Triton's compiled kernel without
+its per-call binding), the allocator of a run's outputs, launch errors and poisoning.
+The private torch and Triton APIs behind them are reached through ``pyfuser.compat``.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..compat import compile_for, current_cuda_device, fast_empty_strided, needs_scratch, raw_launcher
+from ..errors import CompileError
+
+
+def direct_launcher(src, fn, grid, args, kw):
+    """(runner, constexpr values) that launch the kernel Triton compiled for these
+    arguments without its per-call argument binding and cache lookup (about half of a
+    small launch's host time).  Safe because a Prepared is specific to its inputs'
+    dtypes, shapes, strides and 16-byte alignment, its integer arguments are
+    constants, and outputs, intermediates and host results come fresh from torch's
+    allocator (aligned).  None if the compiled kernel cannot be had; the JIT path is
+    used then."""
+    try:
+        k = compile_for(fn, grid, args, kw)
+        g = tuple(grid) + (1,) * (3 - len(grid))
+        consts = [kw[name] for name in src.constexprs]
+        if needs_scratch(k):
+            return k[g], consts  # Triton's own runner allocates the scratch
+        device = next((a.device.index for a in args if isinstance(a, torch.Tensor)), None)
+        return raw_launcher(k, g, device), consts
+    except Exception:
+        return None
+
+
+def allocator(device):
+    """``empty(shape, strides, dtype)`` for a run's outputs: the C++ entry point that
+    Inductor's generated code allocates with, for the CPU and the current CUDA device
+    (no Python argument parsing: 0.5 against 1.3 us per tensor on the CPU machine; a
+    BERT step allocates about 760), else ``torch.empty_strided`` (itself about 1 us
+    less than ``torch.empty``, which adds a memory-format step)."""
+    fast = fast_empty_strided(device.type)
+    if fast is not None and (device.type == "cpu" or device.index == current_cuda_device()):
+        return fast
+    return lambda shape, strides, dtype: torch.empty_strided(shape, strides, dtype=dtype, device=device)
+
+
+def launch_error(src, err) -> CompileError:
+    if isinstance(err, CompileError):
+        return err
+    return CompileError(f"pyfuser: kernel {src.name} failed to compile or run: {type(err).__name__}: {err}")
+
+
+def poison_tensor(t: torch.Tensor):
+    """Fill an output before its kernel runs, so an element no kernel writes shows."""
+    if t.dtype.is_floating_point:
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        t.fill_(torch.iinfo(t.dtype).max)
