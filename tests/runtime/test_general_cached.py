@@ -243,27 +243,6 @@ def test_general_plan_kernels_pass_the_spill_check(monkeypatch):
     assert len(calls) == kernels(fd) == 2
 
 
-def test_launch_hooks_are_seen_only_when_installed():
-    """The direct launcher yields to Triton's runner while a launch hook is installed
-    (a profiler's).  Triton keeps each hook as a chain that is never None."""
-    from triton import knobs
-
-    from pyfuser.compat import hook_set
-
-    chain = knobs.runtime.launch_enter_hook
-    assert not hook_set(chain) and not hook_set(None)
-
-    def hook(*args):
-        pass
-
-    chain.add(hook)
-    try:
-        assert hook_set(chain)
-    finally:
-        chain.remove(hook)
-    assert not hook_set(chain)
-
-
 def test_the_straight_line_runner_matches_the_loop():
     """After its first execute, a program without host steps runs as one generated
     function (``straight.straight_line``): the same outputs, random numbers and launch

@@ -1,6 +1,6 @@
 """The cached program of one plan at one input fingerprint: ``Prepared``.
 
-The first execute of a fingerprint builds it (``prepare``): every kernel's
+The first execute of a fingerprint builds it (``program.prepare``): every kernel's
 parameters (on the GPU through the spill check), its grid, and every argument that
 does not change between executes (sizes, strides, scratch buffers) are computed
 once.  Every later execute with that fingerprint is ``Prepared.run``, a short loop
@@ -80,7 +80,7 @@ class HostRun(NamedTuple):
 
 class Prepared:
     """The launches and host calls of one plan at one input fingerprint (see the module
-    docstring); built by ``prepare``.  ``launches`` are the kernel steps in order,
+    docstring); built by ``program.prepare``.  ``launches`` are the kernel steps in order,
     ``program`` the steps (an int: ``launches[i]``; a ``HostRun``)."""
 
     def __init__(self, *, device, general, n_random, scalars, consts, empties, launches, program, results, views,
