@@ -1,23 +1,30 @@
 """Every private torch and Triton API pyfuser relies on, behind small named accessors.
 
 Private APIs change between releases without notice, so each one is reached from
-here only: a new torch or Triton is checked against this table, not against the
+here only: a new torch or Triton is checked against this list, not against the
 whole package.  Each accessor either has a public fallback (slower, same results)
 or raises ``ToolchainError`` naming the API and the versions it was checked on;
 callers that treat the API as an optimization catch that and take the public path.
 
 Checked on: triton 3.6, torch 2.11-2.13 (``CHECKED``).
 
-| API | accessor | used by | fallback |
-|---|---|---|---|
-| ``torch._C._dynamo.guards._empty_strided_{cpu,cuda}`` | ``fast_empty_strided`` | runtime/launch.py, runtime/straight.py | ``torch.empty_strided`` |
-| ``torch._C._cuda_getDevice`` | ``current_cuda_device`` | runtime/launch.py | ``torch.cuda.current_device`` |
-| ``torch._C._cuda_getCurrentRawStream`` | ``raw_launcher`` | runtime/launch.py | Triton's runner |
-| ``JITFunction.run(..., warmup=True)``, ``CompiledKernel.run`` (the C launcher: ``launch``, ``launch_cooperative_grid``, ``launch_pdl``, ``global_scratch_size``, ``profile_scratch_size``), ``CompiledKernel.function``, ``.packed_metadata`` | ``compile_for``, ``raw_launcher`` | runtime/launch.py | Triton's runner / ``fn[grid]`` |
-| ``triton.knobs.runtime.launch_enter_hook``/``launch_exit_hook`` (``HookChain.calls``) | ``hook_set``, ``raw_launcher`` | runtime/launch.py | (always there in 3.6) |
-| ``JITFunction.device_caches``, ``triton.runtime.driver.active`` | ``newest_compiled`` | runtime/probe.py | None (dumps say so) |
-| ``CompiledKernel.n_regs``, ``.n_spills`` | ``registers`` | runtime/probe.py | None |
-| torch's bundled ``torch/bin/ptxas`` | ``torch_ptxas_path`` | runtime/toolchain.py | (a path only) |
+Accessor: the API behind it; its users; what runs where it is missing.
+
+- ``fast_empty_strided``: ``torch._C._dynamo.guards._empty_strided_{cpu,cuda}``;
+  runtime/launch.py, runtime/straight.py; ``torch.empty_strided``.
+- ``current_cuda_device``: ``torch._C._cuda_getDevice``; runtime/launch.py;
+  ``torch.cuda.current_device``.
+- ``compile_for``: ``JITFunction.run(..., warmup=True)``; runtime/launch.py; ``fn[grid]``.
+- ``needs_scratch``, ``raw_launcher``: ``CompiledKernel.run`` (the C launcher: ``launch``,
+  ``launch_cooperative_grid``, ``launch_pdl``, ``global_scratch_size``,
+  ``profile_scratch_size``), ``CompiledKernel.function`` and ``.packed_metadata``,
+  ``torch._C._cuda_getCurrentRawStream``; runtime/launch.py; Triton's runner.
+- ``hook_set``: ``triton.knobs.runtime.launch_enter_hook``/``launch_exit_hook``
+  (``HookChain.calls``); runtime/launch.py through ``raw_launcher``; none needed.
+- ``newest_compiled``: ``JITFunction.device_caches``, ``triton.runtime.driver.active``;
+  runtime/probe.py; None (the dumps say no kernel was found).
+- ``registers``: ``CompiledKernel.n_regs``, ``.n_spills``; runtime/probe.py; None.
+- ``torch_ptxas_path``: torch's bundled ``torch/bin/ptxas``; runtime/toolchain.py; a path only.
 
 Still reached directly, to move here (their modules are kept as they are for now):
 
