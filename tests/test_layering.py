@@ -28,8 +28,8 @@ LAYERS = ("errors", "compat", "ir", "rng", "reference", "frontend", "codegen", "
 UPWARD = {
     ("pyfuser.frontend.definition", "pyfuser.runtime.executor"): "fd.execute is the user API's entry into the runtime",
     ("pyfuser.frontend.definition", "pyfuser.runtime.profiler"): "fd.profile() raises the profiler's NoProfileError",
-    ("pyfuser.frontend.definition", "pyfuser.runtime.repro"): "fd.repro_script() is the user API's way into the repro tool",
-    ("pyfuser.frontend.definition", "pyfuser.runtime.validate"): "fd.validate() is the user API's way into validation",
+    ("pyfuser.frontend.definition", "pyfuser.runtime.repro"): "fd.repro_script() enters the repro tool",
+    ("pyfuser.frontend.definition", "pyfuser.runtime.validate"): "fd.validate() enters validation",
 }
 
 # (importer, module, name): a private name imported from another module
