@@ -1,0 +1,28 @@
+"""The op table's structure: every row's kind is an ``OpKind``, and every dispatch
+over kinds handles each member (a new kind without a shape rule or a reference
+implementation fails here, not in some later fusion)."""
+from __future__ import annotations
+
+import inspect
+
+from pyfuser import reference
+from pyfuser.ir import infer
+from pyfuser.ir.ops import OPS, OpKind
+
+
+def test_every_row_kind_is_an_opkind():
+    for row in OPS.values():
+        assert isinstance(row.kind, OpKind), f"{row.name}: kind {row.kind!r}"
+
+
+def test_every_opkind_has_a_row():
+    assert {row.kind for row in OPS.values()} == set(OpKind)
+
+
+def test_every_opkind_is_handled():
+    """The shape rules and the reference executor name every kind; extents are sizes,
+    evaluated before any kernel (``ir.extents``), so neither runs them."""
+    for fn in (infer.output_shapes, reference.run_expr):
+        src = inspect.getsource(fn)
+        missing = [k for k in OpKind if k is not OpKind.EXTENT and f"OpKind.{k.name}" not in src]
+        assert not missing, f"{fn.__module__}.{fn.__name__} does not handle {missing}"
