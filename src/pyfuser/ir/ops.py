@@ -32,6 +32,7 @@ from typing import Callable
 import torch
 
 from . import host_ops as H
+from . import reductions as R
 
 # --- reference helpers --------------------------------------------------------
 
@@ -426,10 +427,14 @@ class OpDef:
     # libdevice polynomials): worth computing once per distinct input where a tile
     # allows (``schedulers.pointwise``'s broadcast tile), not once per output element.
     heavy: bool = False
+    # Reductions: identity, combine, fold and finish (``ir.reductions``).
+    reduction: R.Reduction | None = None
 
     def __post_init__(self):
         if not isinstance(self.kind, OpKind):
             raise TypeError(f"op table row {self.name}: kind must be an OpKind, got {self.kind!r}")
+        if (self.reduction is not None) != (self.kind in (OpKind.REDUCTION, OpKind.VAR_MEAN)):
+            raise TypeError(f"op table row {self.name}: a reduction row needs a reduction, got {self.reduction!r}")
 
 
 def _u(name, ref, emit, compute="out", heavy=False):
@@ -510,12 +515,12 @@ _ROWS = [
     # casts
     OpDef("cast", OpKind.CAST, lambda x, dtype: x.to(dtype) if isinstance(x, torch.Tensor) else x),
     # reductions
-    OpDef("sum", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.sum(x, dims, keepdim=keepdim, dtype=dtype)),
-    OpDef("max", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.amax(x, dims, keepdim=keepdim)),
-    OpDef("min", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.amin(x, dims, keepdim=keepdim)),
-    OpDef("prod", OpKind.REDUCTION, _prod_ref),
-    OpDef("var", OpKind.REDUCTION, lambda x, dims, correction=1, keepdim=False: torch.var(x, dims, correction=correction, keepdim=keepdim)),
-    OpDef("var_mean", OpKind.VAR_MEAN, lambda x, dims, correction=1, keepdim=False: torch.var_mean(x, dims, correction=correction, keepdim=keepdim)),
+    OpDef("sum", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.sum(x, dims, keepdim=keepdim, dtype=dtype), reduction=R.SUM_ROW),
+    OpDef("max", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.amax(x, dims, keepdim=keepdim), reduction=R.MAX_ROW),
+    OpDef("min", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.amin(x, dims, keepdim=keepdim), reduction=R.MIN_ROW),
+    OpDef("prod", OpKind.REDUCTION, _prod_ref, reduction=R.PROD_ROW),
+    OpDef("var", OpKind.REDUCTION, lambda x, dims, correction=1, keepdim=False: torch.var(x, dims, correction=correction, keepdim=keepdim), reduction=R.VAR_ROW),
+    OpDef("var_mean", OpKind.VAR_MEAN, lambda x, dims, correction=1, keepdim=False: torch.var_mean(x, dims, correction=correction, keepdim=keepdim), reduction=R.VAR_MEAN_ROW),
     # layout ops: pure re-indexing
     OpDef("broadcast_in_dim", OpKind.BROADCAST_IN_DIM, None),
     OpDef("expand", OpKind.BROADCAST_IN_DIM, None),
