@@ -637,7 +637,7 @@ class ReductionTile:
             # a bool accumulator reduces its block as int32 (Triton reduces no int1)
             src = xs if dt is not DataType.Bool else f"({xs}).to(tl.int32)"
             ident = self.identity(e.op, dt if dt is not DataType.Bool else DataType.Int32)
-            comb = self.combine(e.op, dt if dt is not DataType.Bool else DataType.Int32)
+            comb = self.combine(w, e.op, dt if dt is not DataType.Bool else DataType.Int32)
             r = w.tmp(self.row_reduce(f"tl.where({mask}, {src}, {ident})", comb), "red")
             if dt is DataType.Bool:
                 r = w.tmp(f"{r} != 0", "red")
@@ -714,7 +714,7 @@ class ReductionTile:
         if c in ("j", "b") and self._online_grouped():
             g = self.ONLINE_GROUP
             am3 = w.tmp(f"tl.reshape({am}, [BLOCK_K, BLOCK_J // {g}, {g}])", "red")
-            gm = w.tmp(f"tl.reduce({am3}, 2, _pyfuser_max_nan)", "red")
+            gm = w.tmp(f"tl.reduce({am3}, 2, {self.combine(w, 'max', DataType.Float)})", "red")
             new = w.tmp(f"tl.maximum({m_vec}, {gm}, propagate_nan=tl.PropagateNan.ALL)", "red")
             live = w.tmp(f"{new} != float('-inf')", "red")
             base = w.tmp(f"tl.where({live}, {new}, 0.0)", "red")
@@ -729,7 +729,7 @@ class ReductionTile:
             w.line(f"{s_vec} = {s_vec} * {scale} + {add}")
             w.line(f"{m_vec} = {new}")
             return
-        cm = w.tmp(self.row_reduce(am, "_pyfuser_max_nan"), "red")
+        cm = w.tmp(self.row_reduce(am, self.combine(w, "max", DataType.Float)), "red")
         new = w.tmp(f"tl.maximum({m_row}, {cm}, propagate_nan=tl.PropagateNan.ALL)", "red")
         part = w.tmp(self.row_reduce(f"tl.where({new} == float('-inf'), 0.0, tl.exp({am} - {new}))",
                                      "tl.standard._sum_combine"), "red")
@@ -739,7 +739,7 @@ class ReductionTile:
     def online_finish(self, low, m_expr, s_expr, acc):
         w = low.w
         m_row, s_row, m_vec, s_vec = acc
-        mv = w.tmp(self.row_reduce(m_vec, "_pyfuser_max_nan"), "red")
+        mv = w.tmp(self.row_reduce(m_vec, self.combine(w, "max", DataType.Float)), "red")
         M = w.tmp(f"tl.maximum({m_row}, {mv}, propagate_nan=tl.PropagateNan.ALL)", "red")
         sv = w.tmp(self.row_reduce(f"{s_vec} * tl.exp({m_vec} - {M})", "tl.standard._sum_combine"), "red")
         S = w.tmp(f"{s_row} * tl.exp({m_row} - {M}) + {sv}", "red")
@@ -818,7 +818,7 @@ class ReductionTile:
         ident = self.identity(e.op, dt)
         parts = w.tmp(f"tl.load({ws} + ({slot} * SPLIT + tl.arange(0, SPLIT)[:, None]) * {K} + k, "
                       f"mask=kmask, other={ident}, cache_modifier='.cg')", "p")
-        folded = w.tmp(f"tl.reduce({parts}, 0, {self.combine(e.op, dt)}, keep_dims=True)", "p")
+        folded = w.tmp(f"tl.reduce({parts}, 0, {self.combine(w, e.op, dt)}, keep_dims=True)", "p")
         return self.finish(low, e, [folded])
 
     def _fold(self, low, e, loaded) -> list:
@@ -850,7 +850,7 @@ class ReductionTile:
     def combined(self, w, e, acc) -> str:
         """A multi-pass accumulator pair (row value, block-shaped vector) as one value."""
         dt = self.acc_dtype(e)
-        r = w.tmp(self.row_reduce(acc[1], self.combine(e.op, dt)), "red")
+        r = w.tmp(self.row_reduce(acc[1], self.combine(w, e.op, dt)), "red")
         return w.tmp(self.fold(e.op, dt, acc[0], r), "red")
 
     @staticmethod
@@ -859,9 +859,11 @@ class ReductionTile:
         return OPS[op].reduction.fold(dt, a, b)
 
     @staticmethod
-    def combine(op, dt: DataType) -> str:
-        """The tl.reduce combine function of reduction ``op`` (the op table's row)."""
-        return OPS[op].reduction.combine(dt).name
+    def combine(w, op, dt: DataType) -> str:
+        """The tl.reduce combine function of reduction ``op`` (the op table's row), defined
+        next to the kernel (``w.helper``) when it is not a Triton builtin."""
+        fn = OPS[op].reduction.combine(dt)
+        return fn.name if fn.source is None else w.helper(fn.name, fn.source)
 
     def finish(self, low, e, acc):
         """Turn accumulators into the op's outputs (in the outputs' dtypes)."""
