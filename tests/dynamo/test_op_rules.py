@@ -133,3 +133,23 @@ def test_rules_match_eager(group, monkeypatch):
         torch.testing.assert_close(a, b, rtol=tol[0], atol=tol[1], msg=lambda m: f"output {k}: {m}")
     assert covers <= seen, f"not translated: {covers - seen}"
     assert pd.stats().get("fallbacks", 0) == 0
+
+
+def test_every_rule_targets_table_rows():
+    """Each rule names the op table rows it records; only identities record none."""
+    from pyfuser.ir.ops import OPS
+
+    for op, r in rules.RULES.items():
+        assert r.ops or not r.compute, f"{op}: a computing rule that names no table row"
+        assert set(r.ops) <= set(OPS), f"{op}: records {set(r.ops) - set(OPS)}, not op table rows"
+
+
+def test_table_rows_with_aten_packets_have_rules():
+    """A row's ``aten`` packets are translated to that row (rules derived from the table)."""
+    from pyfuser.ir.ops import OPS
+
+    for row in OPS.values():
+        for packet in row.aten:
+            targets = [r for op, r in rules.RULES.items() if str(op).startswith(f"aten.{packet}.")]
+            assert targets, f"{row.name}: no rule for aten.{packet}"
+            assert all(row.name in r.ops for r in targets), f"aten.{packet}: rules that do not record {row.name}"

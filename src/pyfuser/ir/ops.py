@@ -429,6 +429,9 @@ class OpDef:
     heavy: bool = False
     # Reductions: identity, combine, fold and finish (``ir.reductions``).
     reduction: R.Reduction | None = None
+    # ATen op packets (``torch.ops.aten.<name>``) with this row's operands and semantics:
+    # the dynamo backend registers a rule for each from the row (``dynamo.rules``).
+    aten: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not isinstance(self.kind, OpKind):
@@ -437,16 +440,17 @@ class OpDef:
             raise TypeError(f"op table row {self.name}: a reduction row needs a reduction, got {self.reduction!r}")
 
 
-def _u(name, ref, emit, compute="out", heavy=False):
-    return OpDef(name, OpKind.UNARY, ref, emit, compute, heavy=heavy)
+def _u(name, ref, emit, compute="out", heavy=False, aten=True):
+    """A unary row; ``aten``: ATen's op of the same name is this one (False: none is)."""
+    return OpDef(name, OpKind.UNARY, ref, emit, compute, heavy=heavy, aten=(name,) if aten else ())
 
 
-def _b(name, ref, emit, compute="out", heavy=False):
-    return OpDef(name, OpKind.BINARY, ref, emit, compute, heavy=heavy)
+def _b(name, ref, emit, compute="out", heavy=False, aten=True):
+    return OpDef(name, OpKind.BINARY, ref, emit, compute, heavy=heavy, aten=(name,) if aten else ())
 
 
 def _cmp(name, ref, sym):
-    return OpDef(name, OpKind.BINARY, ref, lambda b, x, y: f"({x} {sym} {y})", "args")
+    return OpDef(name, OpKind.BINARY, ref, lambda b, x, y: f"({x} {sym} {y})", "args", aten=(name,))
 
 
 _ROWS = [
@@ -482,14 +486,15 @@ _ROWS = [
     _u("isinf", torch.isinf, _isinf, "args"),
     _u("logical_not", torch.logical_not, lambda b, a: f"({a} == 0)", "args"),
     _u("bitwise_not", torch.bitwise_not, _bitwise_not),
-    _u("set", torch.clone, lambda b, a: a),  # a copy: the output is a new tensor (nvFuser's ops.set)
+    _u("set", torch.clone, lambda b, a: a, aten=False),  # a copy: the output is a new tensor (nvFuser's ops.set)
     # binary
-    _b("add", lambda a, b: a + b, lambda b, x, y: f"({x} + {y})"),
-    _b("sub", lambda a, b: a - b, lambda b, x, y: f"({x} - {y})"),
+    # ATen's add and sub take an ``alpha`` (dynamo.rules); its div is truediv
+    _b("add", lambda a, b: a + b, lambda b, x, y: f"({x} + {y})", aten=False),
+    _b("sub", lambda a, b: a - b, lambda b, x, y: f"({x} - {y})", aten=False),
     _b("mul", lambda a, b: a * b, lambda b, x, y: f"({x} * {y})"),
     OpDef("div", OpKind.BINARY, _div_ref, _div, emit_uniform_rhs=_div_uniform),
-    OpDef("truediv", OpKind.BINARY, lambda a, b: a / b, _div, emit_uniform_rhs=_div_uniform),
-    _b("pow", lambda a, b: a ** b, _pow, heavy=True),
+    OpDef("truediv", OpKind.BINARY, lambda a, b: a / b, _div, emit_uniform_rhs=_div_uniform, aten=("div",)),
+    _b("pow", lambda a, b: a ** b, _pow, heavy=True, aten=False),  # integer powers: dynamo.rules
     _b("fmod", _tensor_first(_exact_fmod), _fmod),
     _b("remainder", _tensor_first(lambda a, b: _exact_fmod(a, b, floor=True)), _remainder),
     _b("atan2", _tensor_first(torch.atan2), lambda b, y, x: _ld(b, "atan2", y, x), heavy=True),
@@ -515,12 +520,12 @@ _ROWS = [
     # casts
     OpDef("cast", OpKind.CAST, lambda x, dtype: x.to(dtype) if isinstance(x, torch.Tensor) else x),
     # reductions
-    OpDef("sum", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.sum(x, dims, keepdim=keepdim, dtype=dtype), reduction=R.SUM_ROW),
-    OpDef("max", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.amax(x, dims, keepdim=keepdim), reduction=R.MAX_ROW),
-    OpDef("min", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.amin(x, dims, keepdim=keepdim), reduction=R.MIN_ROW),
+    OpDef("sum", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.sum(x, dims, keepdim=keepdim, dtype=dtype), reduction=R.SUM_ROW, aten=("sum",)),
+    OpDef("max", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.amax(x, dims, keepdim=keepdim), reduction=R.MAX_ROW, aten=("amax",)),
+    OpDef("min", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.amin(x, dims, keepdim=keepdim), reduction=R.MIN_ROW, aten=("amin",)),
     OpDef("prod", OpKind.REDUCTION, _prod_ref, reduction=R.PROD_ROW),
-    OpDef("var", OpKind.REDUCTION, lambda x, dims, correction=1, keepdim=False: torch.var(x, dims, correction=correction, keepdim=keepdim), reduction=R.VAR_ROW),
-    OpDef("var_mean", OpKind.VAR_MEAN, lambda x, dims, correction=1, keepdim=False: torch.var_mean(x, dims, correction=correction, keepdim=keepdim), reduction=R.VAR_MEAN_ROW),
+    OpDef("var", OpKind.REDUCTION, lambda x, dims, correction=1, keepdim=False: torch.var(x, dims, correction=correction, keepdim=keepdim), reduction=R.VAR_ROW, aten=("var",)),
+    OpDef("var_mean", OpKind.VAR_MEAN, lambda x, dims, correction=1, keepdim=False: torch.var_mean(x, dims, correction=correction, keepdim=keepdim), reduction=R.VAR_MEAN_ROW, aten=("var_mean",)),
     # layout ops: pure re-indexing
     OpDef("broadcast_in_dim", OpKind.BROADCAST_IN_DIM, None),
     OpDef("expand", OpKind.BROADCAST_IN_DIM, None),
