@@ -457,3 +457,18 @@ def _make_elementwise(name, arity):
 for _row in OPS.values():
     if _row.kind in (OpKind.UNARY, OpKind.BINARY):
         setattr(Operators, _row.name, _make_elementwise(_row.name, 1 if _row.kind is OpKind.UNARY else 2))
+
+
+def _make_reduction(name):
+    def builder(self, arg, dims=None, keepdim=False, dtype=DataType.Null, *, axes=None):
+        return self._reduction(name, arg, dims, keepdim, dtype, axes)
+
+    builder.__name__ = name
+    builder.__doc__ = f"Reduction {name} over ``dims`` (every dim when none are given), as the op table defines it."
+    return builder
+
+
+# Reductions without a method of their own above: sum's signature, from the op table.
+for _row in OPS.values():
+    if _row.kind is OpKind.REDUCTION and not _row.reduction.welford and not hasattr(Operators, _row.name):
+        setattr(Operators, _row.name, _make_reduction(_row.name))
