@@ -360,6 +360,8 @@ REDUCTION_ORACLE = {
     "max": (lambda x, d, k: torch.amax(x, d, keepdim=k), ALL_DTYPES),
     "min": (lambda x, d, k: torch.amin(x, d, keepdim=k), ALL_DTYPES),
     "prod": (_prod, ALL_DTYPES),
+    "any": (lambda x, d, k: torch.any(x, d, keepdim=k), ALL_DTYPES),
+    "all": (lambda x, d, k: torch.all(x, d, keepdim=k), ALL_DTYPES),
     "var": (lambda x, d, k: torch.var(x, d, keepdim=k), FLOAT_DTYPES),
     "var_mean": (lambda x, d, k: torch.var_mean(x, d, keepdim=k), FLOAT_DTYPES),
 }
@@ -378,8 +380,7 @@ def _reduction_input(op, dtype):
     x = make_tensor(REDUCTION_SHAPE, dtype, gen, low=0.5, high=1.5)
     if dtype != torch.bool and not dtype.is_floating_point:
         x = x.clamp(-2, 2)  # products of 37 stay inside int32
-    if dtype.is_floating_point or dtype == torch.bool:
-        x[2] = 0  # a row of zeros (falsy throughout): any/all and prod see both answers
+    x[2] = 0  # a row of zeros (falsy throughout): any, all and prod see both answers
     return x
 
 

@@ -524,6 +524,10 @@ _ROWS = [
     OpDef("max", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.amax(x, dims, keepdim=keepdim), reduction=R.MAX_ROW, aten=("amax",)),
     OpDef("min", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.amin(x, dims, keepdim=keepdim), reduction=R.MIN_ROW, aten=("amin",)),
     OpDef("prod", OpKind.REDUCTION, _prod_ref, reduction=R.PROD_ROW),
+    # any/all: max/min of the truth values (a bool result: the accumulator is bool, so each
+    # element is cast to bool, x != 0, before it is reduced)
+    OpDef("any", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.any(x, dims, keepdim=keepdim), reduction=R.MAX_ROW, aten=("any",)),
+    OpDef("all", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.all(x, dims, keepdim=keepdim), reduction=R.MIN_ROW, aten=("all",)),
     OpDef("var", OpKind.REDUCTION, lambda x, dims, correction=1, keepdim=False: torch.var(x, dims, correction=correction, keepdim=keepdim), reduction=R.VAR_ROW, aten=("var",)),
     OpDef("var_mean", OpKind.VAR_MEAN, lambda x, dims, correction=1, keepdim=False: torch.var_mean(x, dims, correction=correction, keepdim=keepdim), reduction=R.VAR_MEAN_ROW, aten=("var_mean",)),
     # layout ops: pure re-indexing
