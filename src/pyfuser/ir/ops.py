@@ -2,7 +2,7 @@
 
 A row (``OpDef``) carries what every layer needs to know about an op:
 
-* ``kind``: how the frontend builds it and how the code generator indexes it
+* ``kind``, an ``OpKind``: how the frontend builds it and how the code generator indexes it
   (``unary``/``binary``/``ternary`` elementwise ops, ``cast``, ``reduction``, the
   layout ops, ``full``/``iota``, the random ops, ``host`` ops run by torch between
   kernels, and ``extent`` ops: sizes, evaluated before any kernel, see ``ir.extents``);
@@ -15,7 +15,12 @@ A row (``OpDef``) carries what every layer needs to know about an op:
   e.g. ``truediv`` of ints computes in float) or ``"args"`` (the promoted argument dtype,
   e.g. comparisons); fp16/bf16 always compute in fp32 and round once, like eager.
 
-Adding an elementwise op is one row here plus one sample in the op-sweep test.
+* ``reduction`` (reduction rows): identity, combine, fold and finish, see ``ir.reductions``;
+* ``aten``: the ATen ops with this row's semantics; ``dynamo.rules`` derives their rules.
+
+Adding an elementwise op or a reduction is one row here plus one sample in the op-sweep
+test (and one use in the dynamo rule test when it has ``aten`` packets): see
+``src/pyfuser/README.md``, "The op table".
 
 The Triton expressions use ``tl`` builtins and, for functions Triton has no
 builtin for (expm1, log1p, tan, tanh, erfc, atan2, pow, fmod, rint, trunc), CUDA's
