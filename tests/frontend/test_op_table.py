@@ -26,3 +26,22 @@ def test_every_opkind_is_handled():
         src = inspect.getsource(fn)
         missing = [k for k in OpKind if k is not OpKind.EXTENT and f"OpKind.{k.name}" not in src]
         assert not missing, f"{fn.__module__}.{fn.__name__} does not handle {missing}"
+
+
+def test_every_kernel_kind_has_a_lowering():
+    """Each kind a kernel computes has a ``lower_<kind>`` handler; host ops run in torch
+    between kernels and extents before them."""
+    from pyfuser.codegen.lower import Lowering
+
+    for k in OpKind:
+        if k not in (OpKind.HOST, OpKind.EXTENT):
+            assert callable(getattr(Lowering, f"lower_{k}", None)), f"no lower_{k} in codegen.lower"
+
+
+def test_every_reduction_row_has_a_reduction():
+    from pyfuser.ir.ops import REDUCTION_KINDS
+
+    for row in OPS.values():
+        assert (row.reduction is not None) == (row.kind in REDUCTION_KINDS), row.name
+        if row.reduction is not None and not row.reduction.welford:
+            assert row.reduction.identity and row.reduction.combine and row.reduction.fold, row.name
