@@ -43,7 +43,7 @@ def reductions(x):
     v, m = torch.var_mean(x, dim=1)
     return (x.sum(1, keepdim=True) + x.amax(0) + x.amin(1, keepdim=True) + x.mean(0) + x.std(1, keepdim=True),
             x.sum(), v * m, x.var(0), x.to(torch.int32).sum(1), (x > 0).any(0) | (x > -1).all(0, keepdim=True),
-            (x > 1).any(), (x * 2).all(), (x - 1).any(dim=(0, 1)))
+            (x > 1).any(), (x * 2).all(), (x - 1).any(dim=(0, 1)), x.sum().any())
 
 
 def layout(x):

@@ -268,8 +268,9 @@ def _dims(x, dim):
 
 
 def _reduce(t, n, fd_op, x, dim, keepdim, dtype=None):
-    if x.rank == 0:
-        return x if dtype is None else t.ops.cast(x, from_torch(dtype))
+    if x.rank == 0:  # nothing to reduce: the value in the result's dtype (any of a float: a bool)
+        out = t.dtype(n)
+        return x if x.dtype is out else t.ops.cast(x, out)
     kw = {} if dtype is None else {"dtype": from_torch(dtype)}
     return getattr(t.ops, fd_op)(x, dims=_dims(x, dim), keepdim=bool(keepdim), **kw)
 
