@@ -21,8 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
 from .dtypes import DataType
 
 
@@ -32,17 +30,18 @@ class Combine:
     name: str  # what the kernel calls it by
     source: str | None = None  # its @triton.jit definition; None: a Triton builtin
     # Triton's interpreter reduces with a Python loop over the combine calls; a helper
-    # with a numpy equivalent (a whole axis at once) is run as that instead.
-    numpy: Callable | None = None
+    # with a numpy equivalent (a whole axis at once: the name of a numpy function) is run
+    # as that instead.  A name, so that defining ops needs no numpy.
+    numpy: str | None = None
 
 
 # Kernel-defined combine helpers, in the order a kernel's source lists the ones it uses.
 # Float max/min propagate NaN, as torch does (Triton's builtin max drops it).
-PROD = Combine("_pyfuser_prod", "@triton.jit\ndef _pyfuser_prod(a, b):\n    return a * b", np.prod)
+PROD = Combine("_pyfuser_prod", "@triton.jit\ndef _pyfuser_prod(a, b):\n    return a * b", "prod")
 MAX_NAN = Combine("_pyfuser_max_nan", "@triton.jit\ndef _pyfuser_max_nan(a, b):\n"
-                  "    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)", np.max)
+                  "    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)", "max")
 MIN_NAN = Combine("_pyfuser_min_nan", "@triton.jit\ndef _pyfuser_min_nan(a, b):\n"
-                  "    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)", np.min)
+                  "    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)", "min")
 HELPERS = (PROD, MAX_NAN, MIN_NAN)
 SUM = Combine("tl.standard._sum_combine")
 

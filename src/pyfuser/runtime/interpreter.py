@@ -52,7 +52,7 @@ import numpy as np
 from ..ir.reductions import HELPERS
 
 # The op table's combine helpers with a numpy equivalent, by the name kernels call them.
-_NUMPY = {h.name: h.numpy for h in HELPERS if h.numpy is not None}
+_NUMPY = {h.name: getattr(np, h.numpy) for h in HELPERS if h.numpy is not None}
 _installed = False
 INTERPRETER_LOCK = threading.RLock()
 
