@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from .errors import InputError
 from .ir.concretize import Binding, bind
 from .ir.extents import scalar_result
-from .ir.ops import OPS
+from .ir.ops import OPS, OpKind
 from .ir.shapes import slice_shape
 from .ir.values import Expr, FusionIR
 from .rng import reference_random
@@ -27,48 +27,48 @@ def run_expr(e: Expr, args: list, binding: Binding, rng_state=None):
     a = e.attrs
     out_shapes = [binding.shapes.get(o) for o in e.outputs]
     dev = binding.device
-    if row.kind in ("unary", "binary", "ternary", "cast"):
+    if row.kind in (OpKind.UNARY, OpKind.BINARY, OpKind.TERNARY, OpKind.CAST):
         if not any(isinstance(x, torch.Tensor) for x in args):  # scalar arithmetic
             return [scalar_result(e, args)]
         return [_elementwise(e, args)]
-    if row.kind == "reduction":
+    if row.kind is OpKind.REDUCTION:
         x = args[0]
         if e.op == "var":
             return [row.ref(x, list(a["dims"]), a["correction"], a["keepdim"])]
         dt = a["dtype"].torch if a.get("dtype") else None
         return [row.ref(x, list(a["dims"]), a["keepdim"], dt)]
-    if row.kind == "var_mean":
+    if row.kind is OpKind.VAR_MEAN:
         return list(row.ref(args[0], list(a["dims"]), a["correction"], a["keepdim"]))
-    if row.kind == "broadcast_in_dim":
+    if row.kind is OpKind.BROADCAST_IN_DIM:
         x, shape = args[0], out_shapes[0]
         view = [1] * len(shape)
         for i, d in enumerate(a["broadcast_dims"]):
             view[d] = x.shape[i]
         return [x.reshape(view).expand(shape)]
-    if row.kind == "reshape":
+    if row.kind is OpKind.RESHAPE:
         return [args[0].reshape(out_shapes[0])]
-    if row.kind == "permute":
+    if row.kind is OpKind.PERMUTE:
         return [args[0].permute(a["dims"])]
-    if row.kind == "squeeze":
+    if row.kind is OpKind.SQUEEZE:
         x = args[0]
         return [x.squeeze(a["dims"]) if a["dims"] else x]
-    if row.kind == "slice":
+    if row.kind is OpKind.SLICE:
         _, norm = slice_shape(e.op, tuple(args[0].shape), a["starts"], a["ends"], a["steps"])
         return [args[0][tuple(slice(*n) for n in norm)]]
-    if row.kind == "pad":
+    if row.kind is OpKind.PAD:
         x, v = args
         return [F.pad(x, list(a["pad_widths"]), value=v)]
-    if row.kind == "cat":
+    if row.kind is OpKind.CAT:
         return [torch.cat(args, a["dim"])]
-    if row.kind == "full":
+    if row.kind is OpKind.FULL:
         return [torch.full(out_shapes[0], args[0], dtype=a["dtype"].torch, device=dev)]
-    if row.kind == "iota":
+    if row.kind is OpKind.IOTA:
         start, step = args
         dt = a["dtype"].torch
         return [(torch.arange(out_shapes[0][0], device=dev, dtype=dt) * step + start).to(dt)]
-    if row.kind in ("host", "gather"):
+    if row.kind in (OpKind.HOST, OpKind.GATHER):
         return [row.ref(*args, **a)]
-    if row.kind == "random":
+    if row.kind is OpKind.RANDOM:
         return [_random(e, args, out_shapes[0], dev, rng_state)]
     raise AssertionError(f"reference: no implementation for {e.op}")
 

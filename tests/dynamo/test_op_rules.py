@@ -42,7 +42,8 @@ def binary(x, y, i, j, b):
 def reductions(x):
     v, m = torch.var_mean(x, dim=1)
     return (x.sum(1, keepdim=True) + x.amax(0) + x.amin(1, keepdim=True) + x.mean(0) + x.std(1, keepdim=True),
-            x.sum(), v * m, x.var(0), x.to(torch.int32).sum(1))
+            x.sum(), v * m, x.var(0), x.to(torch.int32).sum(1), (x > 0).any(0) | (x > -1).all(0, keepdim=True),
+            (x > 1).any(), (x * 2).all(), (x - 1).any(dim=(0, 1)), x.sum().any())
 
 
 def layout(x):
@@ -83,7 +84,7 @@ GROUPS = {
                     "pow.Scalar")),
     "reductions": (reductions, lambda g: [torch.randn(3, 5, generator=g)],
                    _ops("sum.dim_IntList", "amax", "amin", "mean.dim", "var_mean.correction",
-                        "var.correction")),
+                        "var.correction", "any.dim", "all.dim", "any.default", "all.default", "any.dims")),
     "layout": (layout, lambda g: [torch.randn(4, 6, generator=g)],
                _ops("view", "permute", "transpose.int", "t", "unsqueeze", "squeeze.dim", "expand", "slice.Tensor",
                     "select.int", "cat", "constant_pad_nd", "clone")),
@@ -101,7 +102,7 @@ NOT_COVERED = _ops("add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar", "div.
                    "where.ScalarSelf", "where.ScalarOther", "where.Scalar", "clamp_min", "clamp_max",
                    "isfinite", "silu", "_unsafe_view", "reshape", "squeeze.dims", "squeeze.default", "alias",
                    "detach", "lift_fresh_copy", "prims.convert_element_type", "scalar_tensor", "rand", "randn",
-                   "mean.default", "sum.default")
+                   "mean.default", "sum.default", "all.dims")
 
 
 def test_every_rule_is_covered():
@@ -133,3 +134,23 @@ def test_rules_match_eager(group, monkeypatch):
         torch.testing.assert_close(a, b, rtol=tol[0], atol=tol[1], msg=lambda m: f"output {k}: {m}")
     assert covers <= seen, f"not translated: {covers - seen}"
     assert pd.stats().get("fallbacks", 0) == 0
+
+
+def test_every_rule_targets_table_rows():
+    """Each rule names the op table rows it records; only identities record none."""
+    from pyfuser.ir.ops import OPS
+
+    for op, r in rules.RULES.items():
+        assert r.ops or not r.compute, f"{op}: a computing rule that names no table row"
+        assert set(r.ops) <= set(OPS), f"{op}: records {set(r.ops) - set(OPS)}, not op table rows"
+
+
+def test_table_rows_with_aten_packets_have_rules():
+    """A row's ``aten`` packets are translated to that row (rules derived from the table)."""
+    from pyfuser.ir.ops import OPS
+
+    for row in OPS.values():
+        for packet in row.aten:
+            targets = [r for op, r in rules.RULES.items() if str(op).startswith(f"aten.{packet}.")]
+            assert targets, f"{row.name}: no rule for aten.{packet}"
+            assert all(row.name in r.ops for r in targets), f"aten.{packet}: rules that do not record {row.name}"

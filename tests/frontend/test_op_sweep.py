@@ -1,6 +1,8 @@
-"""Every elementwise op of the op table, run through ``fd.execute`` and compared with
-PyTorch eager: output dtype (promotion) and values, over dtypes, tensor vs tensor,
-tensor vs Python scalar in both orders, mixed dtypes and broadcasting.
+"""Every elementwise op and every reduction of the op table, run through ``fd.execute``
+and compared with PyTorch eager: output dtype (promotion) and values, over dtypes,
+tensor vs tensor, tensor vs Python scalar in both orders, mixed dtypes and
+broadcasting; reductions over each dim and all of them, with and without keepdim,
+also against the reference executor.
 
 The oracles below are written by hand (operators and ``torch.*`` functions), not
 taken from the op table, so a wrong table row shows up here.  Where eager refuses an
@@ -19,7 +21,7 @@ from hypothesis.extra.numpy import mutually_broadcastable_shapes
 
 from pyfuser import DataType, FusionDefinition, PyfuserError
 from pyfuser.ir.dtypes import from_torch
-from pyfuser.ir.ops import BINARY_OPS, OPS, UNARY_OPS
+from pyfuser.ir.ops import BINARY_OPS, OPS, REDUCTION_OPS, UNARY_OPS
 
 from ..helpers import ALL_DTYPES, FLOAT_DTYPES, assert_matches, gen_for, make_tensor
 
@@ -340,3 +342,66 @@ def test_cast_accepts_torch_dtype_and_positional_dtype():
     a, b = fd.execute([x])
     assert_matches(a, x.half())
     assert_matches(b, x.to(torch.int32))
+
+
+# --- reductions -----------------------------------------------------------------------
+
+
+def _prod(x, dims, keepdim):
+    out = x.to(torch.int64) if not x.dtype.is_floating_point else x
+    for d in sorted(dims, reverse=True):
+        out = torch.prod(out, d, keepdim=True)
+    return out if keepdim else out.reshape([s for i, s in enumerate(out.shape) if i not in dims])
+
+
+# Eager's answer per reduction row; ``dtypes``: the input dtypes eager takes.
+REDUCTION_ORACLE = {
+    "sum": (lambda x, d, k: torch.sum(x, d, keepdim=k), ALL_DTYPES),
+    "max": (lambda x, d, k: torch.amax(x, d, keepdim=k), ALL_DTYPES),
+    "min": (lambda x, d, k: torch.amin(x, d, keepdim=k), ALL_DTYPES),
+    "prod": (_prod, ALL_DTYPES),
+    "any": (lambda x, d, k: torch.any(x, d, keepdim=k), ALL_DTYPES),
+    "all": (lambda x, d, k: torch.all(x, d, keepdim=k), ALL_DTYPES),
+    "var": (lambda x, d, k: torch.var(x, d, keepdim=k), FLOAT_DTYPES),
+    "var_mean": (lambda x, d, k: torch.var_mean(x, d, keepdim=k), FLOAT_DTYPES),
+}
+
+REDUCTION_SHAPE = (6, 37)
+REDUCTION_CASES = [([1], False), ([0], True), ([0, 1], False)]
+
+
+def test_every_reduction_has_an_oracle():
+    """Adding a reduction row to the op table needs a sample here."""
+    assert set(REDUCTION_OPS) == set(REDUCTION_ORACLE)
+
+
+def _reduction_input(op, dtype):
+    gen = gen_for(("reduce", op, str(dtype)))
+    x = make_tensor(REDUCTION_SHAPE, dtype, gen, low=0.5, high=1.5)
+    if dtype != torch.bool and not dtype.is_floating_point:
+        x = x.clamp(-2, 2)  # products of 37 stay inside int32
+    x[2] = 0  # a row of zeros (falsy throughout): any, all and prod see both answers
+    return x
+
+
+@pytest.mark.parametrize("dims,keepdim", REDUCTION_CASES, ids=lambda c: str(c))
+@pytest.mark.parametrize("op,dtype", [(op, dt) for op, (_, dts) in sorted(REDUCTION_ORACLE.items()) for dt in dts],
+                         ids=lambda c: _dtype_id(c) if isinstance(c, torch.dtype) else c)
+def test_reduction(op, dtype, dims, keepdim):
+    """Generated kernels (the interpreter on CPU) against eager and the reference."""
+    fn, _ = REDUCTION_ORACLE[op]
+    x = _reduction_input(op, dtype)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=from_torch(dtype))
+        out = getattr(fd.ops, op)(t, dims=dims, keepdim=keepdim)
+        for o in out if isinstance(out, tuple) else (out,):
+            fd.add_output(o)
+    want = fn(x, dims, keepdim)
+    want = list(want) if isinstance(want, tuple) else [want]
+    got = fd.execute([x])
+    ref = fd.reference([x])
+    what = f"{op}({_dtype_id(dtype)}, dims={dims}, keepdim={keepdim})"
+    tol = {torch.float16: (4e-3, 4e-3), torch.bfloat16: (3e-2, 3e-2)}.get(dtype)
+    for i, (g, r, w) in enumerate(zip(got, ref, want, strict=True)):
+        assert_matches(g, w, what=f"{what} output {i} against eager", tol=tol if w.dtype == dtype else None)
+        assert_matches(g, r, what=f"{what} output {i} against the reference", tol=tol if w.dtype == dtype else None)

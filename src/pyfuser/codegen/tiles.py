@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 
 from ..ir.dtypes import TRITON_NAME, DataType
+from ..ir.ops import OPS
 from .index import ZERO, Coord, Index, unravel
 from .lower import Unsupported, compute_dtype
 
@@ -208,9 +209,6 @@ class ProbeTile:
 
     def quads(self, lin: Coord):
         return None
-
-
-_IDENT = {"sum": 0, "prod": 1}
 
 
 # PTX that widens a carried fp16 row to fp32 (``ReductionTile.carried_load``).  A bf16
@@ -596,7 +594,7 @@ class ReductionTile:
         dt = self.acc_dtype(e)
         tn = TRITON_NAME[dt]
         shp = self.row_shape()
-        if e.op in ("var", "var_mean"):
+        if OPS[e.op].reduction.welford:
             return self._init_welford(low, shp, tn)
         ident = self.identity(e.op, dt)
         name = f"acc{len(w.lines)}"
@@ -618,13 +616,8 @@ class ReductionTile:
 
     @staticmethod
     def identity(op, dt: DataType) -> str:
-        if op in _IDENT:
-            v = _IDENT[op]
-            return repr(float(v)) if dt.is_float else repr(v)
-        big = {DataType.Int: 2**63 - 1, DataType.Int32: 2**31 - 1, DataType.Bool: 1}.get(dt)
-        if op == "max":
-            return "float('-inf')" if dt.is_float else repr(-big - 1 if dt is not DataType.Bool else 0)
-        return "float('inf')" if dt.is_float else repr(big)
+        """Reduction ``op``'s start value in accumulator dtype ``dt`` (the op table's row)."""
+        return OPS[op].reduction.identity(dt)
 
     def chunk(self, low, e, acc, first=False, c="j"):
         """Reduce chunk ``c`` of ``e``'s input and fold it into ``acc``."""
@@ -640,17 +633,11 @@ class ReductionTile:
             ident = self.identity(e.op, dt)
             w.line(f"{vec} = {self.fold(e.op, dt, vec, f'tl.where({mask}, {xs}, {ident})')}")
             return acc
-        if e.op in ("sum", "prod"):
-            comb = self.combine(e.op, dt)
-            r = w.tmp(self.row_reduce(f"tl.where({mask}, {xs}, {self.identity(e.op, dt)})", comb), "red")
-            if acc is None:
-                return [r]
-            w.line(f"{acc[0]} = {self.fold(e.op, dt, acc[0], r)}")
-            return acc
-        if e.op in ("max", "min"):
-            comb = self.combine(e.op, dt)
-            src = xs if dt is not DataType.Bool else f"({x}).to(tl.int32)"
+        if not OPS[e.op].reduction.welford:
+            # a bool accumulator reduces its block as int32 (Triton reduces no int1)
+            src = xs if dt is not DataType.Bool else f"({xs}).to(tl.int32)"
             ident = self.identity(e.op, dt if dt is not DataType.Bool else DataType.Int32)
+            comb = self.combine(w, e.op, dt if dt is not DataType.Bool else DataType.Int32)
             r = w.tmp(self.row_reduce(f"tl.where({mask}, {src}, {ident})", comb), "red")
             if dt is DataType.Bool:
                 r = w.tmp(f"{r} != 0", "red")
@@ -727,7 +714,7 @@ class ReductionTile:
         if c in ("j", "b") and self._online_grouped():
             g = self.ONLINE_GROUP
             am3 = w.tmp(f"tl.reshape({am}, [BLOCK_K, BLOCK_J // {g}, {g}])", "red")
-            gm = w.tmp(f"tl.reduce({am3}, 2, _pyfuser_max_nan)", "red")
+            gm = w.tmp(f"tl.reduce({am3}, 2, {self.combine(w, 'max', DataType.Float)})", "red")
             new = w.tmp(f"tl.maximum({m_vec}, {gm}, propagate_nan=tl.PropagateNan.ALL)", "red")
             live = w.tmp(f"{new} != float('-inf')", "red")
             base = w.tmp(f"tl.where({live}, {new}, 0.0)", "red")
@@ -742,7 +729,7 @@ class ReductionTile:
             w.line(f"{s_vec} = {s_vec} * {scale} + {add}")
             w.line(f"{m_vec} = {new}")
             return
-        cm = w.tmp(self.row_reduce(am, "_pyfuser_max_nan"), "red")
+        cm = w.tmp(self.row_reduce(am, self.combine(w, "max", DataType.Float)), "red")
         new = w.tmp(f"tl.maximum({m_row}, {cm}, propagate_nan=tl.PropagateNan.ALL)", "red")
         part = w.tmp(self.row_reduce(f"tl.where({new} == float('-inf'), 0.0, tl.exp({am} - {new}))",
                                      "tl.standard._sum_combine"), "red")
@@ -752,7 +739,7 @@ class ReductionTile:
     def online_finish(self, low, m_expr, s_expr, acc):
         w = low.w
         m_row, s_row, m_vec, s_vec = acc
-        mv = w.tmp(self.row_reduce(m_vec, "_pyfuser_max_nan"), "red")
+        mv = w.tmp(self.row_reduce(m_vec, self.combine(w, "max", DataType.Float)), "red")
         M = w.tmp(f"tl.maximum({m_row}, {mv}, propagate_nan=tl.PropagateNan.ALL)", "red")
         sv = w.tmp(self.row_reduce(f"{s_vec} * tl.exp({m_vec} - {M})", "tl.standard._sum_combine"), "red")
         S = w.tmp(f"{s_row} * tl.exp({m_row} - {M}) + {sv}", "red")
@@ -765,7 +752,7 @@ class ReductionTile:
 
     # -- split: partial results across programs -----------------------------------------
     def split_slots(self, exprs) -> int:
-        return sum(3 if e.op in ("var", "var_mean") else 1 for e in exprs)
+        return sum(3 if OPS[e.op].reduction.welford else 1 for e in exprs)
 
     def split_combine(self, low, exprs, accs):
         """Store this program's partials of ``exprs`` (accumulators ``accs``), count the
@@ -795,7 +782,7 @@ class ReductionTile:
         low.push()
         block = self.split & (self.split - 1) == 0 and not self.inner
         for e in exprs:
-            if block and e.op in ("sum", "prod", "max", "min"):
+            if block and not OPS[e.op].reduction.welford:
                 self.results[e] = self._fold_block(low, e, ws, parts[e][0], K)
                 continue
             loaded = []
@@ -816,7 +803,7 @@ class ReductionTile:
         [value] or, for var/var_mean, [count, mean, M2]."""
         w = low.w
         dt = self.acc_dtype(e)
-        if e.op in ("var", "var_mean"):
+        if OPS[e.op].reduction.welford:
             return list(acc)
         return [self.combined(w, e, acc)]
 
@@ -831,7 +818,7 @@ class ReductionTile:
         ident = self.identity(e.op, dt)
         parts = w.tmp(f"tl.load({ws} + ({slot} * SPLIT + tl.arange(0, SPLIT)[:, None]) * {K} + k, "
                       f"mask=kmask, other={ident}, cache_modifier='.cg')", "p")
-        folded = w.tmp(f"tl.reduce({parts}, 0, {self.combine(e.op, dt)}, keep_dims=True)", "p")
+        folded = w.tmp(f"tl.reduce({parts}, 0, {self.combine(w, e.op, dt)}, keep_dims=True)", "p")
         return self.finish(low, e, [folded])
 
     def _fold(self, low, e, loaded) -> list:
@@ -841,7 +828,7 @@ class ReductionTile:
         tn = TRITON_NAME[dt]
         shp = self.shape("k")
         base = f"fold{len(w.lines)}"  # accumulators: fresh names, never shared by CSE
-        if e.op in ("var", "var_mean"):
+        if OPS[e.op].reduction.welford:
             n, mu, M2 = (f"{base}_{x}" for x in ("n", "mean", "m2"))
             for name in (n, mu, M2):
                 w.line(f"{name} = tl.full({shp}, 0.0, {tn})")
@@ -863,46 +850,29 @@ class ReductionTile:
     def combined(self, w, e, acc) -> str:
         """A multi-pass accumulator pair (row value, block-shaped vector) as one value."""
         dt = self.acc_dtype(e)
-        r = w.tmp(self.row_reduce(acc[1], self.combine(e.op, dt)), "red")
+        r = w.tmp(self.row_reduce(acc[1], self.combine(w, e.op, dt)), "red")
         return w.tmp(self.fold(e.op, dt, acc[0], r), "red")
 
     @staticmethod
     def fold(op, dt: DataType, a: str, b: str) -> str:
-        """``a`` and ``b`` combined by reduction ``op`` (float max/min propagate NaN, as torch)."""
-        if op == "sum":
-            return f"{a} + {b}"
-        if op == "prod":
-            return f"{a} * {b}"
-        fn = "maximum" if op == "max" else "minimum"
-        nan_arg = ", propagate_nan=tl.PropagateNan.ALL" if dt.is_float else ""
-        return f"tl.{fn}({a}, {b}{nan_arg})"
+        """``a`` and ``b`` combined by reduction ``op`` (the op table's row)."""
+        return OPS[op].reduction.fold(dt, a, b)
 
     @staticmethod
-    def combine(op, dt: DataType) -> str:
-        """The tl.reduce combine function; float max/min propagate NaN like torch."""
-        if op == "sum":
-            return "tl.standard._sum_combine"
-        if op == "prod":
-            return "_pyfuser_prod"
-        if dt.is_float:
-            return f"_pyfuser_{op}_nan"
-        return f"tl.standard._elementwise_{op}"
+    def combine(w, op, dt: DataType) -> str:
+        """The tl.reduce combine function of reduction ``op`` (the op table's row), defined
+        next to the kernel (``w.helper``) when it is not a Triton builtin."""
+        fn = OPS[op].reduction.combine(dt)
+        return fn.name if fn.source is None else w.helper(fn.name, fn.source)
 
     def finish(self, low, e, acc):
         """Turn accumulators into the op's outputs (in the outputs' dtypes)."""
         w = low.w
         outs = e.outputs
-        if len(acc) == 2 and e.op not in ("var", "var_mean"):
+        red = OPS[e.op].reduction
+        if len(acc) == 2 and not red.welford:
             acc = [self.combined(w, e, acc)]
-        if e.op in ("var", "var_mean"):
-            n, mean, m2 = acc
-            corr = e.attrs["correction"]
-            var = w.tmp(f"{m2} / tl.maximum({n} - {float(corr)!r}, 0.0)", "red")
-            if e.op == "var_mean":  # the mean of nothing is nan, as in torch (0 / 0)
-                mean = w.tmp(f"tl.where({n} > 0, {mean}, float('nan'))", "red")
-            vals = [var] if e.op == "var" else [var, mean]
-        else:
-            vals = [acc[0]]
+        vals = red.finish(w, acc, e.attrs) if red.finish is not None else [acc[0]]
         res = []
         for o, val in zip(outs, vals):
             dt = self.acc_dtype(e)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..ir.reductions import HELPERS
+
 
 @dataclass
 class KernelArg:
@@ -57,9 +59,16 @@ class KernelWriter:
 
     def helper(self, name: str, source: str) -> str:
         """Define the ``@triton.jit`` function ``source`` (named ``name``) next to the
-        kernel; returns the name to call it by."""
+        kernel; returns the name to call it by.  Only the helpers a body calls are
+        defined: an unused one is source to parse and cache for nothing."""
         self.helpers.setdefault(name, source)
         return name
+
+    def _helper_sources(self) -> list[str]:
+        # the op table's reduction helpers first, in the table's order, then the others as
+        # first used: a kernel's text does not depend on which reduction it emitted first
+        table = [h.source for h in HELPERS if h.name in self.helpers]
+        return table + [text for name, text in self.helpers.items() if name not in {h.name for h in HELPERS}]
 
     def arg(self, name: str, kind: str, source: tuple) -> str:
         if name not in self.args:
@@ -88,22 +97,7 @@ class KernelWriter:
             *head,
             "",
             "",
-            "@triton.jit",
-            "def _pyfuser_prod(a, b):",
-            "    return a * b",
-            "",
-            "",
-            "@triton.jit",
-            "def _pyfuser_max_nan(a, b):",
-            "    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)",
-            "",
-            "",
-            "@triton.jit",
-            "def _pyfuser_min_nan(a, b):",
-            "    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)",
-            "",
-            "",
-            *(line for text in self.helpers.values() for line in (text, "", "")),
+            *(line for text in self._helper_sources() for line in (text, "", "")),
             self._decorator(),
             f"def {self.name}(\n    {sig},\n):",
             *self.lines,

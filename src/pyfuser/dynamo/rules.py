@@ -7,7 +7,10 @@ and says whether the op computes anything (views and identities do not: a region
 of them alone stays in ATen).  ``RULES`` is the single list both the partitioner's
 operator support (``unsupported_reason``) and the translator read.
 
-Adding an op is one rule here plus one use in ``tests/dynamo/test_op_rules.py``.
+Ops whose ATen counterpart has the same operands and semantics get their rule from
+the op table (a row's ``aten`` packets: unary, binary and reduction rows); any other op
+is one rule here.  Each rule names the table rows it records (``ops``,
+``tests/dynamo/test_op_rules.py`` checks they are rows), and has one use there.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import torch
 from torch.fx.node import Node
 
 from ..ir.dtypes import DataType, from_torch
+from ..ir.ops import OPS, OpKind
 from ..ir.values import TensorVal
 
 aten = torch.ops.aten
@@ -44,6 +48,7 @@ class Rule:
     fn: Callable  # (translator, node, args namespace) -> fd value or tuple of them
     check: Callable | None = None  # (node, args namespace) -> reason it is unsupported, or None
     compute: bool = True  # False: a view / identity, which alone is not worth a fusion
+    ops: tuple = ()  # the op table rows ``fn`` records (none for an identity)
 
 
 RULES: dict = {}
@@ -61,13 +66,17 @@ def overloads(*names):
     return out
 
 
-def rule(*names, check=None, compute=True):
+def rule(*names, ops, check=None, compute=True):
     def register(fn):
         for op in overloads(*names):
-            RULES[op] = Rule(fn, check, compute)
+            RULES[op] = Rule(fn, check, compute, tuple(ops))
         return fn
 
     return register
+
+
+def _table_rows(kind):
+    return [row for row in OPS.values() if row.kind is kind and row.aten]
 
 
 def bind_args(target, args, kwargs) -> SimpleNamespace:
@@ -97,8 +106,14 @@ RESHAPES = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, to
 # stay a view between two regions (``pad_matmuls``: a sum reading the padded gradient).
 ATEN_ONLY = "pyfuser_aten_only"
 
-_REDUCTIONS = {"aten.sum.dim_IntList", "aten.sum.default", "aten.amax.default", "aten.amin.default",
-               "aten.mean.dim", "aten.mean.default", "aten.var_mean.correction", "aten.var.correction"}
+# The overloads of a reduction row's ATen packets: all dims, some dims (a list or one).
+_REDUCTION_OVERLOADS = ("default", "dim_IntList", "dims", "dim")
+_TABLE_REDUCTIONS = {row.name: overloads(*(f"{p}.{o}" for p in row.aten for o in _REDUCTION_OVERLOADS))
+                     for row in _table_rows(OpKind.REDUCTION) if not row.reduction.welford}
+_WELFORD = {row.name: overloads(*(f"{p}.correction" for p in row.aten))
+            for kind in (OpKind.REDUCTION, OpKind.VAR_MEAN) for row in _table_rows(kind) if row.reduction.welford}
+_REDUCTIONS = ({str(op) for ops in (*_TABLE_REDUCTIONS.values(), *_WELFORD.values()) for op in ops}
+               | {"aten.mean.dim", "aten.mean.default"})
 
 
 def reduction_kind(node) -> str | None:
@@ -121,44 +136,34 @@ def _identity_rule(*names, aten_view):
         return a.self
 
     for op in overloads(*names):
-        RULES[op] = Rule(fn, None, compute=False)
+        RULES[op] = Rule(fn, None, compute=False, ops=())
         if aten_view:
             ATEN_VIEWS.add(op)
 
 
 # --- pointwise ops --------------------------------------------------------------------
 
-_UNARY = ("abs", "neg", "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal",
-          "sin", "cos", "tan", "tanh", "sigmoid", "relu", "erf", "erfc", "floor", "ceil", "trunc", "sign",
-          "isnan", "isinf", "logical_not", "bitwise_not", "silu")
-
-
 def _unary(fd_op):
     return lambda t, n, a: getattr(t.ops, fd_op)(a.self)
 
 
-for _name in _UNARY:
-    rule(_name)(_unary(_name))
-rule("round")(_unary("round"))
-rule("isfinite")(_unary("isfinite"))
-
-# ATen's div is true division (ints give floats): pyfuser's truediv; its div truncates
-# integers, as nvFuser's does.
-_BINARY = {"mul": "mul", "div": "truediv", "maximum": "maximum", "minimum": "minimum", "atan2": "atan2",
-           "fmod": "fmod", "remainder": "remainder", "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt",
-           "ge": "ge", "logical_and": "logical_and", "logical_or": "logical_or", "bitwise_and": "bitwise_and",
-           "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor"}
+for _row in _table_rows(OpKind.UNARY):
+    rule(*_row.aten, ops=[_row.name])(_unary(_row.name))
 
 
 def _binary(fd_op):
     return lambda t, n, a: getattr(t.ops, fd_op)(a.self, a.other)
 
 
-for _name, _fd in _BINARY.items():
-    # ".default" is the tensor overload only of ops without a ".Tensor" one (for mul
-    # or div it is the scalar-scalar arithmetic of symbolic shapes).
-    _tensor_form = "Tensor" in getattr(aten, _name).overloads()
-    rule(*((f"{_name}.Tensor", f"{_name}.Scalar") if _tensor_form else (f"{_name}.default",)))(_binary(_fd))
+# ATen's div is true division (ints give floats): pyfuser's truediv row names it; its
+# div truncates integers, as nvFuser's does.
+for _row in _table_rows(OpKind.BINARY):
+    for _name in _row.aten:
+        # ".default" is the tensor overload only of ops without a ".Tensor" one (for mul
+        # or div it is the scalar-scalar arithmetic of symbolic shapes).
+        _tensor_form = "Tensor" in getattr(aten, _name).overloads()
+        rule(*((f"{_name}.Tensor", f"{_name}.Scalar") if _tensor_form else (f"{_name}.default",)),
+             ops=[_row.name])(_binary(_row.name))
 
 
 def _alpha(t, n, a, fd_op):
@@ -168,15 +173,15 @@ def _alpha(t, n, a, fd_op):
     return getattr(t.ops, fd_op)(a.self, other)
 
 
-rule("add.Tensor", "add.Scalar")(lambda t, n, a: _alpha(t, n, a, "add"))
-rule("sub.Tensor", "sub.Scalar")(lambda t, n, a: _alpha(t, n, a, "sub"))
+rule("add.Tensor", "add.Scalar", ops=["add", "mul"])(lambda t, n, a: _alpha(t, n, a, "add"))
+rule("sub.Tensor", "sub.Scalar", ops=["sub", "mul"])(lambda t, n, a: _alpha(t, n, a, "sub"))
 
 
 def _div_mode_check(n, a):
     return None if a.rounding_mode is None else f"rounding_mode={a.rounding_mode!r}"
 
 
-rule("div.Tensor_mode", "div.Scalar_mode", check=_div_mode_check)(lambda t, n, a: t.ops.truediv(a.self, a.other))
+rule("div.Tensor_mode", "div.Scalar_mode", ops=["truediv"], check=_div_mode_check)(lambda t, n, a: t.ops.truediv(a.self, a.other))
 
 
 def _small_int_power(y) -> bool:
@@ -192,7 +197,8 @@ def _pow_check(n, a):
     return None if _small_int_power(y) and y > 0 else "integer pow"
 
 
-@rule("pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", check=_pow_check)
+@rule("pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", ops=["pow", "cast", "mul", "reciprocal"],
+      check=_pow_check)
 def _pow(t, n, a):
     x, y = a.self, a.exponent
     out = t.dtype(n)
@@ -210,7 +216,7 @@ def _pow(t, n, a):
     return t.ops.reciprocal(result) if y < 0 else result
 
 
-rule("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")(
+rule("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar", ops=["where"])(
     lambda t, n, a: t.ops.where(a.condition, a.self, a.other))
 
 
@@ -221,9 +227,9 @@ def _clamp_check(n, a):
     return None
 
 
-rule("clamp.default", check=_clamp_check)(lambda t, n, a: t.ops.clamp(a.self, min=a.min, max=a.max))
-rule("clamp_min.default", check=_clamp_check)(lambda t, n, a: t.ops.clamp(a.self, min=a.min))
-rule("clamp_max.default", check=_clamp_check)(lambda t, n, a: t.ops.clamp(a.self, max=a.max))
+rule("clamp.default", ops=["clamp"], check=_clamp_check)(lambda t, n, a: t.ops.clamp(a.self, min=a.min, max=a.max))
+rule("clamp_min.default", ops=["clamp"], check=_clamp_check)(lambda t, n, a: t.ops.clamp(a.self, min=a.min))
+rule("clamp_max.default", ops=["clamp"], check=_clamp_check)(lambda t, n, a: t.ops.clamp(a.self, max=a.max))
 
 
 # --- casts ----------------------------------------------------------------------------
@@ -240,14 +246,14 @@ def _to_copy_check(n, a):
     return None
 
 
-@rule("_to_copy.default", check=_to_copy_check)
+@rule("_to_copy.default", ops=["cast"], check=_to_copy_check)
 def _to_copy(t, n, a):
     if a.dtype is None or a.dtype == meta(n.args[0]).dtype:
         return a.self
     return t.ops.cast(a.self, from_torch(a.dtype))
 
 
-@rule("prims.convert_element_type.default")
+@rule("prims.convert_element_type.default", ops=["cast"])
 def _convert(t, n, a):
     return a.a if a.a.dtype.torch == a.dtype else t.ops.cast(a.a, from_torch(a.dtype))
 
@@ -262,23 +268,29 @@ def _dims(x, dim):
 
 
 def _reduce(t, n, fd_op, x, dim, keepdim, dtype=None):
-    if x.rank == 0:
-        return x if dtype is None else t.ops.cast(x, from_torch(dtype))
+    if x.rank == 0:  # nothing to reduce: the value in the result's dtype (any of a float: a bool)
+        out = t.dtype(n)
+        return x if x.dtype is out else t.ops.cast(x, out)
     kw = {} if dtype is None else {"dtype": from_torch(dtype)}
     return getattr(t.ops, fd_op)(x, dims=_dims(x, dim), keepdim=bool(keepdim), **kw)
 
 
-rule("sum.dim_IntList")(lambda t, n, a: _reduce(t, n, "sum", a.self, a.dim, a.keepdim, a.dtype))
-rule("sum.default")(lambda t, n, a: _reduce(t, n, "sum", a.self, None, False, a.dtype))
-rule("amax.default")(lambda t, n, a: _reduce(t, n, "max", a.self, a.dim, a.keepdim))
-rule("amin.default")(lambda t, n, a: _reduce(t, n, "min", a.self, a.dim, a.keepdim))
+def _table_reduce(fd_op):
+    # ``.default`` of sum has no dim (all of them); of amax, a dim list and keepdim
+    return lambda t, n, a: _reduce(t, n, fd_op, a.self, getattr(a, "dim", None), getattr(a, "keepdim", False),
+                                   getattr(a, "dtype", None))
+
+
+for _name, _ops in _TABLE_REDUCTIONS.items():
+    for _op in _ops:
+        RULES[_op] = Rule(_table_reduce(_name), ops=(_name, "cast"))
 
 
 def _float_only(n, a):
     return None if meta(n.args[0]).dtype.is_floating_point else "integer input"
 
 
-@rule("mean.dim", "mean.default", check=_float_only)
+@rule("mean.dim", "mean.default", ops=["sum", "div", "cast"], check=_float_only)
 def _mean(t, n, a):
     x = a.self
     dims = _dims(x, getattr(a, "dim", None))
@@ -295,41 +307,44 @@ def _correction(a):
     return 1 if c is None else c
 
 
-@rule("var_mean.correction", check=_float_only)
-def _var_mean(t, n, a):
-    return tuple(t.ops.var_mean(a.self, dims=_dims(a.self, a.dim), correction=_correction(a),
-                                keepdim=bool(a.keepdim)))
+def _welford(fd_op):
+    def fn(t, n, a):
+        out = getattr(t.ops, fd_op)(a.self, dims=_dims(a.self, a.dim), correction=_correction(a),
+                                    keepdim=bool(a.keepdim))
+        return tuple(out) if isinstance(out, (tuple, list)) else out
+
+    return fn
 
 
-@rule("var.correction", check=_float_only)
-def _var(t, n, a):
-    return t.ops.var(a.self, dims=_dims(a.self, a.dim), correction=_correction(a), keepdim=bool(a.keepdim))
+for _name, _ops in _WELFORD.items():
+    for _op in _ops:
+        RULES[_op] = Rule(_welford(_name), _float_only, ops=(_name,))
 
 
 # --- views and layout ------------------------------------------------------------------
 
 
-def _view_rule(*names):
+def _view_rule(*names, ops):
     def register(fn):
         for op in overloads(*names):
-            RULES[op] = Rule(fn, None, compute=False)
+            RULES[op] = Rule(fn, None, compute=False, ops=tuple(ops))
             ATEN_VIEWS.add(op)
         return fn
 
     return register
 
 
-@_view_rule("view.default", "_unsafe_view.default", "reshape.default")
+@_view_rule("view.default", "_unsafe_view.default", "reshape.default", ops=["reshape"])
 def _reshape(t, n, a):
     return t.ops.reshape(a.self, t.shape(n))
 
 
-@_view_rule("permute.default")
+@_view_rule("permute.default", ops=["permute"])
 def _permute(t, n, a):
     return t.ops.permute(a.self, [d % max(a.self.rank, 1) for d in a.dims])
 
 
-@_view_rule("transpose.int")
+@_view_rule("transpose.int", ops=["permute"])
 def _transpose(t, n, a):
     r = a.self.rank
     dims = list(range(r))
@@ -339,19 +354,19 @@ def _transpose(t, n, a):
     return t.ops.permute(a.self, dims) if dims != list(range(r)) else a.self
 
 
-@_view_rule("t.default")
+@_view_rule("t.default", ops=["permute"])
 def _t(t, n, a):
     return t.ops.permute(a.self, [1, 0]) if a.self.rank == 2 else a.self
 
 
-@_view_rule("unsqueeze.default")
+@_view_rule("unsqueeze.default", ops=["broadcast_in_dim"])
 def _unsqueeze(t, n, a):
     shape = t.shape(n)
     d = a.dim % len(shape)
     return t.ops.broadcast_in_dim(a.self, shape=shape, broadcast_dims=[i for i in range(len(shape)) if i != d])
 
 
-@_view_rule("squeeze.dim", "squeeze.dims", "squeeze.default")
+@_view_rule("squeeze.dim", "squeeze.dims", "squeeze.default", ops=["squeeze"])
 def _squeeze(t, n, a):
     x = a.self
     dims = getattr(a, "dim", None)
@@ -360,7 +375,7 @@ def _squeeze(t, n, a):
     return t.ops.squeeze(x, dims) if dims else x
 
 
-@_view_rule("expand.default")
+@_view_rule("expand.default", ops=["broadcast_in_dim"])
 def _expand(t, n, a):
     shape = t.shape(n)
     x = a.self
@@ -373,7 +388,7 @@ def _slice_bounds(size, start, end, step):
     return slice(start, end, step).indices(size)
 
 
-@_view_rule("slice.Tensor")
+@_view_rule("slice.Tensor", ops=["slice"])
 def _slice(t, n, a):
     x = a.self
     d = a.dim % x.rank
@@ -385,7 +400,7 @@ def _slice(t, n, a):
     return t.ops.slice(x, starts, ends, steps)
 
 
-@_view_rule("select.int")
+@_view_rule("select.int", ops=["slice", "squeeze"])
 def _select(t, n, a):
     x = a.self
     d = a.dim % x.rank
@@ -399,7 +414,7 @@ _identity_rule("alias.default", "detach.default", aten_view=True)
 _identity_rule("lift_fresh_copy.default", aten_view=False)
 
 
-@rule("clone.default", compute=False)
+@rule("clone.default", ops=["set"], compute=False)
 def _clone(t, n, a):
     """A copy (``ops.set``): a region that is only a clone of a transposed tensor
     (attention heads made contiguous for a bmm) becomes one copy kernel."""
@@ -422,14 +437,14 @@ def _cat_check(n, a):
     return None
 
 
-rule("cat.default", check=_cat_check)(lambda t, n, a: t.ops.cat(list(a.tensors), a.dim))
+rule("cat.default", ops=["cat"], check=_cat_check)(lambda t, n, a: t.ops.cat(list(a.tensors), a.dim))
 
 
 def _pad_check(n, a):
     return "negative padding" if any(p < 0 for p in a.pad) else None
 
 
-rule("constant_pad_nd.default", check=_pad_check)(
+rule("constant_pad_nd.default", ops=["pad"], check=_pad_check)(
     lambda t, n, a: t.ops.pad(a.self, list(a.pad), a.value))
 
 
@@ -441,7 +456,7 @@ def _creation_check(n, a):
     return "changes layout" if layout not in (None, torch.strided) else None
 
 
-@rule("full.default", check=_creation_check)
+@rule("full.default", ops=["full"], check=_creation_check)
 def _full(t, n, a):
     dt = t.dtype(n)
     value = a.fill_value
@@ -449,7 +464,7 @@ def _full(t, n, a):
     return t.ops.full(t.shape(n), value, dt)
 
 
-@rule("scalar_tensor.default", check=_creation_check)
+@rule("scalar_tensor.default", ops=["full"], check=_creation_check)
 def _scalar_tensor(t, n, a):
     dt = t.dtype(n)
     value = bool(a.s) if dt is DataType.Bool else (float(a.s) if dt.is_float else int(a.s))
@@ -465,7 +480,7 @@ def _arange_check(n, a):
     return _creation_check(n, a)
 
 
-@rule("arange.default", "arange.start", "arange.start_step", check=_arange_check)
+@rule("arange.default", "arange.start", "arange.start_step", ops=["iota"], check=_arange_check)
 def _arange(t, n, a):
     return t.ops.iota(t.shape(n)[0], int(getattr(a, "start", 0)), int(getattr(a, "step", 1)), t.dtype(n))
 
@@ -478,7 +493,7 @@ def _gather_check(n, a):
     return None
 
 
-@rule("gather.default", check=_gather_check)
+@rule("gather.default", ops=["gather"], check=_gather_check)
 def _gather(t, n, a):
     """Read inside the kernel at the index's coordinates (NaN where out of range)."""
     return t.ops.gather(a.self, a.index, a.dim)
@@ -490,9 +505,9 @@ def _random_check(n, a):
     return _creation_check(n, a)
 
 
-rule("rand_like.default", "rand.default", check=_random_check)(
+rule("rand_like.default", "rand.default", ops=["uniform"], check=_random_check)(
     lambda t, n, a: t.ops.uniform(0.0, 1.0, t.shape(n), t.dtype(n)))
-rule("randn_like.default", "randn.default", check=_random_check)(
+rule("randn_like.default", "randn.default", ops=["normal"], check=_random_check)(
     lambda t, n, a: t.ops.normal(0.0, 1.0, t.shape(n), t.dtype(n)))
 
 

@@ -13,7 +13,7 @@ from ..ir import shapes as S
 from ..ir.dtypes import DataType, to_datatype
 from ..ir.extents import infer_known, is_extent, spec_length
 from ..ir.infer import output_shapes
-from ..ir.ops import OPS
+from ..ir.ops import OPS, OpKind
 from ..ir.values import ScalarVal, TensorVal, Val
 from .builder import Builder
 from .sizes import SizeOps
@@ -455,5 +455,20 @@ def _make_elementwise(name, arity):
 
 
 for _row in OPS.values():
-    if _row.kind in ("unary", "binary"):
-        setattr(Operators, _row.name, _make_elementwise(_row.name, 1 if _row.kind == "unary" else 2))
+    if _row.kind in (OpKind.UNARY, OpKind.BINARY):
+        setattr(Operators, _row.name, _make_elementwise(_row.name, 1 if _row.kind is OpKind.UNARY else 2))
+
+
+def _make_reduction(name):
+    def builder(self, arg, dims=None, keepdim=False, dtype=DataType.Null, *, axes=None):
+        return self._reduction(name, arg, dims, keepdim, dtype, axes)
+
+    builder.__name__ = name
+    builder.__doc__ = f"Reduction {name} over ``dims`` (every dim when none are given), as the op table defines it."
+    return builder
+
+
+# Reductions without a method of their own above: sum's signature, from the op table.
+for _row in OPS.values():
+    if _row.kind is OpKind.REDUCTION and not _row.reduction.welford and not hasattr(Operators, _row.name):
+        setattr(Operators, _row.name, _make_reduction(_row.name))

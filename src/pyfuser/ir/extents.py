@@ -35,7 +35,7 @@ import torch
 
 from ..errors import DefinitionError, InputError
 from .dtypes import DataType
-from .ops import OPS
+from .ops import OPS, OpKind
 from .values import Expr, FusionIR, ScalarVal, TensorVal, Val, VectorVal
 
 
@@ -123,7 +123,7 @@ def evaluate(e: Expr, args: list) -> list:
     """The outputs of an extent expr or of scalar arithmetic; a tensor argument is
     given as its shape (a tuple)."""
     row = OPS[e.op]
-    if row.kind == "extent":
+    if row.kind is OpKind.EXTENT:
         return [row.ref(*args, **e.attrs)]
     return [scalar_result(e, args)]
 
@@ -132,7 +132,7 @@ def infer_known(e: Expr):
     """The definition-time value of an extent expr's output, or None.  Size ops take
     partly known shapes (an unknown dim gives None); arithmetic needs every operand."""
     args = [v.shape if isinstance(v, TensorVal) else known(v) for v in e.inputs]
-    if OPS[e.op].kind != "extent" and any(a is None for a in args):
+    if OPS[e.op].kind is not OpKind.EXTENT and any(a is None for a in args):
         return None
     try:
         (r,) = evaluate(e, args)

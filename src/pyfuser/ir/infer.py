@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from . import shapes as S
 from .extents import known, resolve_shape
-from .ops import OPS
+from .ops import OPS, OpKind
 from .values import Expr
 
 
@@ -17,16 +17,16 @@ def output_shapes(e: Expr, in_shapes: list, value_of=known) -> list[tuple]:
     def shape_arg(name, allow_neg1=False):
         return resolve_shape(e.op, name, a[name], value_of, allow_neg1)
 
-    if kind in ("unary", "binary", "ternary", "cast"):
+    if kind in (OpKind.UNARY, OpKind.BINARY, OpKind.TERNARY, OpKind.CAST):
         return [S.broadcast_shapes(e.op, *tensors)]
-    if kind == "reduction":
+    if kind is OpKind.REDUCTION:
         return [S.reduce_shape(in_shapes[0], a["dims"], a["keepdim"])]
-    if kind == "var_mean":
+    if kind is OpKind.VAR_MEAN:
         out = S.reduce_shape(in_shapes[0], a["dims"], a["keepdim"])
         return [out, out]
-    if kind == "broadcast_in_dim":
+    if kind is OpKind.BROADCAST_IN_DIM:
         return [S.broadcast_in_dim_shape(e.op, in_shapes[0], shape_arg("shape", True), a["broadcast_dims"])]
-    if kind == "reshape":
+    if kind is OpKind.RESHAPE:
         orig = a.get("original_shape")  # the 2022 view(original_shape=, new_shape=)
         if orig is not None:
             for d, (have, said) in enumerate(zip(in_shapes[0], orig)):
@@ -34,28 +34,28 @@ def output_shapes(e: Expr, in_shapes: list, value_of=known) -> list[tuple]:
                     raise S.DefinitionError(f"view: original_shape {list(orig)} says dim {d} is {said}, "
                                             f"but the input's sizes are {list(in_shapes[0])}")
         return [S.reshape_shape(e.op, in_shapes[0], shape_arg("new_shape", True))]
-    if kind == "permute":
+    if kind is OpKind.PERMUTE:
         return [tuple(in_shapes[0][d] for d in a["dims"])]
-    if kind == "squeeze":
+    if kind is OpKind.SQUEEZE:
         shape = in_shapes[0]
         for d in a["dims"]:
             if shape[d] is not None and shape[d] != 1:
                 raise S.DefinitionError(f"{e.op}: dim {d} has extent {shape[d]}, expected 1 to squeeze it")
         return [tuple(x for i, x in enumerate(shape) if i not in a["dims"])]
-    if kind == "slice":
+    if kind is OpKind.SLICE:
         return [S.slice_shape(e.op, in_shapes[0], a["starts"], a["ends"], a["steps"])[0]]
-    if kind == "pad":
+    if kind is OpKind.PAD:
         return [S.pad_shape(e.op, in_shapes[0], a["pad_widths"])]
-    if kind == "cat":
+    if kind is OpKind.CAT:
         return [S.cat_shape(e.op, tensors, a["dim"])]
-    if kind == "full":
+    if kind is OpKind.FULL:
         return [shape_arg("shape")]
-    if kind == "iota":
+    if kind is OpKind.IOTA:
         return [resolve_shape(e.op, "length", (a["length"],), value_of)]
-    if kind == "random":
+    if kind is OpKind.RANDOM:
         if "like" in a:
             return [in_shapes[0]]
         return [shape_arg("shape")]
-    if kind in ("host", "gather"):
+    if kind in (OpKind.HOST, OpKind.GATHER):
         return [tuple(s) for s in OPS[e.op].shape(e.op, tensors, a)]
     raise AssertionError(f"no shape rule for op kind {kind}")

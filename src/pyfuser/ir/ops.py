@@ -2,7 +2,7 @@
 
 A row (``OpDef``) carries what every layer needs to know about an op:
 
-* ``kind``: how the frontend builds it and how the code generator indexes it
+* ``kind``, an ``OpKind``: how the frontend builds it and how the code generator indexes it
   (``unary``/``binary``/``ternary`` elementwise ops, ``cast``, ``reduction``, the
   layout ops, ``full``/``iota``, the random ops, ``host`` ops run by torch between
   kernels, and ``extent`` ops: sizes, evaluated before any kernel, see ``ir.extents``);
@@ -15,7 +15,12 @@ A row (``OpDef``) carries what every layer needs to know about an op:
   e.g. ``truediv`` of ints computes in float) or ``"args"`` (the promoted argument dtype,
   e.g. comparisons); fp16/bf16 always compute in fp32 and round once, like eager.
 
-Adding an elementwise op is one row here plus one sample in the op-sweep test.
+* ``reduction`` (reduction rows): identity, combine, fold and finish, see ``ir.reductions``;
+* ``aten``: the ATen ops with this row's semantics; ``dynamo.rules`` derives their rules.
+
+Adding an elementwise op or a reduction is one row here plus one sample in the op-sweep
+test (and one use in the dynamo rule test when it has ``aten`` packets): see
+``src/pyfuser/README.md``, "The op table".
 
 The Triton expressions use ``tl`` builtins and, for functions Triton has no
 builtin for (expm1, log1p, tan, tanh, erfc, atan2, pow, fmod, rint, trunc), CUDA's
@@ -26,11 +31,13 @@ names to torch's implementations while an interpreted kernel runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Callable
 
 import torch
 
 from . import host_ops as H
+from . import reductions as R
 
 # --- reference helpers --------------------------------------------------------
 
@@ -379,10 +386,41 @@ def _sqrt(b, a):
 # --- the table -------------------------------------------------------------------
 
 
+class OpKind(str, Enum):
+    """How the frontend builds an op, how shapes are inferred for it, how the reference
+    runs it and how the code generator indexes it.  Every row's ``kind`` is one of
+    these; each dispatch over kinds (``ir.infer``, ``reference``) names every member
+    (tests/frontend/test_op_table.py checks it).  A ``str`` enum: its members compare
+    equal to their names, and prints as one (``lower_{kind}`` handler names)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    UNARY = "unary"
+    BINARY = "binary"
+    TERNARY = "ternary"
+    CAST = "cast"
+    REDUCTION = "reduction"
+    VAR_MEAN = "var_mean"
+    BROADCAST_IN_DIM = "broadcast_in_dim"
+    RESHAPE = "reshape"
+    PERMUTE = "permute"
+    SQUEEZE = "squeeze"
+    SLICE = "slice"
+    PAD = "pad"
+    CAT = "cat"
+    FULL = "full"
+    IOTA = "iota"
+    RANDOM = "random"
+    HOST = "host"
+    GATHER = "gather"
+    EXTENT = "extent"
+
+
 @dataclass(frozen=True)
 class OpDef:
     name: str
-    kind: str  # unary | binary | ternary | cast | reduction | var_mean | broadcast_in_dim | ...
+    kind: OpKind
     ref: Callable  # torch implementation: the semantics
     emit: Callable | None = None  # Triton expression builder (elementwise kinds)
     compute: str = "out"  # "out": compute in the result dtype; "args": in the promoted arg dtype
@@ -394,18 +432,30 @@ class OpDef:
     # libdevice polynomials): worth computing once per distinct input where a tile
     # allows (``schedulers.pointwise``'s broadcast tile), not once per output element.
     heavy: bool = False
+    # Reductions: identity, combine, fold and finish (``ir.reductions``).
+    reduction: R.Reduction | None = None
+    # ATen op packets (``torch.ops.aten.<name>``) with this row's operands and semantics:
+    # the dynamo backend registers a rule for each from the row (``dynamo.rules``).
+    aten: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not isinstance(self.kind, OpKind):
+            raise TypeError(f"op table row {self.name}: kind must be an OpKind, got {self.kind!r}")
+        if (self.reduction is not None) != (self.kind in (OpKind.REDUCTION, OpKind.VAR_MEAN)):
+            raise TypeError(f"op table row {self.name}: a reduction row needs a reduction, got {self.reduction!r}")
 
 
-def _u(name, ref, emit, compute="out", heavy=False):
-    return OpDef(name, "unary", ref, emit, compute, heavy=heavy)
+def _u(name, ref, emit, compute="out", heavy=False, aten=True):
+    """A unary row; ``aten``: ATen's op of the same name is this one (False: none is)."""
+    return OpDef(name, OpKind.UNARY, ref, emit, compute, heavy=heavy, aten=(name,) if aten else ())
 
 
-def _b(name, ref, emit, compute="out", heavy=False):
-    return OpDef(name, "binary", ref, emit, compute, heavy=heavy)
+def _b(name, ref, emit, compute="out", heavy=False, aten=True):
+    return OpDef(name, OpKind.BINARY, ref, emit, compute, heavy=heavy, aten=(name,) if aten else ())
 
 
 def _cmp(name, ref, sym):
-    return OpDef(name, "binary", ref, lambda b, x, y: f"({x} {sym} {y})", "args")
+    return OpDef(name, OpKind.BINARY, ref, lambda b, x, y: f"({x} {sym} {y})", "args", aten=(name,))
 
 
 _ROWS = [
@@ -441,14 +491,15 @@ _ROWS = [
     _u("isinf", torch.isinf, _isinf, "args"),
     _u("logical_not", torch.logical_not, lambda b, a: f"({a} == 0)", "args"),
     _u("bitwise_not", torch.bitwise_not, _bitwise_not),
-    _u("set", torch.clone, lambda b, a: a),  # a copy: the output is a new tensor (nvFuser's ops.set)
+    _u("set", torch.clone, lambda b, a: a, aten=False),  # a copy: the output is a new tensor (nvFuser's ops.set)
     # binary
-    _b("add", lambda a, b: a + b, lambda b, x, y: f"({x} + {y})"),
-    _b("sub", lambda a, b: a - b, lambda b, x, y: f"({x} - {y})"),
+    # ATen's add and sub take an ``alpha`` (dynamo.rules); its div is truediv
+    _b("add", lambda a, b: a + b, lambda b, x, y: f"({x} + {y})", aten=False),
+    _b("sub", lambda a, b: a - b, lambda b, x, y: f"({x} - {y})", aten=False),
     _b("mul", lambda a, b: a * b, lambda b, x, y: f"({x} * {y})"),
-    OpDef("div", "binary", _div_ref, _div, emit_uniform_rhs=_div_uniform),
-    OpDef("truediv", "binary", lambda a, b: a / b, _div, emit_uniform_rhs=_div_uniform),
-    _b("pow", lambda a, b: a ** b, _pow, heavy=True),
+    OpDef("div", OpKind.BINARY, _div_ref, _div, emit_uniform_rhs=_div_uniform),
+    OpDef("truediv", OpKind.BINARY, lambda a, b: a / b, _div, emit_uniform_rhs=_div_uniform, aten=("div",)),
+    _b("pow", lambda a, b: a ** b, _pow, heavy=True, aten=False),  # integer powers: dynamo.rules
     _b("fmod", _tensor_first(_exact_fmod), _fmod),
     _b("remainder", _tensor_first(lambda a, b: _exact_fmod(a, b, floor=True)), _remainder),
     _b("atan2", _tensor_first(torch.atan2), lambda b, y, x: _ld(b, "atan2", y, x), heavy=True),
@@ -466,53 +517,57 @@ _ROWS = [
     _b("bitwise_or", lambda a, b: a | b, lambda b, x, y: f"({x} | {y})"),
     _b("bitwise_xor", lambda a, b: a ^ b, lambda b, x, y: f"({x} ^ {y})"),
     # ternary
-    OpDef("where", "ternary", torch.where, lambda b, c, x, y: f"tl.where({c}, {x}, {y})"),
-    OpDef("lerp", "ternary", _lerp_ref, _lerp),
-    OpDef("addcmul", "ternary", _addcmul_ref,
+    OpDef("where", OpKind.TERNARY, torch.where, lambda b, c, x, y: f"tl.where({c}, {x}, {y})"),
+    OpDef("lerp", OpKind.TERNARY, _lerp_ref, _lerp),
+    OpDef("addcmul", OpKind.TERNARY, _addcmul_ref,
           lambda b, t, t1, t2, value: f"({t} + {value} * {t1} * {t2})"),
-    OpDef("clamp", "ternary", _clamp_ref, _clamp),
+    OpDef("clamp", OpKind.TERNARY, _clamp_ref, _clamp),
     # casts
-    OpDef("cast", "cast", lambda x, dtype: x.to(dtype) if isinstance(x, torch.Tensor) else x),
+    OpDef("cast", OpKind.CAST, lambda x, dtype: x.to(dtype) if isinstance(x, torch.Tensor) else x),
     # reductions
-    OpDef("sum", "reduction", lambda x, dims, keepdim=False, dtype=None: torch.sum(x, dims, keepdim=keepdim, dtype=dtype)),
-    OpDef("max", "reduction", lambda x, dims, keepdim=False, dtype=None: torch.amax(x, dims, keepdim=keepdim)),
-    OpDef("min", "reduction", lambda x, dims, keepdim=False, dtype=None: torch.amin(x, dims, keepdim=keepdim)),
-    OpDef("prod", "reduction", _prod_ref),
-    OpDef("var", "reduction", lambda x, dims, correction=1, keepdim=False: torch.var(x, dims, correction=correction, keepdim=keepdim)),
-    OpDef("var_mean", "var_mean", lambda x, dims, correction=1, keepdim=False: torch.var_mean(x, dims, correction=correction, keepdim=keepdim)),
+    OpDef("sum", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.sum(x, dims, keepdim=keepdim, dtype=dtype), reduction=R.SUM_ROW, aten=("sum",)),
+    OpDef("max", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.amax(x, dims, keepdim=keepdim), reduction=R.MAX_ROW, aten=("amax",)),
+    OpDef("min", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.amin(x, dims, keepdim=keepdim), reduction=R.MIN_ROW, aten=("amin",)),
+    OpDef("prod", OpKind.REDUCTION, _prod_ref, reduction=R.PROD_ROW),
+    # any/all: max/min of the truth values (a bool result: the accumulator is bool, so each
+    # element is cast to bool, x != 0, before it is reduced)
+    OpDef("any", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.any(x, dims, keepdim=keepdim), reduction=R.MAX_ROW, aten=("any",)),
+    OpDef("all", OpKind.REDUCTION, lambda x, dims, keepdim=False, dtype=None: torch.all(x, dims, keepdim=keepdim), reduction=R.MIN_ROW, aten=("all",)),
+    OpDef("var", OpKind.REDUCTION, lambda x, dims, correction=1, keepdim=False: torch.var(x, dims, correction=correction, keepdim=keepdim), reduction=R.VAR_ROW, aten=("var",)),
+    OpDef("var_mean", OpKind.VAR_MEAN, lambda x, dims, correction=1, keepdim=False: torch.var_mean(x, dims, correction=correction, keepdim=keepdim), reduction=R.VAR_MEAN_ROW, aten=("var_mean",)),
     # layout ops: pure re-indexing
-    OpDef("broadcast_in_dim", "broadcast_in_dim", None),
-    OpDef("expand", "broadcast_in_dim", None),
-    OpDef("broadcast", "broadcast_in_dim", None),
-    OpDef("reshape", "reshape", None),
-    OpDef("permute", "permute", lambda x, dims: x.permute(dims)),
-    OpDef("squeeze", "squeeze", None),
-    OpDef("slice", "slice", None),
-    OpDef("pad", "pad", None),
-    OpDef("cat", "cat", None),
+    OpDef("broadcast_in_dim", OpKind.BROADCAST_IN_DIM, None),
+    OpDef("expand", OpKind.BROADCAST_IN_DIM, None),
+    OpDef("broadcast", OpKind.BROADCAST_IN_DIM, None),
+    OpDef("reshape", OpKind.RESHAPE, None),
+    OpDef("permute", OpKind.PERMUTE, lambda x, dims: x.permute(dims)),
+    OpDef("squeeze", OpKind.SQUEEZE, None),
+    OpDef("slice", OpKind.SLICE, None),
+    OpDef("pad", OpKind.PAD, None),
+    OpDef("cat", OpKind.CAT, None),
     # creation and random numbers
-    OpDef("full", "full", None),
-    OpDef("iota", "iota", None),
-    OpDef("uniform", "random", None),
-    OpDef("normal", "random", None),
-    OpDef("rand_like", "random", None),
-    OpDef("randn_like", "random", None),
+    OpDef("full", OpKind.FULL, None),
+    OpDef("iota", OpKind.IOTA, None),
+    OpDef("uniform", OpKind.RANDOM, None),
+    OpDef("normal", OpKind.RANDOM, None),
+    OpDef("rand_like", OpKind.RANDOM, None),
+    OpDef("randn_like", OpKind.RANDOM, None),
     # host ops: torch calls between kernels (ir.host_ops)
-    OpDef("matmul", "host", H.matmul_ref, shape=H.matmul_shape),
-    OpDef("linear", "host", H.linear_ref, shape=H.linear_shape),
+    OpDef("matmul", OpKind.HOST, H.matmul_ref, shape=H.matmul_shape),
+    OpDef("linear", OpKind.HOST, H.linear_ref, shape=H.linear_shape),
     # gathers along one dim: host ops for integer or bool tensors; for floating-point ones
     # the code generator reads the input at the index's coordinates (lower.lower_gather),
     # which also reaches values computed in the same kernel (cross-entropy's
     # log-softmax).  An index out of range reads nothing and gives NaN (torch raises).
-    OpDef("index_select", "gather", H.index_select_ref, shape=H.index_select_shape),
-    OpDef("gather", "gather", H.gather_ref, shape=H.gather_shape),
-    OpDef("take_along_axis", "gather", H.take_along_axis_ref, shape=H.gather_shape),
-    OpDef("embedding_fwd", "host", H.embedding_ref, shape=H.embedding_shape),
+    OpDef("index_select", OpKind.GATHER, H.index_select_ref, shape=H.index_select_shape),
+    OpDef("gather", OpKind.GATHER, H.gather_ref, shape=H.gather_shape),
+    OpDef("take_along_axis", OpKind.GATHER, H.take_along_axis_ref, shape=H.gather_shape),
+    OpDef("embedding_fwd", OpKind.HOST, H.embedding_ref, shape=H.embedding_shape),
     # extent ops: on sizes (a tensor argument is its shape, a tuple), never in a kernel
-    OpDef("size", "extent", lambda shape, dim: shape[dim]),
-    OpDef("shape", "extent", lambda shape: tuple(shape)),
-    OpDef("at", "extent", lambda vector, index: vector[index]),
-    OpDef("define_vector", "extent", lambda *values: tuple(values)),
+    OpDef("size", OpKind.EXTENT, lambda shape, dim: shape[dim]),
+    OpDef("shape", OpKind.EXTENT, lambda shape: tuple(shape)),
+    OpDef("at", OpKind.EXTENT, lambda vector, index: vector[index]),
+    OpDef("define_vector", OpKind.EXTENT, lambda *values: tuple(values)),
 ]
 
 OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}
@@ -521,9 +576,11 @@ OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}
 def runs_on_host(e) -> bool:
     """Whether expr ``e`` is a host op: a torch call between kernels."""
     kind = OPS[e.op].kind
-    return kind == "host" or (kind == "gather" and not e.inputs[0].dtype.is_float)
+    return kind is OpKind.HOST or (kind is OpKind.GATHER and not e.inputs[0].dtype.is_float)
 
-ELEMENTWISE_KINDS = ("unary", "binary", "ternary", "cast")
-UNARY_OPS = [r.name for r in _ROWS if r.kind == "unary"]
-BINARY_OPS = [r.name for r in _ROWS if r.kind == "binary"]
-REDUCTION_OPS = [r.name for r in _ROWS if r.kind in ("reduction", "var_mean")]
+
+ELEMENTWISE_KINDS = (OpKind.UNARY, OpKind.BINARY, OpKind.TERNARY, OpKind.CAST)
+REDUCTION_KINDS = (OpKind.REDUCTION, OpKind.VAR_MEAN)
+UNARY_OPS = [r.name for r in _ROWS if r.kind is OpKind.UNARY]
+BINARY_OPS = [r.name for r in _ROWS if r.kind is OpKind.BINARY]
+REDUCTION_OPS = [r.name for r in _ROWS if r.kind in REDUCTION_KINDS]

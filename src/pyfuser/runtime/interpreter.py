@@ -33,8 +33,8 @@
 The interpreter reduces with numpy when the combine function is one of Triton's own
 (sum, NaN-ignoring max/min); any other combine function runs element by element in
 Python, correct but thousands of times slower.  pyfuser's kernels reduce with
-NaN-propagating max/min and with a product, so this teaches the interpreter the
-numpy equivalents of those three.  Compiled kernels are unaffected.
+the op table's combine helpers (``ir.reductions``: NaN-propagating max/min, a
+product), so this teaches the interpreter the numpy equivalent each one names.  Compiled kernels are unaffected.
 
 Threads: Triton's interpreter is not thread-safe (while a kernel runs it rebinds
 ``triton.language``'s builtins process-wide and keeps the program id in one global
@@ -49,7 +49,10 @@ import threading
 
 import numpy as np
 
-_NUMPY = {"_pyfuser_max_nan": np.max, "_pyfuser_min_nan": np.min, "_pyfuser_prod": np.prod}
+from ..ir.reductions import HELPERS
+
+# The op table's combine helpers with a numpy equivalent, by the name kernels call them.
+_NUMPY = {h.name: getattr(np, h.numpy) for h in HELPERS if h.numpy is not None}
 _installed = False
 INTERPRETER_LOCK = threading.RLock()
 

@@ -20,6 +20,7 @@ from ..codegen.emit import emit_kernel
 from ..codegen.inner_outer import InnerOuterTile
 from ..codegen.lower import Unsupported, compute_dtype
 from ..ir.dtypes import DataType
+from ..ir.ops import OPS, REDUCTION_KINDS
 from .base import Reject, Segment, apply_overrides, contiguous_multiple, next_pow2, sm_count
 from .reduction import kept_and_reduced
 
@@ -91,7 +92,7 @@ def can_schedule(seg: Segment) -> Reject | None:
         if e in outer:
             continue
         if any(v in col_vals for v in e.inputs):
-            if e.op in ("sum", "prod", "max", "min", "var", "var_mean") or \
+            if OPS[e.op].kind in REDUCTION_KINDS or \
                     any(seg.shapes.get(o) == seg.shapes[ref] for o in e.outputs):
                 return Reject("column_feeds_rows", f"{e.op} reads a column sum inside the rows")
             col_vals.update(e.outputs)

@@ -565,7 +565,7 @@ def outer_values(seg: Segment, ref) -> int:
     words = sum(max(1, v.dtype.itemsize // 4) for v in streamed)
     for e in seg.reductions():
         dt = e.outputs[-1].dtype
-        if e.op in ("sum", "prod", "max", "min") and dt is not DataType.Bool:
+        if not OPS[e.op].reduction.welford and dt is not DataType.Bool:
             words += max(1, dt.itemsize // 4)
     return max(1, words)
 
