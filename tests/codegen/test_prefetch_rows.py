@@ -13,7 +13,7 @@ import torch
 
 from pyfuser.bench import seeds, training as T
 from pyfuser.bench.cases import build_softmax
-from pyfuser.codegen.lower import Unsupported
+from pyfuser.errors import Unsupported
 from pyfuser.codegen.tiles import ReductionTile
 from pyfuser.schedulers import override
 from pyfuser.schedulers.base import sm_count
@@ -97,8 +97,9 @@ def test_the_kernel_walks_rows_and_carries_the_body():
 
 def test_only_a_peeled_persistent_row_prefetches():
     fd = fusion(lambda fd: seeds.build_log_softmax_sub(fd, 4, 96))  # rows aligned: nothing peeled
-    with pytest.raises(Unsupported, match="peeled persistent row"):
+    with pytest.raises(Unsupported) as err:
         ReductionTile(fd.ir.outputs[0], (1,), True, True, 1, 128, False, align=1, prefetch=True)
+    assert err.value.code == "prefetch_tile"
 
 
 def _cuda_plan(rc, name):

@@ -171,12 +171,12 @@ def test_a_candidate_over_its_register_budget_is_rejected():
     seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
     with override(outer=()):
         p = pointwise.heuristics(seg)
-    assert "128 registers" in spills.rejection(pointwise, seg, p, 128, 0)
+    assert spills.rejection(pointwise, seg, p, 128, 0).code == "register_budget"
     assert spills.rejection(pointwise, seg, p, 40, 0) is None
     assert spills.rejection(pointwise, seg, p, None, 0) is None  # unknown: accepted
     fb = pointwise.fallbacks(seg, p)[0]
     assert spills.rejection(pointwise, seg, fb, 128, 0) is None
-    assert "spills 2" in spills.rejection(pointwise, seg, fb, 40, 2)
+    assert spills.rejection(pointwise, seg, fb, 40, 2).code == "spills"
     walk = {p: spills.rejection(pointwise, seg, p, 128, 0), fb: spills.rejection(pointwise, seg, fb, 38, 0)}
     assert spills.first_fit([p, fb, pointwise.fallbacks(seg, p)[1]], walk.get) == fb
 

@@ -20,7 +20,8 @@ from ..ir.dtypes import DataType
 from ..ir.ops import OPS
 from ..ir.shapes import reduce_shape
 from ..ir.values import TensorVal
-from .lower import Lowering, Unsupported, compute_dtype
+from ..errors import Unsupported
+from .lower import Lowering, compute_dtype
 from .inner_outer import InnerOuterTile, emit_inner_outer_body
 from .tiles import BroadcastTile, FlatTile, ReductionTile
 from .writer import KernelArg, KernelWriter
@@ -115,10 +116,11 @@ def _store_walked(low, outputs, ref_idx, full, reached):
     for o in reached:
         idx = low.reached.get(o)
         if idx is None:
-            raise Unsupported(f"output {o.name} is not reached from the reference tensor {low.tile.ref.name}")
+            raise Unsupported(f"output {o.name} is not reached from the reference tensor {low.tile.ref.name}",
+                              "output_not_reached")
         if o in low.windowed and o not in low.covered:
             raise Unsupported(f"output {o.name} is reached only below a slice: the walk over "
-                              f"{low.tile.ref.name} covers part of it")
+                              f"{low.tile.ref.name} covers part of it", "output_below_slice")
         val, axes = low.value(o, idx)
         _store(low, o, idx, val, axes)
 
@@ -282,12 +284,13 @@ def _emit_split_body(low, tile, levels, store_kept, full, reached, early):
     the strip's last program folds the partials and writes the kept outputs; every
     program writes the pointwise outputs of its own rows."""
     if len(set(levels.values())) != 1:
-        raise Unsupported("a split reduction cannot feed one reduction into another")
+        raise Unsupported("a split reduction cannot feed one reduction into another", "split_levels")
     exprs = list(levels)
     if any(tile.acc_dtype(e) is not DataType.Float for e in exprs):
-        raise Unsupported("a split reduction accumulates in float32 only")
+        raise Unsupported("a split reduction accumulates in float32 only", "split_dtype")
     if (full or reached) and not early:
-        raise Unsupported("a split reduction cannot write outputs that need its result at every row")
+        raise Unsupported("a split reduction cannot write outputs that need its result at every row",
+                          "split_outputs")
     accs = {e: tile.init(low, e) for e in exprs}
     outputs = full + reached
     with _chunk_scope(low, tile, "j"):

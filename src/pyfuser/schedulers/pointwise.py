@@ -42,11 +42,12 @@ import math
 from dataclasses import dataclass, replace
 
 from ..codegen.emit import emit_kernel
-from ..codegen.lower import Lowering, Unsupported
+from ..codegen.lower import Lowering
 from ..codegen.tiles import BroadcastTile, FlatTile, ProbeTile
 from ..codegen.writer import KernelWriter
 from ..ir.ops import OPS
-from .base import Reject, Segment, apply_overrides, contiguous_multiple, next_pow2
+from ..errors import Unsupported
+from .base import Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, next_pow2
 
 NAME = "pointwise"
 
@@ -276,7 +277,17 @@ def tile_sizes(params: PointwiseParams) -> tuple[int, int]:
     return bk, params.block // bk
 
 
+def can_schedule_runtime(seg: Segment, params: PointwiseParams) -> Reject | None:
+    """Whether the tile reaches every output from the reference (a smaller output
+    below a slice may not be): the kernel's walk, kept for ``emit``."""
+    return checked_emit(seg, NAME, params, _generate)
+
+
 def emit(seg: Segment, params: PointwiseParams, name: str):
+    return emitted(seg, NAME, params, name, _generate)
+
+
+def _generate(seg: Segment, params: PointwiseParams, name: str):
     ref = reference(seg)
     if params.outer:
         bk, bj = tile_sizes(params)

@@ -26,7 +26,8 @@ from ..codegen.emit import emit_kernel, online_softmax_pairs, reduction_levels, 
 from ..codegen.tiles import ReductionTile
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS
-from .base import Reject, Segment, apply_overrides, contiguous_multiple, l2_bytes, next_pow2, sm_count
+from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, l2_bytes, next_pow2,
+                   sm_count)
 
 
 @dataclass(frozen=True)
@@ -596,7 +597,24 @@ def reduction_fallbacks(seg: Segment, params: ReductionParams) -> list:
     return out
 
 
+def reduction_runtime_check(seg: Segment, params: ReductionParams, scheduler: str) -> Reject | None:
+    """The run-time check of the three reduction schedulers: the tile's walk over the
+    segment (every output reached, every reduction result used at its own row, in a
+    pass after it is computed; prefetching only on peeled persistent rows), kept for
+    ``emit``."""
+    return checked_emit(seg, scheduler, params, lambda s, p, n: _generate(s, p, n, scheduler))
+
+
 def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: str):
+    return emitted(seg, scheduler, params, name, lambda s, p, n: _generate(s, p, n, scheduler))
+
+
+def reduction_max_registers(seg: Segment, params: ReductionParams) -> None:
+    """No register budget but the hardware's: the spill check alone."""
+    return None
+
+
+def _generate(seg: Segment, params: ReductionParams, name: str, scheduler: str):
     ref, dims = analyse(seg)
     tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64,
                          params.quad_rng, params.align, params.online, effective_split(seg, params),
