@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from ..errors import Unsupported
 from ..ir.dtypes import TRITON_NAME, DataType
+from ..ir.analysis import computed_from as _computed_from
 from ..ir.shapes import reduce_shape
 from .index import ZERO, Coord, Index
 from .tiles import ReductionTile
@@ -195,14 +196,3 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     w.line(f"tl.atomic_xchg({cnt} + NGROUP, 0, sem='relaxed', scope='gpu')")
     w.indent -= 2
     low.pop()
-
-
-def _computed_from(outputs, exprs) -> set:
-    """Values computed (directly or not) from the outputs of ``exprs``."""
-    from .emit import live_exprs_for
-
-    seen = {o for e in exprs for o in e.outputs}
-    for e in live_exprs_for(outputs):
-        if any(v in seen for v in e.inputs):
-            seen.update(e.outputs)
-    return seen

@@ -25,7 +25,7 @@ import sys
 
 import torch
 
-from ..codegen.emit import live_exprs_for
+from ..ir.analysis import live_exprs_for
 from ..ir.values import ScalarVal
 
 VALID = ("python_definition", "fusion_args", "scheduler_params", "segmented_fusion", "launch_params",

@@ -25,9 +25,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from ..codegen.emit import live_exprs_for
 from ..errors import Unsupported
-from ..ir.ops import OPS
+from ..ir.analysis import SegmentAnalysis
 from ..ir.values import TensorVal
 
 INT32_LIMIT = 2**31 - 1
@@ -117,11 +116,23 @@ class Segment:
     # (``analysis``) and the run-time checks' kernels (``checked_emit``).
     memo: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
+    @functools.cached_property
+    def analysis(self) -> SegmentAnalysis:
+        """The segment's IR analyses, computed once (``ir.analysis``)."""
+        return SegmentAnalysis(self.outputs, self.shapes)
+
     def exprs(self):
-        return live_exprs_for(self.outputs)
+        return self.analysis.exprs
 
     def reductions(self):
-        return [e for e in self.exprs() if OPS[e.op].kind in ("reduction", "var_mean")]
+        return self.analysis.reductions
+
+    def cached(self, key, compute):
+        """``compute()``, computed once per segment under ``key`` (a scheduler's
+        analysis of the segment, such as the reference and reduced dims)."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
 
     def loads(self) -> list:
         """The tensor inputs the kernel reads (``inputs_info`` may hold more)."""

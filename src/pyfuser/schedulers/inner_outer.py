@@ -45,7 +45,11 @@ class InnerOuterParams:
 
 
 def analyse(seg: Segment):
-    """(reference, row dims, column-sum exprs) or a Reject."""
+    """(reference, row dims, column-sum exprs) or a Reject; computed once per segment."""
+    return seg.cached("inner_outer.analyse", lambda: _analyse(seg))
+
+
+def _analyse(seg: Segment):
     reds = seg.reductions()
     if not reds:
         return Reject("no_reduction", "the segment has no reduction")

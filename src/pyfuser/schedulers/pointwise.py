@@ -215,7 +215,12 @@ def transpose_dims(seg: Segment, load_axes: dict) -> tuple:
 def probe_walk(seg: Segment):
     """A throwaway walk of the segment over a ``ProbeTile`` (every reference dim its own
     axis): its ``expr_axes`` and ``load_axes`` tell which reference dims each value and
-    each input coordinate vary along.  None when the walk fails (the flat tile then)."""
+    each input coordinate vary along.  None when the walk fails (the flat tile then).
+    Computed once per segment."""
+    return seg.cached("pointwise.probe_walk", lambda: _probe_walk(seg))
+
+
+def _probe_walk(seg: Segment):
     low = Lowering(KernelWriter("probe"), seg.shapes, seg.inputs_info, ProbeTile(reference(seg)), {})
     idx = low.tile.ref_index(low)
     ref_shape = seg.shapes[reference(seg)]

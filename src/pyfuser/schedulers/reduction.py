@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..codegen.emit import emit_kernel, online_softmax_pairs, reduction_levels, split_eligible
+from ..codegen.emit import emit_kernel
 from ..codegen.tiles import ReductionTile
+from ..ir.analysis import is_reduction
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS
 from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, l2_bytes, next_pow2,
@@ -72,7 +73,11 @@ class ReductionParams:
 
 
 def analyse(seg: Segment):
-    """(reference tensor, reduced dims) or a Reject."""
+    """(reference tensor, reduced dims) or a Reject; computed once per segment."""
+    return seg.cached("reduction.analyse", lambda: _analyse(seg))
+
+
+def _analyse(seg: Segment):
     reds = seg.reductions()
     if not reds:
         return Reject("no_reduction", "the segment has no reduction")
@@ -110,9 +115,7 @@ def inner_check(seg: Segment, normalization: bool) -> Reject | None:
 
 
 def is_normalization(seg, ref) -> bool:
-    from ..codegen.emit import _is_reduction
-
-    return any(seg.shapes[o] == seg.shapes[ref] and not _is_reduction(o) for o in seg.outputs)
+    return any(seg.shapes[o] == seg.shapes[ref] and not is_reduction(o) for o in seg.outputs)
 
 
 def kept_and_reduced(seg, ref, dims):
@@ -356,7 +359,7 @@ def _padded_row_chunks(seg: Segment, int64: bool) -> ReductionParams:
 
 def _has_online_pair(seg: Segment) -> bool:
     """A max and a sum of exp(x - max) that one multi-pass sweep can take together."""
-    return bool(online_softmax_pairs(reduction_levels(seg.exprs())))
+    return bool(seg.analysis.online_pairs)
 
 
 def _fit_chunks(J: int, chunk: int, warps: int) -> tuple[int, int]:
@@ -537,7 +540,7 @@ def outer_split(seg: Segment, ref, dims, bk: int, bj: int) -> int:
     least two chunks of rows.  1 when the segment cannot be split (``split_eligible``)."""
     K, J = kept_and_reduced(seg, ref, dims)
     strips = -(-K // bk)
-    if strips >= SPLIT_TARGET_PROGRAMS or not split_eligible(seg.outputs, seg.shapes, ref, dims):
+    if strips >= SPLIT_TARGET_PROGRAMS or not seg.analysis.split_eligible(ref, dims):
         return 1
     n = seg.numel(ref)
     most = MAX_SPLIT if any(seg.numel(o) >= n for o in seg.outputs) else MAX_SPLIT_SUMS_ONLY
@@ -553,7 +556,7 @@ def effective_split(seg: Segment, params: ReductionParams) -> int:
     if params.split <= 1 or params.inner or params.persistent:
         return 1
     ref, dims = analyse(seg)
-    return params.split if split_eligible(seg.outputs, seg.shapes, ref, dims) else 1
+    return params.split if seg.analysis.split_eligible(ref, dims) else 1
 
 
 def outer_values(seg: Segment, ref) -> int:
