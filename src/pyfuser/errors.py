@@ -79,3 +79,8 @@ class EagerFallbackWarning(UserWarning):
     """A segment runs as torch ops (the reference executor) because no scheduler
     accepted it; ``fd.explain(inputs)`` lists every scheduler's rejection.  Warned once
     per cause (the schedulers' rejection codes)."""
+
+
+class ChoicesError(PyfuserError, ValueError):
+    """A ``schedulers.Choices`` names a params field or a scheduler that does not exist,
+    or a params combination no kernel can take (``Params.validate``)."""

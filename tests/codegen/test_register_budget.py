@@ -9,7 +9,7 @@ import torch
 from pyfuser.bench import training as T
 from pyfuser.ir.concretize import bind
 from pyfuser.runtime import spills
-from pyfuser.schedulers import Segment, outer_reduction, override, pointwise
+from pyfuser.schedulers import Segment, outer_reduction, Choices, pointwise
 from pyfuser.schedulers.reduction import OUTER_VALUES_PER_THREAD, outer_values, reduction_fallbacks
 
 from .common import DataType, fusion, need_ptxas, regcheck
@@ -135,7 +135,7 @@ def test_pointwise_fallbacks_halve_the_elements_per_thread_on_4_warps():
     def build(fd):
         T.build_rope(fd, (16384, 8, 128, BF))
     seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
-    with override(outer=()):
+    with Choices(outer=()):
         p = pointwise.heuristics(seg)
     assert (p.block, p.num_warps) == (2048, 4)
     fb = pointwise.fallbacks(seg, p)
@@ -169,7 +169,7 @@ def test_a_candidate_over_its_register_budget_is_rejected():
     def build(fd):
         T.build_rope(fd, (16384, 8, 128, BF))
     seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
-    with override(outer=()):
+    with Choices(outer=()):
         p = pointwise.heuristics(seg)
     assert spills.rejection(pointwise, seg, p, 128, 0).code == "register_budget"
     assert spills.rejection(pointwise, seg, p, 40, 0) is None

@@ -26,7 +26,7 @@ from ..ir.concretize import Binding
 from ..ir.shapes import slice_shape
 from ..codegen.writer import KernelArg
 from ..ir.values import Expr, TensorVal, Val
-from ..schedulers import SCHEDULERS, Segment
+from ..schedulers import SCHEDULERS, Segment, current_choices
 from . import dump
 from ..ir.ops import OPS, runs_on_host
 from .cache import count, load_kernel, setting
@@ -139,6 +139,8 @@ class ExecutorCache:
                 labels.append(f"input {v.name} size-1 dims")
         parts.append(any(math.prod(s) > 2**30 for s in b.shapes.values()))
         labels.append("int64 indexing")
+        parts.append(current_choices().key)  # two Choices never share a plan (nor its kernels: ``build``)
+        labels.append("scheduler choices")
         self.sig_labels = labels
         return tuple(parts)
 
@@ -236,7 +238,7 @@ class ExecutorCache:
         if key in self.refused:
             return None, self.refused[key]
         reasons = []
-        for sched in SCHEDULERS:
+        for sched in current_choices().schedulers(SCHEDULERS):
             rej = sched.can_schedule(seg)
             if rej is None:
                 params = sched.heuristics(seg)
@@ -514,7 +516,7 @@ def explain_plan(rt, plan, b, params_by_step) -> Explanation:
         chosen = step.scheduler.NAME if step.scheduler else None
         declined = {r.scheduler: r for r in step.declined}
         rejections, accepting, order = [], [], []
-        for sched in SCHEDULERS:
+        for sched in current_choices().schedulers(SCHEDULERS):
             if sched.NAME == chosen:
                 continue
             order.append(sched.NAME)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..schedulers.base import Reject
+from ..schedulers.base import Reject, current_choices
 
 
 def compiled_usage(src, fn, args, grid, kw) -> tuple:
@@ -89,6 +89,9 @@ def choose_params(rt, seg, sched, params, b, inputs, arg_builder):
     and keeps to the scheduler's register budget (or the last candidate, if none
     does).  Returns (params, src, fn)."""
     key = (sched.NAME, tuple(o.index for o in seg.outputs), rt._current_sig, params)
+    if not current_choices().spill_check:
+        src, fn = rt.build(seg, sched, params)
+        return params, src, fn
     chosen = rt.spill_choice.get(key)
     if chosen is not None:
         src, fn = rt.build(seg, sched, chosen)

@@ -22,7 +22,7 @@ run-time check walks the segment over that tile.
 (docs/DEBUGGING.md).
 """
 from . import inner_normalization, inner_outer, inner_reduction, outer_reduction, pointwise
-from .base import Reject, Rejection, Scheduler, Segment, override
+from .base import Choices, Reject, Rejection, Scheduler, Segment, current_choices, override
 
 SCHEDULERS = (pointwise, inner_normalization, inner_reduction, outer_reduction, inner_outer)
 
@@ -32,4 +32,4 @@ for _sched in SCHEDULERS:
                                 "fallbacks", "max_registers") if not hasattr(_sched, m)]
         raise TypeError(f"scheduler module {_sched.__name__} lacks {', '.join(_missing)} (schedulers.base.Scheduler)")
 
-__all__ = ["SCHEDULERS", "Reject", "Rejection", "Scheduler", "Segment", "override"]
+__all__ = ["SCHEDULERS", "Choices", "Reject", "Rejection", "Scheduler", "Segment", "current_choices", "override"]

@@ -17,7 +17,7 @@ module against it at import):
 """
 from __future__ import annotations
 
-import contextlib
+import contextvars
 import dataclasses
 import functools
 from dataclasses import dataclass
@@ -25,7 +25,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from ..errors import Unsupported
+from ..errors import ChoicesError, Unsupported
 from ..ir.analysis import SegmentAnalysis
 from ..ir.values import TensorVal
 
@@ -151,27 +151,121 @@ class Segment:
         return any(self.numel(v) > INT32_LIMIT // 2 for v in vals)
 
 
-# Parameter overrides, for tests that must exercise every variant on small shapes
-# (e.g. the multi-pass normalization, or two tilings that must give identical bits).
-_OVERRIDES: dict = {}
+class Choices:
+    """Scoped scheduler choices: ``with Choices(persistent=False, block_j=16): ...``
+    forces those params fields wherever a scheduler's params have them (after its
+    heuristics, so the other fields follow the heuristics);
+    ``Choices(disable=("inner_outer",))`` plans as if those schedulers did not exist;
+    ``Choices(spill_check=False)`` keeps the heuristics' params even where the kernel
+    spills.  For tests that must exercise every variant on small shapes, and for the
+    benchmarks' variant sweeps.
+
+    Nested blocks combine (the inner one wins a field both set).  The choices in force
+    are part of every cache key (``key``: the plan's signature, the prepared launches'
+    fingerprint, the kernels'), so two Choices never share a cached plan or kernel.
+    They are scoped to the thread (a ``contextvars`` variable)."""
+
+    __slots__ = ("fields", "disable", "spill_check", "key", "_tokens")
+
+    def __init__(self, disable=(), spill_check: bool = True, **fields):
+        names = _param_fields()
+        bad = sorted(set(fields) - names)
+        if bad:
+            raise ChoicesError(f"Choices: {', '.join(bad)} is not a field of any scheduler's params; "
+                               f"valid fields: {', '.join(sorted(names))}")
+        known = _scheduler_names()
+        if isinstance(disable, str):
+            disable = (disable,)
+        unknown = sorted(set(disable) - set(known))
+        if unknown:
+            raise ChoicesError(f"Choices: disable names no scheduler: {', '.join(unknown)}; "
+                               f"schedulers: {', '.join(known)}")
+        for k, v in fields.items():
+            try:
+                hash(v)
+            except TypeError:
+                raise ChoicesError(f"Choices: {k}={v!r} is not hashable (use a tuple, not a list)") from None
+        self.fields = dict(fields)
+        self.disable = frozenset(disable)
+        self.spill_check = bool(spill_check)
+        self.key = () if not (fields or disable or not spill_check) else (
+            tuple(sorted(fields.items())), tuple(sorted(self.disable)), self.spill_check)
+        self._tokens = []
+
+    def __bool__(self):
+        return bool(self.key)
+
+    def __eq__(self, other):
+        return isinstance(other, Choices) and self.key == other.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __repr__(self):
+        parts = [f"disable={tuple(sorted(self.disable))!r}"] if self.disable else []
+        parts += [] if self.spill_check else ["spill_check=False"]
+        parts += [f"{k}={v!r}" for k, v in sorted(self.fields.items())]
+        return f"Choices({', '.join(parts)})"
+
+    def combined(self, inner: Choices) -> Choices:
+        """These choices with ``inner``'s on top."""
+        return Choices(disable=self.disable | inner.disable, spill_check=self.spill_check and inner.spill_check,
+                       **{**self.fields, **inner.fields})
+
+    def __enter__(self):
+        self._tokens.append(_CURRENT.set(_CURRENT.get().combined(self)))
+        return self
+
+    def __exit__(self, *exc):
+        _CURRENT.reset(self._tokens.pop())
+        return False
+
+    def schedulers(self, registry) -> tuple:
+        """``registry`` without the disabled schedulers, in priority order."""
+        return registry if not self.disable else tuple(s for s in registry if s.NAME not in self.disable)
+
+    def apply(self, params):
+        """``params`` with the chosen fields it has replaced."""
+        if not self.fields:
+            return params
+        names = {f.name for f in dataclasses.fields(params)}
+        chosen = {k: v for k, v in self.fields.items() if k in names}
+        return dataclasses.replace(params, **chosen) if chosen else params
 
 
-@contextlib.contextmanager
-def override(**fields):
-    """``with override(persistent=False, block_j=16): ...`` forces params fields."""
-    old = dict(_OVERRIDES)
-    _OVERRIDES.update(fields)
-    try:
-        yield
-    finally:
-        _OVERRIDES.clear()
-        _OVERRIDES.update(old)
+def _param_fields() -> set:
+    from .inner_outer import InnerOuterParams
+    from .pointwise import PointwiseParams
+    from .reduction import ReductionParams
+
+    return {f.name for cls in (PointwiseParams, ReductionParams, InnerOuterParams) for f in dataclasses.fields(cls)}
+
+
+def _scheduler_names() -> tuple:
+    from . import SCHEDULERS
+
+    return tuple(s.NAME for s in SCHEDULERS)
+
+
+NO_CHOICES = Choices.__new__(Choices)
+for _slot, _value in (("fields", {}), ("disable", frozenset()), ("spill_check", True), ("key", ()), ("_tokens", [])):
+    object.__setattr__(NO_CHOICES, _slot, _value)
+_CURRENT: contextvars.ContextVar = contextvars.ContextVar("pyfuser_choices", default=NO_CHOICES)
+
+
+def current_choices() -> Choices:
+    """The ``Choices`` in force in this thread (``NO_CHOICES`` outside any block)."""
+    return _CURRENT.get()
+
+
+def override(**fields) -> "Choices":
+    """``Choices(**fields)``, under its former name."""
+    return Choices(**fields)
 
 
 def apply_overrides(params):
-    fields = {f.name for f in dataclasses.fields(params)}
-    chosen = {k: v for k, v in _OVERRIDES.items() if k in fields}
-    return dataclasses.replace(params, **chosen) if chosen else params
+    """``params`` with the fields of the ``Choices`` in force replaced."""
+    return _CURRENT.get().apply(params)
 
 
 def contiguous_multiple(n: int) -> int:
