@@ -8,7 +8,9 @@ module against it at import):
 * ``can_schedule_runtime(seg, params) -> Reject | None``: the run-time check of the
   sizes and of ``params`` (the heuristics' or a spill fallback's), covering every
   condition the kernel generator relies on;
-* ``heuristics(seg) -> Params``: speed only;
+* ``heuristics(seg) -> Params``: speed only.  Params are frozen dataclasses that
+  print themselves and whose ``validate()`` raises ``ChoicesError`` for a combination
+  no kernel takes (the run-time check rejects those with code ``invalid_params``);
 * ``emit(seg, params, name) -> KernelSource``: never fails for params the run-time
   check accepted;
 * ``grid(seg, params)``; ``fallbacks(seg, params) -> [Params]`` (what to try when the
@@ -266,6 +268,30 @@ def override(**fields) -> "Choices":
 def apply_overrides(params):
     """``params`` with the fields of the ``Choices`` in force replaced."""
     return _CURRENT.get().apply(params)
+
+
+def require_valid(params, problems: list):
+    """``params.validate()``'s end: raise ``ChoicesError`` naming every problem, else
+    return ``params``."""
+    if problems:
+        raise ChoicesError(f"{type(params).__name__}: {'; '.join(problems)} (got {params!r})")
+    return params
+
+
+def powers_of_2(params, *names) -> list:
+    """A problem for each of the fields ``names`` of ``params`` that is not a power of 2."""
+    return [f"{n}={getattr(params, n)!r} is not a power of 2" for n in names
+            if not (isinstance(getattr(params, n), int) and getattr(params, n) >= 1
+                    and getattr(params, n) & (getattr(params, n) - 1) == 0)]
+
+
+def invalid_params(params, scheduler: str) -> Reject | None:
+    """The run-time check's first step: ``params.validate()`` as a rejection."""
+    try:
+        params.validate()
+    except ChoicesError as err:
+        return Reject("invalid_params", str(err), scheduler)
+    return None
 
 
 def contiguous_multiple(n: int) -> int:

@@ -20,7 +20,8 @@ from ..codegen.emit import emit_kernel
 from ..codegen.inner_outer import InnerOuterTile
 from ..codegen.lower import compute_dtype
 from ..ir.dtypes import DataType
-from .base import Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, next_pow2, sm_count
+from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
+                   next_pow2, powers_of_2, require_valid, sm_count)
 from .reduction import kept_and_reduced
 
 NAME = "inner_outer"
@@ -42,6 +43,13 @@ class InnerOuterParams:
     quad_rng: bool = False
     stages: int = 1  # the row loop's num_stages (tl.range): 2 loads the next block early
     contig_multiple: int = 1  # the row length is a multiple of this (``base.contiguous_multiple``)
+
+    def validate(self) -> InnerOuterParams:
+        """Raise ``ChoicesError`` for combinations no kernel takes; returns self."""
+        bad = powers_of_2(self, "block_k", "block_j", "num_warps", "contig_multiple")
+        bad += [f"{n}={getattr(self, n)} must be >= {lo}" for n, lo in (("nprog", 1), ("group", 0), ("fold_rows", 0),
+                                                                        ("stages", 1)) if getattr(self, n) < lo]
+        return require_valid(self, bad)
 
 
 def analyse(seg: Segment):
@@ -174,6 +182,9 @@ def _sized(p: InnerOuterParams) -> InnerOuterParams:
 def can_schedule_runtime(seg: Segment, params: InnerOuterParams) -> Reject | None:
     """Whole rows in one block, and every output a row result, a column result or
     full-size: the kernel's walk, kept for ``emit``."""
+    rej = invalid_params(params, NAME)
+    if rej is not None:
+        return rej
     ref, dims, outer = analyse(seg)
     J = kept_and_reduced(seg, ref, dims)[1]
     if params.block_j < J:  # e.g. a choice meant for the multi-pass tiles

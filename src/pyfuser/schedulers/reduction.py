@@ -27,8 +27,8 @@ from ..codegen.tiles import ReductionTile
 from ..ir.analysis import is_reduction
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS
-from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, l2_bytes, next_pow2,
-                   sm_count)
+from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
+                   l2_bytes, next_pow2, powers_of_2, require_valid, sm_count)
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,22 @@ class ReductionParams:
     # Prefetching fp16 rows only: the last ``rewiden`` passes widen the carried row for
     # themselves rather than reuse the first pass's fp32 copy (``codegen.tiles`` docstring).
     rewiden: int = 0
+
+    def validate(self) -> ReductionParams:
+        """Raise ``ChoicesError`` for combinations no kernel takes; returns self.
+        Fields meaningful for one form only are ignored by the others (``split`` on an
+        inner or persistent tile, ``online`` and ``out_reversed`` on a persistent one),
+        as the heuristics' fallbacks rely on."""
+        bad = powers_of_2(self, "block_k", "block_j", "num_warps", "align", "contig_multiple")
+        bad += [f"{n}={getattr(self, n)} must be >= {lo}" for n, lo in (("split", 1), ("stages", 1), ("rewiden", 0))
+                if getattr(self, n) < lo]
+        if self.num_warps > 32:
+            bad.append(f"num_warps={self.num_warps} exceeds 32 (1024 threads)")
+        if self.prefetch and not (self.inner and self.persistent and self.block_k == 1 and self.align > 1
+                                  and not self.aligned_rows):
+            bad.append("prefetch=True needs a peeled persistent row: inner=True, persistent=True, block_k=1, "
+                       "align > 1, aligned_rows=False")
+        return require_valid(self, bad)
 
 
 def analyse(seg: Segment):
@@ -605,7 +621,8 @@ def reduction_runtime_check(seg: Segment, params: ReductionParams, scheduler: st
     segment (every output reached, every reduction result used at its own row, in a
     pass after it is computed; prefetching only on peeled persistent rows), kept for
     ``emit``."""
-    return checked_emit(seg, scheduler, params, lambda s, p, n: _generate(s, p, n, scheduler))
+    return invalid_params(params, scheduler) or checked_emit(seg, scheduler, params,
+                                                              lambda s, p, n: _generate(s, p, n, scheduler))
 
 
 def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: str):
