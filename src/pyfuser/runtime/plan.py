@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
+import sys
 import threading
 import time
 import warnings
@@ -456,8 +458,19 @@ def _warn_eager(fd, plan: Plan) -> Plan:
         codes = ", ".join(f"{n}: {c}" for n, c in cause)
         outs = ", ".join(o.name for o in step.outputs)
         warnings.warn(f"pyfuser: fusion{fd.id}: the segment computing {outs} runs as torch ops, no scheduler "
-                      f"accepted it ({codes}); fd.explain(inputs) says why", EagerFallbackWarning, stacklevel=2)
+                      f"accepted it ({codes}); fd.explain(inputs) says why", EagerFallbackWarning,
+                      stacklevel=_caller_level())
     return plan
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside pyfuser (the
+    user's ``execute``), for the function calling ``warnings.warn``."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 # -- explain ---------------------------------------------------------------------------
