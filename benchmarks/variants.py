@@ -49,6 +49,7 @@ import re
 import torch
 
 from pyfuser.runtime import plan as plan_mod
+from pyfuser.schedulers import Choices
 
 from sweep import dropout_only, measure, softmax_only, stats
 
@@ -97,9 +98,9 @@ def without_prefetch():
 
 
 def spills_allowed():
-    """Plan as if no kernel spilled (time a spilling candidate instead of its fallback)."""
-    from pyfuser.runtime import spills
-    return patched(spills, "rejection", lambda *a: None)
+    """Keep the heuristics' params where the kernel spills (time a spilling candidate
+    instead of its fallback)."""
+    return Choices(spill_check=False)
 
 
 def prefetch_variants():
@@ -191,7 +192,7 @@ def bench_build(name):
 
 def without(name):
     """Plan without the scheduler ``name`` (what the fusion ran as before it existed)."""
-    return patched(plan_mod, "SCHEDULERS", tuple(s for s in plan_mod.SCHEDULERS if s.NAME != name))
+    return Choices(disable=(name,))
 
 
 def run(name, build, variants, dump=None):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import zlib
 
-import pytest
 import torch
 
 from pyfuser import FusionDefinition
@@ -89,9 +88,7 @@ def without_scheduler(name: str):
     """Plan as if scheduler ``name`` did not exist.  Tests of multi-kernel plans keep
     their fusions this way: a layer-norm backward (row and column sums) is one
     ``inner_outer`` kernel, and was the natural two-kernel example before it."""
-    from pyfuser.runtime import plan, probe
+    from pyfuser.schedulers import Choices
 
-    with pytest.MonkeyPatch.context() as mp:
-        for mod in (plan, probe):
-            mp.setattr(mod, "SCHEDULERS", tuple(s for s in mod.SCHEDULERS if s.NAME != name))
+    with Choices(disable=(name,)):
         yield

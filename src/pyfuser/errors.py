@@ -62,3 +62,25 @@ class AccuracyError(PyfuserError, AssertionError):
     def __init__(self, message, where=None, output=None, index=None, got=None, want=None):
         super().__init__(message)
         self.where, self.output, self.index, self.got, self.want = where, output, index, got, want
+
+
+class Unsupported(PyfuserError):
+    """A tile cannot express this segment with these parameters.  Raised while a
+    kernel is generated; a scheduler's run-time check (``can_schedule_runtime``) turns
+    it into a rejection with ``code``, so the planner splits the segment or tries the
+    next scheduler, and ``emit`` of an accepted segment never raises it."""
+
+    def __init__(self, message: str, code: str = "unsupported"):
+        super().__init__(message)
+        self.code = code
+
+
+class EagerFallbackWarning(UserWarning):
+    """A segment runs as torch ops (the reference executor) because no scheduler
+    accepted it; ``fd.explain(inputs)`` lists every scheduler's rejection.  Warned once
+    per cause (the schedulers' rejection codes)."""
+
+
+class ChoicesError(PyfuserError, ValueError):
+    """A ``schedulers.Choices`` names a params field or a scheduler that does not exist,
+    or a params combination no kernel can take (``Params.validate``)."""

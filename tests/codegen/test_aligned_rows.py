@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 from pyfuser.schedulers.reduction import strided_rows_dominate
 
 from .common import DataType, check, define_input, fusion, gen_for, make_tensor
@@ -38,7 +38,7 @@ def test_strided_rows_peeled_from_their_start(cols, pad, persistent, with_output
     assert not x.is_contiguous() and x.stride(0) % 8 == 0
     fd = _log_softmax_stats_and_output(x, with_output)
     chunk = dict(block_j=128) if persistent else dict(block_j=16)
-    with override(block_k=1, align=8, aligned_rows=True, persistent=persistent, **chunk):
+    with Choices(block_k=1, align=8, aligned_rows=True, persistent=persistent, **chunk):
         for _ in range(2):
             check(fd, [x], n_launches=1, aligned_rows=True, align=8)
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pyfuser.bench import training as T
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 
 from .common import DataType, check, define_input, fusion, gen_for, kernels_of, make_tensor
 
@@ -18,7 +18,7 @@ BLOCKS = pytest.mark.parametrize("block", [None, 64, 256], ids=["default", "bloc
 
 
 def _blocked(block):
-    return override(block=block) if block else override()
+    return Choices(block=block) if block else Choices()
 
 
 def _x(shape, dtype=torch.float32, name="x", **kw):

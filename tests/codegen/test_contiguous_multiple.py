@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pyfuser.bench import training as T
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 from pyfuser.schedulers.base import contiguous_multiple
 
 from .common import DataType, check, define_input, fusion, gen_for, make_tensor, need_ptxas, regcheck, sources_of
@@ -44,7 +44,7 @@ def test_inner_rows(width):
     constant = "\n    J: tl.constexpr," in src
     assert _hinted(fd, "J", 1 if constant else WIDTHS[width])
     assert constant == (width != 1024)  # the one row that fills its block
-    with override(persistent=False, block_j=256):
+    with Choices(persistent=False, block_j=256):
         fd = fusion(lambda fd: T.build_softmax_backward(fd, sizes))
         check(fd, [grad, y], n_launches=1, persistent=False, contig_multiple=WIDTHS[width])
     assert _hinted(fd, "J", WIDTHS[width])
@@ -107,7 +107,7 @@ def test_the_hint_gives_16_byte_loads_on_sm90():
     sizes = case.sizes(1.0)
 
     def loads(**ov):
-        with override(**ov):
+        with Choices(**ov):
             rt, b, plan = rc.plan_offline(case.define(sizes), rc.meta_inputs(case, sizes))
             [step] = plan.steps
             seg = rt.segment(b, step.outputs)

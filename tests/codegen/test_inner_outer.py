@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyfuser.schedulers import inner_outer, override
+from pyfuser.schedulers import inner_outer, Choices
 
 from .common import DataType, check, define_input, fusion, gen_for, kernels_of, make_tensor
 
@@ -58,7 +58,7 @@ def _ln_inputs(shape):
 def test_layer_norm_backward_is_one_kernel(shape, fold):
     inputs = _ln_inputs(shape)
     fd = _layer_norm_backward(*inputs)
-    with override(**fold, block_k=2):
+    with Choices(**fold, block_k=2):
         for _ in range(2):
             check(fd, inputs, n_launches=1, scheduler="inner_outer", **fold)
 
@@ -67,7 +67,7 @@ def test_three_dims_and_repeatable_bits():
     """[B, S, H] with column sums over (B, S); the folds add in a fixed order."""
     inputs = _ln_inputs((3, 11, 24))
     fd = _layer_norm_backward(*inputs)
-    with override(nprog=5, group=2):
+    with Choices(nprog=5, group=2):
         first = check(fd, inputs, n_launches=1, scheduler="inner_outer")
         again = fd.execute(inputs)
     for a, b in zip(first, again):
@@ -89,7 +89,7 @@ def test_row_outputs_and_random_rows():
         fd.add_output(d)
 
     fd = fusion(build)
-    with override(nprog=6, group=4):
+    with Choices(nprog=6, group=4):
         check(fd, [x, 1234, 8], n_launches=1, scheduler="inner_outer")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 
 from .common import DataType, check, define_input, from_torch, fusion, gen_for, make_tensor, sources_of
 
@@ -29,7 +29,7 @@ def test_slice_pad_cat(params):
         c = fd.ops.cat([p, fd.ops.neg(p)], dim=1)  # [18, 40]
         fd.add_output(fd.ops.mul(c, fd.define_scalar(2.0)))
 
-    with override(**params):
+    with Choices(**params):
         check(fusion(build), [x], n_launches=1)
 
 
@@ -46,7 +46,7 @@ def test_iota_full_squeeze_and_0dim(params):
         fd.add_output(fd.ops.add(fd.ops.mul(t, f), fd.ops.broadcast_in_dim(i, shape=[33, 20], broadcast_dims=[1])))
         fd.add_output(fd.ops.mul(fd.ops.squeeze(u, [1]), fd.ops.exp(z)))
 
-    with override(**params):
+    with Choices(**params):
         check(fusion(build), [x, y, s0])
 
 
@@ -64,7 +64,7 @@ def test_three_dependent_reduction_levels(params):
         fd.add_output(fd.ops.sub(y, mu))
         fd.add_output(v)
 
-    with override(**params):
+    with Choices(**params):
         check(fusion(build), [x], n_launches=1, scheduler="inner_normalization")
 
 
@@ -79,7 +79,7 @@ def test_keepdim_and_dropped_results_together(params):
         fd.add_output(s2)
         fd.add_output(fd.ops.sub(t, s2))
 
-    with override(**params):
+    with Choices(**params):
         check(fusion(build), [x], n_launches=1, tol=(1e-5, 1e-4))
 
 
@@ -97,7 +97,7 @@ def test_reductions_of_permuted_and_reshaped_inputs(params):
         fd.add_output(fd.ops.sum(p, dims=[1]))
         fd.add_output(fd.ops.max(p, dims=[1]))
 
-    with override(**params):
+    with Choices(**params):
         check(fusion(build), [x], n_launches=1, tol=(1e-5, 1e-4))
         check(fusion(build_p), [x], n_launches=1, tol=(1e-5, 1e-4))
 
@@ -113,7 +113,7 @@ def test_outer_normalization(params):
         fd.add_output(fd.ops.sub(t, m))
         fd.add_output(m)
 
-    with override(**params):
+    with Choices(**params):
         check(fusion(build), [x], n_launches=1, tol=(1e-5, 1e-4), scheduler="outer_reduction")
 
 
@@ -155,14 +155,14 @@ def test_reduction_over_an_empty_extent(params):
         v, m = fd.ops.var_mean(t, dims=[1])
         fd.add_output(v)
 
-    with override(**params):
+    with Choices(**params):
         s, p, v = check(fusion(build), [x])
     assert torch.equal(s, torch.zeros(3)) and torch.equal(p, torch.ones(3)) and v.isnan().all()
 
     def build_outer(fd):
         fd.add_output(fd.ops.sum(define_input(fd, torch.empty(0, 5)), dims=[0]))
 
-    with override(**params):
+    with Choices(**params):
         (s,) = check(fusion(build_outer), [torch.empty(0, 5)])
     assert torch.equal(s, torch.zeros(5))
 
@@ -226,7 +226,7 @@ def test_output_broadcast_over_kept_dims_is_stored_once_per_element(block_k, per
     g = gen_for("rows guard", block_k, persistent)
     x, m = make_tensor((B, H, S, S), torch.float32, g), make_tensor((B, 1, 1, S), torch.float32, g)
     ov = dict(block_k=block_k) if persistent else dict(MULTIPASS, block_k=block_k)
-    with override(**ov):
+    with Choices(**ov):
         check(fusion(_scaled_mask_fusion(B, H, S, (B, 1, 1, S))), [x, m], n_launches=1,
               scheduler="inner_normalization", **ov)
 
@@ -239,7 +239,7 @@ def test_smaller_outputs_stored_over_their_own_rows(small, random):
     B, H, S = 3, 2, 5
     g = gen_for("own rows", small, random)
     x, m = make_tensor((B, H, S, S), torch.float32, g), make_tensor(small, torch.float32, g)
-    with override(block_k=4):
+    with Choices(block_k=4):
         check(fusion(_scaled_mask_fusion(B, H, S, small, random)), [x, m] + ([7, 3] if random else []),
               n_launches=1, scheduler="inner_normalization", block_k=4, persistent=True)
 
@@ -253,7 +253,7 @@ def test_smaller_output_source_is_a_loop_over_its_own_rows():
     x, m = make_tensor((B, H, S, S), torch.float32, g), make_tensor((B, 1, 1, S), torch.float32, g)
     seen = []
     for ov in (dict(block_k=4), dict(MULTIPASS, block_k=4)):
-        with override(**ov):
+        with Choices(**ov):
             fd = fusion(_scaled_mask_fusion(B, H, S, (B, 1, 1, S)))
             check(fd, [x, m], n_launches=1)
         seen += sources_of(fd)
@@ -283,7 +283,7 @@ def test_peeled_chunks_of_rows_compared_as_integers(params):
         fd.add_output(fd.ops.cast(fd.ops.sub(w, fd.ops.mul(e, fd.ops.sum(w, dims=[1], keepdim=True))),
                                   DataType.Half))
 
-    with override(**params):
+    with Choices(**params):
         check(fusion(build), [x, t], n_launches=1, **{k: v for k, v in params.items() if k != "block_j"})
 
 

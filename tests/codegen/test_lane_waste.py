@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pyfuser.bench import training as T
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 from pyfuser.schedulers.reduction import MAX_LANE_WASTE, _fit_chunks
 
 from .common import check, fusion, gen_for, make_tensor, regcheck
@@ -60,11 +60,11 @@ def test_chunked_rows_match_the_reference():
     gen = gen_for("lane_waste")
     x, w, b = (make_tensor(s, torch.bfloat16, gen) for s in ((4, 5120), (5120,), (5120,)))
     fd = fusion(lambda fd: T.build_layer_norm(fd, (4, 5120, T.BF)))
-    with override(persistent=False, block_j=1024, num_warps=2):
+    with Choices(persistent=False, block_j=1024, num_warps=2):
         check(fd, [x, w, b], n_launches=1, persistent=False, block_j=1024)
     from pyfuser.bench.cases import build_softmax
 
     y = make_tensor((3, 12000), torch.float16, gen)
     fd = fusion(lambda fd: build_softmax(fd, (3, 12000, T.H), False))
-    with override(persistent=False, block_j=4096, num_warps=8, online=True):
+    with Choices(persistent=False, block_j=4096, num_warps=8, online=True):
         check(fd, [y], n_launches=1, persistent=False, block_j=4096, online=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 
 from .common import DataType, check, define_input, from_torch, fusion, gen_for, make_tensor
 
@@ -60,7 +60,7 @@ def rms_norm(fd, x, w, shape, eps=1e-6):
 def _run(build, inputs, variant, J, what):
     fd = fusion(build)
     forced = variant_params(variant, J)
-    with override(**forced):
+    with Choices(**forced):
         return check(fd, inputs, n_launches=1, tol=(2e-5, 2e-5) if inputs[0].dtype == torch.float32 else None,
                      scheduler="inner_normalization" if J > 1 else None, what=what,
                      **({"persistent": forced["persistent"]} if forced else {}))

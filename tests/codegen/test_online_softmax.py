@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pyfuser import DataType, FusionDefinition
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 
 
 def _softmax_fd():
@@ -29,7 +29,7 @@ def test_online_softmax_matches_reference(online, block_k):
     x[3, 7] = float("inf")
     x[4, :40] = float("-inf")
     want = fd.reference([x])
-    with override(persistent=False, block_j=16, block_k=block_k, online=online):
+    with Choices(persistent=False, block_j=16, block_k=block_k, online=online):
         got = fd.execute([x])
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, equal_nan=True)
@@ -49,7 +49,7 @@ def test_online_statistics_of_fp16_rows(align, block_j):
     x[1, 7] = float("nan")
     x[2, :500] = float("-inf")
     want = fd.reference([x])
-    with override(persistent=False, block_j=block_j, block_k=1, online=True, align=align):
+    with Choices(persistent=False, block_j=block_j, block_k=1, online=True, align=align):
         got = fd.execute([x])
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6, equal_nan=True)
     assert fd._runtime.kernels and all(key[3].online for key in fd._runtime.kernels)
@@ -71,7 +71,7 @@ def test_online_log_softmax_of_fp16_rows(align, block_j, out_reversed):
     x[1, 9] = float("nan")
     x[3, 600:] = float("-inf")
     want = fd.reference([x])
-    with override(persistent=False, block_j=block_j, block_k=1, online=True, align=align, out_reversed=out_reversed):
+    with Choices(persistent=False, block_j=block_j, block_k=1, online=True, align=align, out_reversed=out_reversed):
         got = fd.execute([x])
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5, equal_nan=True)
     (src, _), = fd._runtime.kernels.values()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 
 from .common import BF16_CHAIN, DataType, check, define_input, from_torch, fusion, gen_for, make_tensor
 
@@ -24,7 +24,7 @@ BLOCKS = pytest.mark.parametrize("block", [None, 64], ids=["default_block", "blo
 
 
 def _blocked(block):
-    return override(block=block) if block else override()
+    return Choices(block=block) if block else Choices()
 
 
 def _chain_tol(dtype):
@@ -199,7 +199,7 @@ def test_an_output_wider_than_the_walk_gets_a_kernel_that_covers_it(params, kern
         fd.add_output(fd.ops.slice(wide, start_indices=[1, 0], end_indices=[4, 5]))
         fd.add_output(wide)
 
-    with override(**params):
+    with Choices(**params):
         check(fusion(build), [x], what="window", n_launches=kernels)
 
 

@@ -13,9 +13,9 @@ import torch
 
 from pyfuser.bench import seeds, training as T
 from pyfuser.bench.cases import build_softmax
-from pyfuser.codegen.lower import Unsupported
+from pyfuser.errors import Unsupported
 from pyfuser.codegen.tiles import ReductionTile
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 from pyfuser.schedulers.base import sm_count
 
 from .common import DataType, check, fusion, gen_for, make_tensor, need_ptxas, regcheck
@@ -35,10 +35,10 @@ def test_log_softmax_rows_match_the_reference(rows):
     gen = gen_for(f"prefetch_{rows}")
     x = make_tensor((rows, 101), torch.float16, gen)
     fd = fusion(lambda fd: seeds.build_log_softmax_full(fd, rows, 1, 101))
-    with override(**PREFETCH):
+    with Choices(**PREFETCH):
         check(fd, [x], n_launches=1, prefetch=True, align=8)
     fd = fusion(lambda fd: seeds.build_log_softmax_sub(fd, rows, 101))
-    with override(**PREFETCH):
+    with Choices(**PREFETCH):
         check(fd, [x], n_launches=1, prefetch=True)
 
 
@@ -46,7 +46,7 @@ def test_nan_and_inf_rows_match_the_reference():
     gen = gen_for("prefetch_special")
     x = make_tensor((sm_count() + 3, 101), torch.float16, gen, special=True)
     fd = fusion(lambda fd: seeds.build_log_softmax_sub(fd, sm_count() + 3, 101))
-    with override(**PREFETCH):
+    with Choices(**PREFETCH):
         check(fd, [x], n_launches=1, prefetch=True)
 
 
@@ -57,11 +57,11 @@ def test_softmax_and_layer_norm_rows_match_the_reference():
     rows = sm_count() + 7
     y = make_tensor((rows, 101), torch.bfloat16, gen)
     fd = fusion(lambda fd: build_softmax(fd, (rows, 101, T.BF), False))
-    with override(**PREFETCH):
+    with Choices(**PREFETCH):
         check(fd, [y], n_launches=1, prefetch=True)
     x, w, b = (make_tensor(s, torch.float16, gen) for s in ((rows, 101), (101,), (101,)))
     fd = fusion(lambda fd: T.build_layer_norm(fd, (rows, 101, T.H)))
-    with override(**PREFETCH):
+    with Choices(**PREFETCH):
         check(fd, [x, w, b], n_launches=1, prefetch=True)
 
 
@@ -81,7 +81,7 @@ def test_the_kernel_walks_rows_and_carries_the_body():
 
     RD.emit_kernel = spy
     try:
-        with override(**PREFETCH):
+        with Choices(**PREFETCH):
             check(fd, [x], n_launches=1, prefetch=True)
     finally:
         RD.emit_kernel = real
@@ -97,8 +97,9 @@ def test_the_kernel_walks_rows_and_carries_the_body():
 
 def test_only_a_peeled_persistent_row_prefetches():
     fd = fusion(lambda fd: seeds.build_log_softmax_sub(fd, 4, 96))  # rows aligned: nothing peeled
-    with pytest.raises(Unsupported, match="peeled persistent row"):
+    with pytest.raises(Unsupported) as err:
         ReductionTile(fd.ir.outputs[0], (1,), True, True, 1, 128, False, align=1, prefetch=True)
+    assert err.value.code == "prefetch_tile"
 
 
 def _cuda_plan(rc, name):
@@ -184,5 +185,5 @@ def test_compiled_rows_match_the_reference(dt):
     for build in (lambda fd: build_softmax(fd, (rows, 20001, tdt), False),
                   lambda fd: build_softmax(fd, (rows, 20001, tdt), True)):
         fd = fusion(build)
-        with override(**dict(PREFETCH, block_j=32768, num_warps=16)):
+        with Choices(**dict(PREFETCH, block_j=32768, num_warps=16)):
             check(fd, [x], n_launches=1, prefetch=True)

@@ -1,5 +1,5 @@
 """``emit`` must be correct for any valid parameters, not only the ones the
-heuristics pick: hypothesis draws parameters (forced with ``override``) and shapes,
+heuristics pick: hypothesis draws parameters (forced with ``Choices``) and shapes,
 and the results must equal the reference executor's, random bits included."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 from pyfuser.schedulers.base import next_pow2
 
 from .common import DataType, check, fusion, gen_for, make_tensor
@@ -61,7 +61,7 @@ def test_normalization_any_params(case):
         _norm_dropout(fd, dtype)
 
     fd = fusion(build)
-    with override(**params):
+    with Choices(**params):
         # var with correction 1 of a single element is NaN in both; the normalized
         # output is then NaN too, which the comparison accepts position by position.
         got = check(fd, [x, w, 4242, 8], tol={torch.float32: (1e-5, 2e-5)}, what=f"{R}x{V} {params}",
@@ -101,7 +101,7 @@ def test_pointwise_any_block(case):
         fd.add_output(fd.ops.cast(fd.ops.add(t, n), dtype=DataType.Half))
         fd.add_output(eb)
 
-    with override(block=block):
+    with Choices(block=block):
         check(fusion(build), [x, b, 99, 4], n_launches=1, tol={torch.float32: (1e-5, 2e-5)}, block=block)
 
 
@@ -138,5 +138,5 @@ def test_broadcast_tile_any_params(case):
         fd.add_output(fd.ops.cast(fd.ops.add(t, fd.ops.rand_like(t, rng_seed=seed, rng_offset=off)), DataType.Half))
         fd.add_output(s)
 
-    with override(**params):
+    with Choices(**params):
         check(fusion(build), [xt, a, 7, 12], n_launches=1, tol={torch.float32: (1e-5, 2e-5)}, **params)

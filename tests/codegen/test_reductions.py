@@ -1,11 +1,11 @@
 """Inner and outer reduction schedulers against the reference executor, in their
-persistent and multi-pass variants (forced with ``schedulers.override``)."""
+persistent and multi-pass variants (forced with ``schedulers.Choices``)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 
 from .common import DataType, assert_matches, check, define_input, fusion, gen_for, make_tensor
 
@@ -109,11 +109,11 @@ def test_inner_reduction(shape, op, dtype, variant):
         # torch's CPU prod of fp16/bf16 (so the reference executor's) multiplies in
         # half precision: 1% off over 129 elements.  The kernels, like torch on CUDA,
         # accumulate in fp32: compare with the fp64 product rounded once.
-        with override(**forced):
+        with Choices(**forced):
             (got,) = fd.execute([x])
         assert_matches(got, x.double().prod(1).to(dtype), what=f"prod {shape}", tol=_sum_tol(x, [1], dtype))
         return
-    with override(**forced):
+    with Choices(**forced):
         check(fd, [x], n_launches=1, tol=_tol(op, x, [1], dtype), what=f"{op} {shape}",
               scheduler="inner_reduction" if shape[-1] > 1 else None, **_forced(forced))
 
@@ -135,7 +135,7 @@ def test_inner_reduction_dims(shape, dims, keepdim, op, variant):
     def build(fd):
         _reduce(fd, op, define_input(fd, x), dims, keepdim)
 
-    with override(**VARIANTS[variant]):
+    with Choices(**VARIANTS[variant]):
         check(fusion(build), [x], n_launches=1, tol=_tol(op, x, dims, torch.float32), what=f"{op} {shape} {dims}",
               **_forced(VARIANTS[variant]))
 
@@ -155,7 +155,7 @@ def test_reduction_of_computed_values(variant):
         fd.add_output(fd.ops.sum(y, dims=[1], keepdim=True, dtype=DataType.Float))
         fd.add_output(fd.ops.cast(fd.ops.max(y, dims=[1]), dtype=DataType.Half))
 
-    with override(**VARIANTS[variant]):
+    with Choices(**VARIANTS[variant]):
         check(fusion(build), [x, w], n_launches=1, tol=(1e-5, 1e-3), what="computed")
 
 
@@ -169,7 +169,7 @@ def test_reduction_of_strided_input():
         fd.add_output(fd.ops.max(tx, dims=[1]))
 
     for variant in ("persistent", "multipass"):
-        with override(**VARIANTS[variant]):
+        with Choices(**VARIANTS[variant]):
             check(fusion(build), [x], n_launches=1, tol=_sum_tol(x, [1], torch.float32), what=variant)
 
 
@@ -189,7 +189,7 @@ def test_max_min_propagate_nan():
         fd.add_output(fd.ops.min(tx, dims=[1]))
 
     for variant in VARIANTS.values():
-        with override(**variant):
+        with Choices(**variant):
             mx, mn = check(fusion(build), [x], n_launches=1)
             assert torch.isnan(mx[0]) and torch.isnan(mn[0]) and torch.isnan(mx[3]) and torch.isnan(mn[3])
             assert mx[1] == float("inf") and mn[2] == float("-inf")
@@ -207,7 +207,7 @@ def test_integer_reductions(op, dtype):
         fd.add_output(getattr(fd.ops, op)(define_input(fd, x), dims=[1]))
 
     for variant in ("persistent", "multipass"):
-        with override(**VARIANTS[variant]):
+        with Choices(**VARIANTS[variant]):
             check(fusion(build), [x], n_launches=1, what=f"{op} {dtype} {variant}")
 
 
@@ -230,7 +230,7 @@ def test_outer_reduction(shape, op, dtype, variant):
     def build(fd):
         _reduce(fd, op, define_input(fd, x), [0], keepdim=False)
 
-    with override(**OUTER[variant]):
+    with Choices(**OUTER[variant]):
         check(fusion(build), [x], n_launches=1, tol=_tol(op, x, [0], dtype), what=f"{op} {shape}",
               scheduler="outer_reduction" if shape[0] > 1 and shape[1] > 1 else None, **_forced(OUTER[variant]))
 
@@ -247,7 +247,7 @@ def test_outer_reduction_dims(shape, dims, keepdim, variant):
         fd.add_output(fd.ops.sum(fd.ops.mul(tx, tx), dims=dims, keepdim=keepdim))
         fd.add_output(fd.ops.min(tx, dims=dims, keepdim=keepdim))
 
-    with override(**OUTER[variant]):
+    with Choices(**OUTER[variant]):
         check(fusion(build), [x], n_launches=1, tol=_sum_tol(x * x, dims, torch.float32), what=f"{shape} {dims}",
               **_forced(OUTER[variant]))
 
@@ -262,5 +262,5 @@ def test_outer_bias_grad_fp16():
         fd.add_output(fd.ops.cast(fd.ops.sum(t, dims=[0]), dtype=DataType.Half))
 
     for variant in OUTER.values():
-        with override(**variant):
+        with Choices(**variant):
             check(fusion(build), [g], n_launches=1, tol=_sum_tol(g, [0], torch.float16))

@@ -9,7 +9,7 @@ import torch
 from pyfuser.bench import training as T
 from pyfuser.ir.concretize import bind
 from pyfuser.runtime import spills
-from pyfuser.schedulers import Segment, outer_reduction, override, pointwise
+from pyfuser.schedulers import Segment, outer_reduction, Choices, pointwise
 from pyfuser.schedulers.reduction import OUTER_VALUES_PER_THREAD, outer_values, reduction_fallbacks
 
 from .common import DataType, fusion, need_ptxas, regcheck
@@ -135,7 +135,7 @@ def test_pointwise_fallbacks_halve_the_elements_per_thread_on_4_warps():
     def build(fd):
         T.build_rope(fd, (16384, 8, 128, BF))
     seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
-    with override(outer=()):
+    with Choices(outer=()):
         p = pointwise.heuristics(seg)
     assert (p.block, p.num_warps) == (2048, 4)
     fb = pointwise.fallbacks(seg, p)
@@ -169,14 +169,14 @@ def test_a_candidate_over_its_register_budget_is_rejected():
     def build(fd):
         T.build_rope(fd, (16384, 8, 128, BF))
     seg = cuda_segment(build, [((16384, 8, 128), torch.bfloat16), ((16384, 64), torch.float32)])
-    with override(outer=()):
+    with Choices(outer=()):
         p = pointwise.heuristics(seg)
-    assert "128 registers" in spills.rejection(pointwise, seg, p, 128, 0)
+    assert spills.rejection(pointwise, seg, p, 128, 0).code == "register_budget"
     assert spills.rejection(pointwise, seg, p, 40, 0) is None
     assert spills.rejection(pointwise, seg, p, None, 0) is None  # unknown: accepted
     fb = pointwise.fallbacks(seg, p)[0]
     assert spills.rejection(pointwise, seg, fb, 128, 0) is None
-    assert "spills 2" in spills.rejection(pointwise, seg, fb, 40, 2)
+    assert spills.rejection(pointwise, seg, fb, 40, 2).code == "spills"
     walk = {p: spills.rejection(pointwise, seg, p, 128, 0), fb: spills.rejection(pointwise, seg, fb, 38, 0)}
     assert spills.first_fit([p, fb, pointwise.fallbacks(seg, p)[1]], walk.get) == fb
 

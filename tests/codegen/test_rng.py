@@ -14,7 +14,7 @@ import torch
 from pyfuser.reference import run_reference
 from pyfuser.rng import reference_random
 from pyfuser.runtime.executor import make_rng_state
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 
 from .common import DataType, check, define_input, fusion, gen_for, kernels_of, launches, make_tensor
 
@@ -147,7 +147,7 @@ def test_reduction_schedules_give_identical_bits(shape, dist):
         if not params["persistent"] and shape[1] > 200:
             params = {**params, "block_j": params["block_j"] * 8}  # fewer interpreted loop trips
         distinct.add(tuple(sorted(params.items())))
-        with override(**params):
+        with Choices(**params):
             got = fd.execute(args)
         if dist == "rand_like":
             assert torch.equal(got[0], want[0]), f"{name}: not the reference's bits"
@@ -170,7 +170,7 @@ def test_pointwise_block_sizes_give_identical_bits(shape, dist):
     outs = []
     n = math.prod(shape)
     for block in ((None, 4, 16, 64) if n < 1000 else (None, 64, 256, 1024)):
-        with override(**({} if block is None else {"block": block})):
+        with Choices(**({} if block is None else {"block": block})):
             outs.append(fd.execute([77, 12])[0])
     for o in outs[1:]:
         assert torch.equal(o, outs[0])
@@ -454,7 +454,7 @@ def test_half_random_values_identical_across_reduction_schedules(shape):
     for name, params in REDUCTION_SCHEDULES.items():
         if "quad" in name and shape[1] % 4:
             params = {**params, "quad_rng": False}
-        with override(**params):
+        with Choices(**params):
             got = fd.execute(args)
         for g, w in zip(got, want):
             assert torch.equal(g, w), name

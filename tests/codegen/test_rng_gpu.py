@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 
 from .common import DataType, fusion
 from .test_rng import BOUND_CASES, REDUCTION_SCHEDULES, _dropout_softmax, _explicit, _stateful_pair
@@ -84,7 +84,7 @@ def test_reduction_schedules_give_identical_bits_on_cuda(dist):
     fd = _dropout_softmax((5, 1024), dist)
     first = None
     for name, params in REDUCTION_SCHEDULES.items():
-        with override(**params):
+        with Choices(**params):
             got = fd.execute([x, 987654321, 8])
         if first is None:
             first = got

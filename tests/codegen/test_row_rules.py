@@ -11,7 +11,7 @@ import torch
 
 from pyfuser.bench import training as T
 from pyfuser.bench.cases import build_softmax
-from pyfuser.schedulers import inner_normalization, override
+from pyfuser.schedulers import inner_normalization, Choices
 from pyfuser.schedulers.reduction import PADDED_ROW_SHARE, PAIRED_ROW_PEEL, _peel_pays
 
 from .common import DataType, check, fusion, gen_for, make_tensor, sources_of
@@ -62,7 +62,7 @@ def test_unpeeled_even_rows_match_the_reference(W):
     gen = gen_for(f"unpeeled_{W}")
     x = make_tensor((6, W), torch.float16, gen)
     fd = fusion(lambda fd: build_softmax(fd, (6, W, H), True))
-    with override(persistent=True, block_k=1, block_j=2048, num_warps=2):
+    with Choices(persistent=True, block_k=1, block_j=2048, num_warps=2):
         check(fd, [x], n_launches=1, align=1)
 
 
@@ -73,7 +73,7 @@ def test_persistent_rows_keep_their_lines_in_l2():
     rows, W = 5, 256
     x, w, b = (make_tensor(s, torch.float16, gen) for s in ((rows, W), (W,), (W,)))
     fd = fusion(lambda fd: T.build_layer_norm(fd, (rows, W, H)))
-    with override(persistent=True, block_k=2, block_j=W, num_warps=2):
+    with Choices(persistent=True, block_k=2, block_j=W, num_warps=2):
         check(fd, [x, w, b], n_launches=1, persistent=True)
     [src] = sources_of(fd)
     loads = [line.strip() for line in src.splitlines() if "tl.load(" in line]
@@ -86,7 +86,7 @@ def test_persistent_rows_keep_their_lines_in_l2():
     W = 101  # odd: peeled
     x, w, b = (make_tensor(s, torch.float16, gen) for s in ((rows, W), (W,), (W,)))
     fd = fusion(lambda fd: T.build_layer_norm(fd, (rows, W, H)))
-    with override(persistent=True, block_k=1, block_j=128, num_warps=2):
+    with Choices(persistent=True, block_k=1, block_j=128, num_warps=2):
         check(fd, [x, w, b], n_launches=1, align=8)
     [src] = sources_of(fd)
     assert "eviction_policy" not in src

@@ -8,7 +8,7 @@ import torch
 
 from pyfuser.codegen.emit import split_eligible
 from pyfuser.ir.concretize import bind
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 
 from .common import DataType, check, define_input, fusion, gen_for, kernels_of, make_tensor
 
@@ -35,7 +35,7 @@ def test_column_sums_with_a_pointwise_side_output(split, shape, stages):
         fd.add_output(fd.ops.cast(fd.ops.mul(gf, 2.0), DataType.Half))
 
     fd = fusion(build)
-    with override(**SPLIT, split=split, stages=stages):
+    with Choices(**SPLIT, split=split, stages=stages):
         for _ in range(2):
             check(fd, [x, dy], n_launches=1, scheduler="outer_reduction", split=split, stages=stages)
 
@@ -54,7 +54,7 @@ def test_other_reductions_fold_their_partials(op):
             fd.add_output(getattr(fd.ops, op)(fd.ops.mul(t, 0.5 if op == "prod" else 1.0), dims=[0]))
 
     fd = fusion(build)
-    with override(**SPLIT, split=4):
+    with Choices(**SPLIT, split=4):
         for _ in range(2):
             check(fd, [x], n_launches=1, scheduler="outer_reduction", split=4)
 
@@ -66,7 +66,7 @@ def test_nan_propagates_through_the_partials():
     def build(fd):
         fd.add_output(fd.ops.max(define_input(fd, x), dims=[0]))
 
-    with override(**SPLIT, split=4):
+    with Choices(**SPLIT, split=4):
         (out,) = check(fusion(build), [x], scheduler="outer_reduction", split=4)
     assert out[4].isnan() and not out[:4].isnan().any()
 
@@ -82,7 +82,7 @@ def test_outputs_that_need_the_reduction_at_every_row_are_not_split():
     fd = fusion(build)
     shapes = bind(fd.ir, [x]).shapes
     assert not split_eligible(fd.ir.outputs, shapes, fd.ir.inputs[0], (0,))
-    with override(**SPLIT, split=4):  # asked for anyway: the scheduler falls back to one program per strip
+    with Choices(**SPLIT, split=4):  # asked for anyway: the scheduler falls back to one program per strip
         check(fd, [x], n_launches=1)
 
 
@@ -99,7 +99,7 @@ def test_a_side_output_is_written_in_the_reduction_pass(params):
         fd.add_output(fd.ops.sum(xf, dims=[0]))
 
     fd = fusion(build)
-    with override(**params):
+    with Choices(**params):
         check(fd, [x], n_launches=1, scheduler="outer_reduction")
     (src,) = [k[0].source for k in fd._runtime.kernels.values()]
     assert src.count("tl.load(T0_ptr") == 1, src
@@ -113,7 +113,7 @@ def test_a_split_column_kernel_on_stored_row_statistics_in_a_cached_general_plan
     from tests.runtime.general_fusions import define, layer_norm_backward, layer_norm_backward_inputs
 
     fd = define(layer_norm_backward, 40, 24)
-    with override(split=4, persistent=False, block_j=8, block_k=8):
+    with Choices(split=4, persistent=False, block_j=8, block_k=8):
         for seed in range(3):
             inputs = layer_norm_backward_inputs(40, 24, seed=seed)
             before = pyfuser.cache_info()["launches"]

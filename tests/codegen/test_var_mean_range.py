@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 
 from .common import define_input, fusion, gen_for, tol_for
 
@@ -75,7 +75,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 def test_row_var_mean_near_the_maximum(variant, dtype, correction, keepdim):
     x = _rows(16, dtype, gen_for("vm_rows", str(dtype)))
     fd = _var_mean([1], correction, keepdim, x)
-    with override(**INNER[variant]):
+    with Choices(**INNER[variant]):
         var, mean = _check(fd, x, 1, variant)
     assert torch.isfinite(mean).all(), mean
 
@@ -86,7 +86,7 @@ def test_row_var_mean_near_the_maximum(variant, dtype, correction, keepdim):
 def test_column_var_mean_near_the_maximum(variant, dtype, correction):
     x = _rows(16, dtype, gen_for("vm_cols", str(dtype))).t().contiguous()  # [16, 6]: columns
     fd = _var_mean([0], correction, False, x)
-    with override(**OUTER[variant]):
+    with Choices(**OUTER[variant]):
         var, mean = _check(fd, x, 0, variant)
     assert torch.isfinite(mean).all(), mean
 
@@ -103,7 +103,7 @@ def test_scaled_mean_is_as_accurate_as_float64_allows(variant):
     mixed = (torch.rand(4, J, generator=gen) - 0.5) * 10.0 ** torch.randint(-3, 4, (4, J), generator=gen)
     x = torch.cat([mixed, torch.randn(2, J, generator=gen) + 1000.0])
     fd = _var_mean([1], 1, False, x)
-    with override(**INNER[variant]):
+    with Choices(**INNER[variant]):
         var, mean = fd.execute([x])
     v64, m64 = torch.var_mean(x.double(), 1, correction=1)
     scale = x.double().abs().amax(1)

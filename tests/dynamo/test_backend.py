@@ -324,7 +324,7 @@ def test_regions_are_cut_where_a_reshape_changes_a_normalized_shape():
 def test_repeat_calls_run_the_prepared_launches_directly(monkeypatch, capsys):
     """A region's second call with the same strides skips ``fd.execute`` (its
     fingerprint); misaligned inputs, dumps and scheduler overrides still go through it."""
-    from pyfuser.schedulers.base import override
+    from pyfuser.schedulers.base import Choices
 
     calls = []
     execute = pyfuser.FusionDefinition.execute
@@ -356,7 +356,7 @@ def test_repeat_calls_run_the_prepared_launches_directly(monkeypatch, capsys):
         torch.testing.assert_close(compiled(y), fn(y))
         assert len(calls) == 3 and "cache fusion" in capsys.readouterr().out
         monkeypatch.delenv("PYFUSER_DUMP")
-        with override(num_warps=2):
+        with Choices(num_warps=2):
             torch.testing.assert_close(compiled(y), fn(y))
         assert len(calls) == 4
         torch.testing.assert_close(compiled(y), fn(y))

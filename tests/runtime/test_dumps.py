@@ -219,13 +219,13 @@ def test_cache_hits_misses_and_reasons(dumps, capsys):
 
 
 def test_cache_names_new_heuristics(dumps, capsys):
-    from pyfuser.schedulers import override
+    from pyfuser.schedulers import Choices
 
     dumps("cache")
     fd, inputs = gelu_fd(), gelu_inputs(rows=4, cols=24)
-    with override(block=32):
+    with Choices(block=32):
         run(capsys, fd, inputs)
-    with override(block=64):
+    with Choices(block=64):
         _, out = run(capsys, fd, inputs)
     assert f"kernel2 pyfuser_f{fd.id}_k2 (pointwise): miss, compiled in " in out
     assert re.search(r"new heuristics: params PointwiseParams\(block=64, .*\(cached for this segment and signature: "

@@ -301,7 +301,7 @@ def test_the_fast_path_follows_the_environment(monkeypatch, dump_value, prof_val
             monkeypatch.setenv(name, value)
     assert executor.fast_path_allowed() is allowed
     if allowed:
-        from pyfuser.schedulers.base import override
+        from pyfuser.schedulers.base import Choices
 
-        with override(block_k=4):
+        with Choices(block_k=4):
             assert not executor.fast_path_allowed()

@@ -12,7 +12,7 @@ import torch
 from pyfuser import CompileError, DataType, FusionDefinition
 from pyfuser.codegen.emit import KernelSource
 from pyfuser.runtime.repro import input_expr
-from pyfuser.schedulers import override, pointwise
+from pyfuser.schedulers import Choices, pointwise
 
 from .conftest import bert_fd, bert_inputs, device
 
@@ -77,11 +77,11 @@ def test_report_fusion_script_runs(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_overrides_in_force_are_replayed():
+def test_choices_in_force_are_replayed():
     fd, inputs = strided_fd(), strided_inputs()
-    with override(persistent=False, block_j=2):
+    with Choices(persistent=False, block_j=2):
         text = fd.repro_script(inputs)
-    assert "with override(**{'persistent': False, 'block_j': 2}):" in text
+    assert "with Choices(block_j=2, persistent=False):" in text
 
 
 def _broken_emit(monkeypatch, old: str, new: str):

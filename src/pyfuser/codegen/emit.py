@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..ir.analysis import after_reductions as _after_reductions
+from ..ir.analysis import is_reduction as _is_reduction
+from ..ir.analysis import live_exprs_for, online_softmax_pairs, reduction_levels, split_eligible  # noqa: F401
 from ..ir.dtypes import DataType
-from ..ir.ops import OPS
 from ..ir.shapes import reduce_shape
 from ..ir.values import TensorVal
-from .lower import Lowering, Unsupported, compute_dtype
+from ..errors import Unsupported
+from .lower import Lowering
 from .inner_outer import InnerOuterTile, emit_inner_outer_body
 from .tiles import BroadcastTile, FlatTile, ReductionTile
 from .writer import KernelArg, KernelWriter
@@ -34,36 +37,6 @@ class KernelSource:
     constexprs: dict
     outputs: list  # TensorVals the kernel writes
     tile: object = field(repr=False, default=None)
-
-
-def live_exprs_for(outputs):
-    """Exprs that the given outputs depend on, in program order."""
-    return outputs[0].fusion.live_exprs(outputs)
-
-
-def reduction_levels(exprs) -> dict:
-    """Level of each reduction: 1 + the highest level among reductions feeding it."""
-    level: dict = {}
-    memo: dict = {}
-
-    def depth(v):
-        if id(v) in memo:
-            return memo[id(v)]
-        e = v.definition
-        if e is None:
-            d = 0
-        else:
-            d = max((depth(i) for i in e.inputs), default=0)
-            if OPS[e.op].kind in ("reduction", "var_mean"):
-                level[e] = d + 1
-                d = d + 1
-        memo[id(v)] = d
-        return d
-
-    for e in exprs:
-        for o in e.outputs:
-            depth(o)
-    return level
 
 
 def _store(low, o, idx, val, axes):
@@ -115,10 +88,11 @@ def _store_walked(low, outputs, ref_idx, full, reached):
     for o in reached:
         idx = low.reached.get(o)
         if idx is None:
-            raise Unsupported(f"output {o.name} is not reached from the reference tensor {low.tile.ref.name}")
+            raise Unsupported(f"output {o.name} is not reached from the reference tensor {low.tile.ref.name}",
+                              "output_not_reached")
         if o in low.windowed and o not in low.covered:
             raise Unsupported(f"output {o.name} is reached only below a slice: the walk over "
-                              f"{low.tile.ref.name} covers part of it")
+                              f"{low.tile.ref.name} covers part of it", "output_below_slice")
         val, axes = low.value(o, idx)
         _store(low, o, idx, val, axes)
 
@@ -139,10 +113,6 @@ def emit_kernel(name: str, outputs, shapes, inputs_info, tile, header: list[str]
     header = header + [f"reads {', '.join(read) or 'nothing'} once; writes {', '.join(o.name for o in outputs)} once"]
     args = list(w.args.values())
     return KernelSource(name, w.source(header), args, dict(w.constexprs), list(outputs), tile)
-
-
-def _is_reduction(o) -> bool:
-    return o.definition is not None and OPS[o.definition.op].kind in ("reduction", "var_mean")
 
 
 def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
@@ -266,28 +236,18 @@ def _store_own_rows(low, tile, o):
     w.indent -= 1
 
 
-def _after_reductions(outputs) -> set:
-    """The values computed from some reduction's result."""
-    exprs = live_exprs_for(outputs)
-    levels = reduction_levels(exprs)
-    after = set()
-    for e in exprs:
-        if e in levels or any(v in after for v in e.inputs):
-            after.update(e.outputs)
-    return after
-
-
 def _emit_split_body(low, tile, levels, store_kept, full, reached, early):
     """A split reduction (see ``tiles``): one pass accumulates this program's rows,
     the strip's last program folds the partials and writes the kept outputs; every
     program writes the pointwise outputs of its own rows."""
     if len(set(levels.values())) != 1:
-        raise Unsupported("a split reduction cannot feed one reduction into another")
+        raise Unsupported("a split reduction cannot feed one reduction into another", "split_levels")
     exprs = list(levels)
     if any(tile.acc_dtype(e) is not DataType.Float for e in exprs):
-        raise Unsupported("a split reduction accumulates in float32 only")
+        raise Unsupported("a split reduction accumulates in float32 only", "split_dtype")
     if (full or reached) and not early:
-        raise Unsupported("a split reduction cannot write outputs that need its result at every row")
+        raise Unsupported("a split reduction cannot write outputs that need its result at every row",
+                          "split_outputs")
     accs = {e: tile.init(low, e) for e in exprs}
     outputs = full + reached
     with _chunk_scope(low, tile, "j"):
@@ -299,48 +259,6 @@ def _emit_split_body(low, tile, levels, store_kept, full, reached, early):
     tile.split_combine(low, exprs, accs)
     store_kept()
     tile.split_close(low)
-
-
-def split_eligible(outputs, shapes, ref, red_dims) -> bool:
-    """Whether a split tile can compute ``outputs``: one level of reductions, each
-    accumulating in float32, and every output that depends on a reduction shaped
-    like the reduction's result (only the strip's last program has the results)."""
-    exprs = live_exprs_for(outputs)
-    levels = reduction_levels(exprs)
-    if not levels or len(set(levels.values())) != 1:
-        return False
-    if any(compute_dtype(e.outputs[-1].dtype) is not DataType.Float for e in levels):
-        return False
-    kept = {reduce_shape(shapes[ref], red_dims, False), reduce_shape(shapes[ref], red_dims, True)}
-    after = _after_reductions(outputs)
-    return all(shapes[o] in kept for o in outputs if o in after)
-
-
-def online_softmax_pairs(levels: dict) -> dict:
-    """Sums of the form sum(exp(a - broadcast(max(a)))) over the same dims, in fp32 or
-    fp64: the max and the sum can run in one pass with a rescaled running sum."""
-    maxes = {e.outputs[0]: e for e in levels if e.op == "max"}
-    pairs = {}
-    for s_expr in levels:
-        if s_expr.op != "sum" or s_expr.attrs.get("dtype") is not None:
-            continue
-        ex = s_expr.inputs[0].definition
-        if ex is None or ex.op != "exp":
-            continue
-        sub = ex.inputs[0].definition
-        if sub is None or sub.op != "sub" or not all(isinstance(v, TensorVal) for v in sub.inputs):
-            continue
-        a, b = sub.inputs
-        while b.definition is not None and b.definition.op == "broadcast_in_dim":
-            b = b.definition.inputs[0]
-        m_expr = maxes.get(b)
-        if m_expr is None or m_expr.inputs[0] is not a or m_expr.attrs["dims"] != s_expr.attrs["dims"]:
-            continue
-        if not all(v.dtype in (DataType.Float, DataType.Double) and v.dtype is a.dtype
-                   for v in (a, sub.outputs[0], ex.outputs[0], s_expr.outputs[0], m_expr.outputs[0])):
-            continue
-        pairs[s_expr] = (m_expr, a)
-    return pairs
 
 
 class _pass_scope:

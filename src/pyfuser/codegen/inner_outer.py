@@ -25,10 +25,11 @@ sizing rules: ``schedulers/inner_outer.py``.
 """
 from __future__ import annotations
 
+from ..errors import Unsupported
 from ..ir.dtypes import TRITON_NAME, DataType
+from ..ir.analysis import computed_from as _computed_from
 from ..ir.shapes import reduce_shape
 from .index import ZERO, Coord, Index
-from .lower import Unsupported
 from .tiles import ReductionTile
 
 
@@ -71,10 +72,11 @@ class InnerOuterTile(ReductionTile):
         if e not in self.outer:
             return super().reduction(low, e, v, idx)
         if self.in_rows or e not in self.results:
-            raise Unsupported(f"column sum {v.name} is used inside the rows it sums")
+            raise Unsupported(f"column sum {v.name} is used inside the rows it sums", "column_sum_in_rows")
         want = low.normalize(v, self.outer_index(low, e.attrs.get("keepdim", False)))
         if tuple(c.code for c in idx.coords) != tuple(c.code for c in want.coords):
-            raise Unsupported(f"column sum {v.name} is used at coordinates other than its own column")
+            raise Unsupported(f"column sum {v.name} is used at coordinates other than its own column",
+                              "column_coordinates")
         return self.results[e][0], frozenset("j")
 
     def _fold(self, low, ws: str, firsts: list, count: str) -> list:
@@ -117,13 +119,15 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     rows = [o for o in outputs if o not in full and o not in cols]
     for o in cols:
         if shapes[o] not in col_shapes:
-            raise Unsupported(f"output {o.name} is computed from a column sum but is not shaped like one")
+            raise Unsupported(f"output {o.name} is computed from a column sum but is not shaped like one",
+                              "column_output_shape")
     for o in rows:
         if shapes[o] not in row_shapes:
-            raise Unsupported(f"output {o.name} is neither full-size, a row result nor a column result")
+            raise Unsupported(f"output {o.name} is neither full-size, a row result nor a column result",
+                              "row_output_shape")
     for o in full:
         if o in from_cols:
-            raise Unsupported(f"full-size output {o.name} needs a column sum")
+            raise Unsupported(f"full-size output {o.name} needs a column sum", "full_output_column")
 
     accs = []
     for n, e in enumerate(tile.outer):
@@ -192,14 +196,3 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     w.line(f"tl.atomic_xchg({cnt} + NGROUP, 0, sem='relaxed', scope='gpu')")
     w.indent -= 2
     low.pop()
-
-
-def _computed_from(outputs, exprs) -> set:
-    """Values computed (directly or not) from the outputs of ``exprs``."""
-    from .emit import live_exprs_for
-
-    seen = {o for e in exprs for o in e.outputs}
-    for e in live_exprs_for(outputs):
-        if any(v in seen for v in e.inputs):
-            seen.update(e.outputs)
-    return seen

@@ -21,16 +21,13 @@ from functools import lru_cache
 
 import torch
 
+from ..errors import Unsupported
 from ..ir.dtypes import TRITON_NAME, DataType
 from ..ir.ops import OPS
 from ..ir.shapes import reshape_groups, slice_shape
 from ..ir.values import ScalarVal, TensorVal
 from .index import ZERO, Coord, Index, plain_div, ravel, unravel
 from .random import distribution, integer_comparison, random_quads, random_value
-
-
-class Unsupported(Exception):
-    """The tile cannot express this fusion (the segmenter then splits it)."""
 
 
 _SAMPLE = {DataType.Bool: True, DataType.Int: 1, DataType.Int32: 1}
@@ -296,7 +293,7 @@ class Lowering:
         kind = OPS[e.op].kind
         handler = getattr(self, f"lower_{kind}", None)
         if handler is None:
-            raise Unsupported(f"no lowering for op {e.op}")
+            raise Unsupported(f"no lowering for op {e.op}", "no_lowering")
         return handler(e, v, idx)
 
     # -- elementwise ----------------------------------------------------------------------
@@ -384,7 +381,7 @@ class Lowering:
             else:
                 code = row.emit(w, *conv)
         except NotImplementedError as err:
-            raise Unsupported(f"{e.op}: {err}") from None
+            raise Unsupported(f"{e.op}: {err}", "op_form") from None
         result_cdt = DataType.Bool if row.compute == "args" else cdt
         if e.op in ("where",):
             result_cdt = cdt
@@ -578,7 +575,7 @@ class Lowering:
         output's coordinate in ``dim``).  Out-of-range indices read nothing: NaN."""
         x, index = e.inputs
         if not x.dtype.is_float:
-            raise Unsupported(f"{e.op} of a {x.dtype} tensor runs in torch")
+            raise Unsupported(f"{e.op} of a {x.dtype} tensor runs in torch", "dtype_in_torch")
         rank = len(self.shapes[x])
         d = e.attrs["dim"] % max(rank, 1)
         if e.op == "index_select":

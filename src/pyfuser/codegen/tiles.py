@@ -47,7 +47,8 @@ import math
 from ..ir.dtypes import TRITON_NAME, DataType
 from ..ir.ops import OPS
 from .index import ZERO, Coord, Index, unravel
-from .lower import Unsupported, compute_dtype
+from ..errors import Unsupported
+from .lower import compute_dtype
 
 
 def no_load_hint(axes) -> str:
@@ -94,7 +95,7 @@ class FlatTile:
         return "[BLOCK]"
 
     def reduction(self, low, e, v, idx):
-        raise Unsupported("a pointwise tile cannot reduce")
+        raise Unsupported("a pointwise tile cannot reduce", "pointwise_reduction")
 
     def quads(self, lin: Coord):
         """Subsequence indices for one Philox call per 4 elements, when ``lin`` is the
@@ -173,7 +174,7 @@ class BroadcastTile:
         return f"[{'BLOCK_K' if 'k' in axes else '1'}, {'BLOCK_J' if 'j' in axes else '1'}]"
 
     def reduction(self, low, e, v, idx):
-        raise Unsupported("a pointwise tile cannot reduce")
+        raise Unsupported("a pointwise tile cannot reduce", "pointwise_reduction")
 
     def quads(self, lin: Coord):
         return None  # one Philox call per element (the scheduler keeps random fusions flat)
@@ -205,7 +206,7 @@ class ProbeTile:
         return "[1]"
 
     def reduction(self, low, e, v, idx):
-        raise Unsupported("a pointwise tile cannot reduce")
+        raise Unsupported("a pointwise tile cannot reduce", "pointwise_reduction")
 
     def quads(self, lin: Coord):
         return None
@@ -224,7 +225,7 @@ class ReductionTile:
                  aligned_rows: bool = False, stages: int = 1, out_reversed: bool = False, contig_multiple: int = 1,
                  prefetch: bool = False, rewiden: int = 0):
         if split > 1 and (inner or persistent):
-            raise Unsupported("a split reduction needs an outer, multi-pass tile")
+            raise Unsupported("a split reduction needs an outer, multi-pass tile", "split_tile")
         self.split = split  # programs along the reduced extent (see the module docstring)
         self.quad_rng = quad_rng  # J % 4 == 0: random numbers one Philox call per 4 elements
         self.online = online  # multi-pass: fuse max and sum(exp(a - max)) into one pass
@@ -260,7 +261,8 @@ class ReductionTile:
         # Rows walked by one program per SM, the next row loaded ahead (module docstring).
         self.prefetch = prefetch
         if prefetch and not (self.peeled and persistent and not self.aligned_rows):
-            raise Unsupported("prefetching the next row needs a peeled persistent row of contiguous tensors")
+            raise Unsupported("prefetching the next row needs a peeled persistent row of contiguous tensors",
+                              "prefetch_tile")
         # The last ``rewiden`` passes widen the carried fp16 row for themselves (inline
         # PTX: only where the kernel runs compiled, ``emit_reduction``); the others share
         # the first pass's conversion.
@@ -553,14 +555,17 @@ class ReductionTile:
         want = self.kept_index(low, e.attrs.get("keepdim", False))
         want = low.normalize(v, want)
         if tuple(c.code for c in idx.coords) != tuple(c.code for c in want.coords):
-            raise Unsupported(f"{e.op} result {v.name} is used at coordinates other than its own row")
+            raise Unsupported(f"{e.op} result {v.name} is used at coordinates other than its own row",
+                              "row_coordinates")
         if tuple(e.inputs[0].shape) and low.shapes[e.inputs[0]] != low.shapes[self.ref]:
-            raise Unsupported(f"{e.op} reduces {e.inputs[0].name}, not the reference {self.ref.name}")
+            raise Unsupported(f"{e.op} reduces {e.inputs[0].name}, not the reference {self.ref.name}",
+                              "reduction_reference")
         if tuple(sorted(e.attrs["dims"])) != self.red_dims:
-            raise Unsupported(f"{e.op} reduces dims {e.attrs['dims']}, the tile reduces {self.red_dims}")
+            raise Unsupported(f"{e.op} reduces dims {e.attrs['dims']}, the tile reduces {self.red_dims}",
+                              "reduction_dims")
         if e not in self.results:
             if not self.persistent or self.peeled:
-                raise Unsupported(f"{e.op} result {v.name} needed before its pass")
+                raise Unsupported(f"{e.op} result {v.name} needed before its pass", "reduction_order")
             acc = self.init(low, e)
             self.results[e] = self.finish(low, e, self.chunk(low, e, acc, first=True))
         return self.results[e][e.outputs.index(v)], frozenset("k")

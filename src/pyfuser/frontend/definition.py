@@ -277,6 +277,15 @@ class FusionDefinition:
 
         return repro_script(self, inputs, device)
 
+    def explain(self, inputs, device=None):
+        """How ``execute(inputs)`` would run this fusion, without running it: per
+        segment the scheduler chosen, its params, and every rejection on the way
+        (``Reject``: scheduler, code, message), torch fallbacks and spill rejections
+        included.  ``print(fd.explain(inputs))`` shows the scheduler_params dump."""
+        from ..runtime.plan import explain
+
+        return explain(self, inputs, device)
+
     def validate(self, inputs, device=None):
         """Execute, run the reference executor on the same inputs and random state, and
         raise ``ValidationError`` (with the largest error per output) if they disagree;

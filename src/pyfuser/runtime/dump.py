@@ -25,7 +25,7 @@ import sys
 
 import torch
 
-from ..codegen.emit import live_exprs_for
+from ..ir.analysis import live_exprs_for
 from ..ir.values import ScalarVal
 
 VALID = ("python_definition", "fusion_args", "scheduler_params", "segmented_fusion", "launch_params",
@@ -162,16 +162,30 @@ def segmented_fusion(fusion_id: int, plan, ir, shapes) -> str:
     return "\n".join(lines)
 
 
-def scheduler_params(fusion_id: int, decisions) -> str:
-    """``decisions``: per segment (outputs, chosen NAME or None, params, [(NAME, verdict)])."""
+def scheduler_params(fusion_id: int, explanation) -> str:
+    """A ``plan.Explanation`` (``fd.explain``) of fusion ``fusion_id``: per segment the chosen scheduler, its
+    params, and each other scheduler's verdict in priority order."""
     lines = [f"Scheduler params for fusion{fusion_id}:"]
-    for i, (outputs, chosen, params, verdicts) in enumerate(decisions):
-        outs = ", ".join(o.name for o in outputs)
-        lines.append(f"  segment {i} (outputs {outs}): {chosen or 'host (reference torch ops): no scheduler accepted'}")
-        if params is not None:
-            lines.append(f"    params: {params!r}")
-        for name, verdict in verdicts:
-            lines.append(f"    {name}: {verdict}")
+    for seg in explanation.segments:
+        outs = ", ".join(o.name for o in seg.outputs)
+        if seg.scheduler is not None:
+            chosen = seg.scheduler
+        elif seg.host.startswith("host op"):
+            chosen = "host (torch ops)"
+        else:
+            chosen = "host (reference torch ops): no scheduler accepted"
+        lines.append(f"  segment {seg.index} (outputs {outs}): {chosen}")
+        if seg.params is not None:
+            lines.append(f"    params: {seg.params!r}")
+        if seg.host.startswith("host op"):
+            continue
+        for name, rej in seg.verdicts:
+            if rej is not None:
+                lines.append(f"    {name}: declined: {rej}")
+            else:
+                lines.append(f"    {name}: accepts too, but {seg.scheduler} comes first in the priority order")
+        for params, rej in seg.spills:
+            lines.append(f"    {rej.scheduler}: {params!r} rejected by the spill check: {rej}")
     return "\n".join(lines)
 
 

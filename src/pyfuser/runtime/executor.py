@@ -34,7 +34,7 @@ from ..errors import CompileError, InputError
 from ..ir.concretize import Binding, bind
 from ..ir.values import ScalarVal
 from ..reference import run_expr, run_reference, write_aliases
-from ..schedulers.base import _OVERRIDES
+from ..schedulers.base import current_choices
 from . import dump, profiler
 from .cache import count
 from .plan import ExecutorCache, broadcast_chain, is_contiguous  # noqa: F401  (is_contiguous: imported from here by tests)
@@ -66,7 +66,7 @@ def fingerprint(inputs, device, shape_scalars=()):
     """Everything about the inputs that decides the kernels and their constant arguments:
     ``shape_scalars`` are the positions of scalar inputs that shapes depend on
     (``FusionIR.shape_scalar_inputs``), whose values decide sizes."""
-    parts = [device, tuple(sorted(_OVERRIDES.items())) if _OVERRIDES else ()]
+    parts = [device, current_choices().key]
     for x in inputs:
         if isinstance(x, torch.Tensor):
             parts.append((x.dtype, x.shape, x.stride(), x.device, not x.data_ptr() & 15))
@@ -330,7 +330,7 @@ def fast_path_allowed() -> bool:
     variables' raw values straight from the environment's dict: set to anything but
     "" (and ``profiler.OFF`` for PYFUSER_PROF), the call takes ``execute``, which
     validates them."""
-    if _OVERRIDES:
+    if current_choices():
         return False
     if _ENV_DATA is None:
         return not dump.enabled_dumps() and not profiler.printing()

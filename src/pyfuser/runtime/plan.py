@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
+import sys
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..codegen.lower import Unsupported
-from ..errors import CacheDirError, CompileError, DependencyError
+from ..errors import CacheDirError, CompileError, DependencyError, EagerFallbackWarning
 from ..ir.concretize import Binding
 from ..ir.shapes import slice_shape
 from ..codegen.writer import KernelArg
 from ..ir.values import Expr, TensorVal, Val
-from ..schedulers import SCHEDULERS, Segment
+from ..schedulers import SCHEDULERS, Segment, current_choices
 from . import dump
 from ..ir.ops import OPS, runs_on_host
 from .cache import count, load_kernel, setting
@@ -48,7 +50,7 @@ class Step:
     scheduler: object  # a schedulers.* module, or None for a host (reference) step
     reason: str = ""
     kernels: dict = field(default_factory=dict)  # params -> (KernelSource, launchable)
-    declined: list = field(default_factory=list)  # (scheduler NAME, "code: message") of those that declined
+    declined: list = field(default_factory=list)  # the Rejects of the schedulers tried before this one, in order
     sub: SubFusion | None = None  # a kernel on intermediates: the segment as its own fusion (None: the whole IR)
     host: list | None = None  # a host segment: the original exprs it runs in torch (None: a kernel)
 
@@ -86,6 +88,8 @@ class ExecutorCache:
         self.spill_choice: dict = {}  # (scheduler, outputs, signature, heuristics' params) -> params that do not spill
         self.kernels: dict = {}  # (scheduler, outputs, signature, params) -> (KernelSource, kernel)
         self.refused: dict = {}  # while planning: (outputs, loads) -> why no scheduler took them
+        # (scheduler, outputs, signature, heuristics' params) -> the Rejects of the spill check, in order
+        self.spill_rejections: dict = {}
         # For dumps and the profiler:
         self.kernel_info: dict = {}  # kernel name -> probe.KernelInfo
         self.events: list = []  # this execute's cache story (PYFUSER_DUMP=cache), first line the verdict
@@ -137,6 +141,8 @@ class ExecutorCache:
                 labels.append(f"input {v.name} size-1 dims")
         parts.append(any(math.prod(s) > 2**30 for s in b.shapes.values()))
         labels.append("int64 indexing")
+        parts.append(current_choices().key)  # two Choices never share a plan (nor its kernels: ``build``)
+        labels.append("scheduler choices")
         self.sig_labels = labels
         return tuple(parts)
 
@@ -197,8 +203,8 @@ class ExecutorCache:
         cuts = frozenset(v for v in ir.inputs if isinstance(v, TensorVal))
         keep = set(ir.outputs) | set(rest)  # what the steps must store
         if not hosts:
-            return Plan(aliases, self.refine(b, self.split(b, [o for o in rest if _nonempty(b, o)], cuts, cuts), cuts,
-                                             keep))
+            return _warn_eager(self.fd, Plan(aliases, self.refine(
+                b, self.split(b, [o for o in rest if _nonempty(b, o)], cuts, cuts), cuts, keep)))
         base = cuts
         cuts = cuts | {o for h in hosts for o in h.outputs}
         level = _host_levels(live, hosts)
@@ -219,7 +225,7 @@ class ExecutorCache:
         for h, run, stage in zip(hosts, host_runs, stages[1:]):
             steps.append(Step([o for e in run for o in e.outputs], None, f"host op {h.op}", host=run))
             steps += self.split(b, stage, cuts, base)
-        return Plan(aliases, self.refine(b, steps, base, keep))
+        return _warn_eager(self.fd, Plan(aliases, self.refine(b, steps, base, keep)))
 
     def try_schedule(self, b, outputs, cuts=None, base=None):
         sf = None
@@ -234,17 +240,15 @@ class ExecutorCache:
         if key in self.refused:
             return None, self.refused[key]
         reasons = []
-        for sched in SCHEDULERS:
+        for sched in current_choices().schedulers(SCHEDULERS):
             rej = sched.can_schedule(seg)
+            if rej is None:
+                params = sched.heuristics(seg)
+                rej = sched.can_schedule_runtime(seg, params)
             if rej is not None:
-                reasons.append((sched.NAME, str(rej)))
+                reasons.append(rej.by(sched.NAME))
                 continue
-            params = sched.heuristics(seg)
-            try:
-                self.build(seg, sched, params)
-            except Unsupported as err:
-                reasons.append((sched.NAME, f"unsupported: {err}"))
-                continue
+            self.build(seg, sched, params)
             step = _step(outputs, sched, reasons)
             step.sub = sf
             return step, reasons
@@ -375,9 +379,7 @@ class ExecutorCache:
         t0 = time.perf_counter()
         try:
             src = sched.emit(seg, params, name)
-        except Unsupported:
-            raise
-        except Exception as err:  # a scheduler that cannot emit what it accepted is our bug
+        except Exception as err:  # a scheduler that cannot emit what its checks accepted is our bug
             raise CompileError(f"pyfuser: {sched.NAME} failed to generate kernel {name} with {params!r}: "
                                f"{type(err).__name__}: {err}") from err
         if dump.dumping("kernel_code"):
@@ -437,7 +439,139 @@ def rebound(hit, seg):
 
 
 def _step(outputs, sched, reasons) -> Step:
-    return Step(list(outputs), sched, "; ".join(f"{n}: {r}" for n, r in reasons), declined=list(reasons))
+    return Step(list(outputs), sched, "; ".join(f"{r.scheduler}: {r}" for r in reasons), declined=list(reasons))
+
+
+_WARNED: set = set()  # the causes (schedulers' rejection codes) already warned about
+
+
+def _warn_eager(fd, plan: Plan) -> Plan:
+    """Warn, once per cause, about each segment that runs as torch ops because no
+    scheduler accepted it (host ops run in torch by design and are not warned about)."""
+    for step in plan.steps:
+        if step.scheduler is not None or step.is_host:
+            continue
+        cause = tuple((r.scheduler, r.code) for r in step.declined)
+        if cause in _WARNED:
+            continue
+        _WARNED.add(cause)
+        codes = ", ".join(f"{n}: {c}" for n, c in cause)
+        outs = ", ".join(o.name for o in step.outputs)
+        warnings.warn(f"pyfuser: fusion{fd.id}: the segment computing {outs} runs as torch ops, no scheduler "
+                      f"accepted it ({codes}); fd.explain(inputs) says why", EagerFallbackWarning,
+                      stacklevel=_caller_level())
+    return plan
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside pyfuser (the
+    user's ``execute``), for the function calling ``warnings.warn``."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+# -- explain ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SegmentChoice:
+    """One segment of ``fd.explain``: which scheduler took it, with which params, and
+    the rejections on the way."""
+
+    index: int
+    outputs: tuple  # the TensorVals the segment computes
+    scheduler: str | None  # the NAME of the scheduler that took it; None: it runs as torch ops
+    params: object  # the chosen params (None for torch ops)
+    rejections: tuple  # Reject of each scheduler that declined, in priority order
+    accepting: tuple = ()  # NAMEs of lower-priority schedulers that accept it too
+    host: str = ""  # why it runs as torch ops: "host op <op>" or "no scheduler accepted"
+    spills: tuple = ()  # (params, Reject) of each configuration the spill check rejected (GPU)
+    order: tuple = ()  # the NAMEs of the other schedulers, in priority order
+
+    @property
+    def verdicts(self) -> list:
+        """(NAME, Reject or None: accepts too) of each other scheduler, in priority order."""
+        rejected = {r.scheduler: r for r in self.rejections}
+        return [(n, rejected.get(n)) for n in self.order]
+
+    @property
+    def codes(self) -> dict:
+        """Scheduler NAME -> rejection code."""
+        return {r.scheduler: r.code for r in self.rejections}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """``fd.explain(inputs)``: per segment the decision; ``str()`` is the
+    ``PYFUSER_DUMP=scheduler_params`` text."""
+
+    fusion_id: int
+    segments: tuple
+
+    def __str__(self):
+        return dump.scheduler_params(self.fusion_id, self)
+
+    def rejections(self) -> list:
+        """Every rejection of every segment, spill rejections included."""
+        return [r for s in self.segments for r in list(s.rejections) + [r for _, r in s.spills]]
+
+
+def explain_plan(rt, plan, b, params_by_step) -> Explanation:
+    """The decisions behind ``plan`` for binding ``b`` (``params_by_step``: the params
+    each kernel step runs with)."""
+    out = []
+    for i, (step, params) in enumerate(zip(plan.steps, params_by_step)):
+        if step.is_host:
+            out.append(SegmentChoice(i, tuple(step.outputs), None, None, (), (), step.reason))
+            continue
+        seg = rt.step_segment(b, step)
+        chosen = step.scheduler.NAME if step.scheduler else None
+        declined = {r.scheduler: r for r in step.declined}
+        rejections, accepting, order = [], [], []
+        for sched in current_choices().schedulers(SCHEDULERS):
+            if sched.NAME == chosen:
+                continue
+            order.append(sched.NAME)
+            rej = declined.get(sched.NAME) or sched.can_schedule(seg)
+            if rej is not None:
+                rejections.append(rej.by(sched.NAME))
+            else:
+                accepting.append(sched.NAME)
+        spills = ()
+        if step.scheduler is not None:
+            heur = step.scheduler.heuristics(seg)
+            key = (chosen, tuple(o.index for o in seg.outputs), rt._current_sig, heur)
+            spills = tuple(rt.spill_rejections.get(key, ()))
+        out.append(SegmentChoice(i, tuple(step.outputs), chosen, params, tuple(rejections), tuple(accepting),
+                                 "" if chosen else "no scheduler accepted", spills, tuple(order)))
+    return Explanation(rt.fd.id, tuple(out))
+
+
+def explain(fd, inputs, device=None) -> Explanation:
+    """``fd.explain(inputs)``: plan the fusion for ``inputs`` as ``execute`` would (the
+    plan's kernels are built, nothing is launched) and say, per segment, which
+    scheduler took it and why the others declined."""
+    from ..ir.concretize import bind
+    from .executor import _new_runtime
+
+    rt = fd._runtime or _new_runtime(fd)
+    with rt.lock:
+        b = bind(fd.ir, inputs, device)
+        b.input_pos = {v: i for i, v in enumerate(fd.ir.inputs)}
+        sig = rt.signature(b, fd.ir.live_exprs())
+        rt._current_sig = sig
+        plan = rt.plans.get(sig) or rt.make_plan(b)
+        params = []
+        for step in plan.steps:
+            seg = rt.step_segment(b, step)
+            if seg is None or step.scheduler is None:
+                params.append(None)
+                continue
+            heur = step.scheduler.heuristics(seg)
+            key = (step.scheduler.NAME, tuple(o.index for o in seg.outputs), sig, heur)
+            params.append(rt.spill_choice.get(key, heur))
+        return explain_plan(rt, plan, b, params)
 
 
 def layout_info(x: torch.Tensor) -> dict:

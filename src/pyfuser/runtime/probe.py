@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ..compat import newest_compiled, registers
-from ..schedulers import SCHEDULERS
 from . import dump, profiler
 from .cache import COUNTERS
 
@@ -196,25 +195,8 @@ def _bytes(tensors, exclude=()) -> int:
     return total
 
 
-def scheduler_decisions(rt, plan, b, params_by_step) -> list:
-    """Per step: (outputs, chosen NAME, params, [(NAME, verdict)]) for the scheduler_params dump."""
-    out = []
-    for step, params in zip(plan.steps, params_by_step):
-        chosen = step.scheduler.NAME if step.scheduler else None
-        declined = dict(step.declined)
-        seg = rt.step_segment(b, step)
-        verdicts = []
-        if seg is None:
-            out.append((step.outputs, "host (torch ops)", None, verdicts))
-            continue
-        for sched in SCHEDULERS:
-            if sched.NAME == chosen:
-                continue
-            if sched.NAME in declined:
-                verdicts.append((sched.NAME, f"declined: {declined[sched.NAME]}"))
-                continue
-            rej = sched.can_schedule(seg)
-            verdicts.append((sched.NAME, f"declined: {rej}" if rej is not None
-                             else f"accepts too, but {chosen} comes first in the priority order"))
-        out.append((step.outputs, chosen, params, verdicts))
-    return out
+def scheduler_decisions(rt, plan, b, params_by_step):
+    """The ``plan.Explanation`` (``fd.explain``'s) the scheduler_params dump formats."""
+    from .plan import explain_plan  # plan imports this module
+
+    return explain_plan(rt, plan, b, params_by_step)

@@ -17,7 +17,7 @@ import torch
 
 from ..errors import CompileError
 from ..ir.shapes import contiguous_strides
-from ..schedulers.base import _OVERRIDES
+from ..schedulers.base import current_choices
 from .cache import cache_dir, private_dir, write_file
 
 HEADER = '''"""pyfuser repro: fusion {fid}.
@@ -91,9 +91,9 @@ def repro_script(fd, inputs, device=None, error: BaseException | None = None) ->
     lines += [f"    {input_expr(v, x)}" for v, x in zip(fd.ir.inputs, inputs)]
     lines.append("]")
     run = ["outputs = fd.execute(inputs)", "fd.validate(inputs)"]
-    if _OVERRIDES:
-        lines += ["", "from pyfuser.schedulers import override", "",
-                  f"with override(**{dict(_OVERRIDES)!r}):"] + [f"    {r}" for r in run]
+    if current_choices():
+        lines += ["", "from pyfuser.schedulers import Choices", "",
+                  f"with {current_choices()!r}:"] + [f"    {r}" for r in run]
     else:
         lines += run
     lines.append('print("repro: fusion ran and matches the reference executor")')

@@ -6,9 +6,11 @@ compile it ahead of the first launch (``JITFunction.warmup`` with the real
 arguments, so the compiled kernel is the one the launch will use), read its spill
 count (ptxas's; the driver's counts all local memory), and when it spills move on
 to the scheduler's next candidate (``fallbacks(seg, params)``, e.g. a persistent
-row becomes a multi-pass one).  A scheduler may also set a register budget
-(``max_registers``): the pointwise one moves a kernel that needs many registers to
-fewer elements per thread.  The decision is cached per segment and parameters, so
+row becomes a multi-pass one; each passes the scheduler's run-time check before it is
+built).  A scheduler also sets a register budget (``max_registers``, None for none):
+the pointwise one moves a kernel that needs many registers to fewer elements per
+thread.  Each rejected configuration is recorded as a ``Reject`` (code ``spills`` or
+``register_budget``) that ``fd.explain`` lists.  The decision is cached per segment and parameters, so
 the check runs once.
 
 The same walk runs without a GPU (``first_fit`` with ``offline_usage``): Triton
@@ -25,6 +27,8 @@ import tempfile
 from dataclasses import dataclass
 
 import torch
+
+from ..schedulers.base import Reject, current_choices
 
 
 def compiled_usage(src, fn, args, grid, kw) -> tuple:
@@ -48,22 +52,22 @@ def compiled_usage(src, fn, args, grid, kw) -> tuple:
         return regs, local
 
 
-def rejection(sched, seg, params, regs, spills) -> str | None:
+def rejection(sched, seg, params, regs, spills) -> Reject | None:
     """Why a compiled candidate is rejected, or None: it spills, or it uses more
     registers than the scheduler's ``max_registers(seg, params)`` allows (None: no
     limit but the hardware's)."""
     if spills:
-        return f"spills {spills} registers"
-    budget = getattr(sched, "max_registers", lambda s, p: None)(seg, params)
+        return Reject("spills", f"spills {spills} registers", sched.NAME)
+    budget = sched.max_registers(seg, params)
     if budget is not None and regs is not None and regs > budget:
-        return f"uses {regs} registers, over its budget of {budget}"
+        return Reject("register_budget", f"uses {regs} registers, over its budget of {budget}", sched.NAME)
     return None
 
 
 def candidates(sched, seg, params) -> list:
-    """``params`` and then the scheduler's fallbacks: the order the spill check tries."""
-    fallbacks = getattr(sched, "fallbacks", lambda s, p: [])
-    return [params] + list(fallbacks(seg, params))
+    """``params`` and then the scheduler's fallbacks that pass its run-time check: the
+    order the spill check tries."""
+    return [params] + [p for p in sched.fallbacks(seg, params) if sched.can_schedule_runtime(seg, p) is None]
 
 
 def first_fit(cands, reject, on_reject=None):
@@ -85,6 +89,9 @@ def choose_params(rt, seg, sched, params, b, inputs, arg_builder):
     and keeps to the scheduler's register budget (or the last candidate, if none
     does).  Returns (params, src, fn)."""
     key = (sched.NAME, tuple(o.index for o in seg.outputs), rt._current_sig, params)
+    if not current_choices().spill_check:
+        src, fn = rt.build(seg, sched, params)
+        return params, src, fn
     chosen = rt.spill_choice.get(key)
     if chosen is not None:
         src, fn = rt.build(seg, sched, chosen)
@@ -96,11 +103,15 @@ def choose_params(rt, seg, sched, params, b, inputs, arg_builder):
         args, grid, kw = arg_builder(src, p)
         return rejection(sched, seg, p, *compiled_usage(src, fn, args, grid, kw))
 
+    rejected = []
+
     def on_reject(p, why):
-        rt.events.append(f"{built[p][0].name} ({sched.NAME}): {p!r} {why}; trying the next configuration")
+        rejected.append((p, why))
+        rt.events.append(f"{built[p][0].name} ({sched.NAME}): {p!r} {why.message}; trying the next configuration")
 
     chosen = first_fit(candidates(sched, seg, params), reject, on_reject)
     rt.spill_choice[key] = chosen
+    rt.spill_rejections[key] = rejected
     src, fn = built[chosen] if chosen in built else rt.build(seg, sched, chosen)
     return chosen, src, fn
 

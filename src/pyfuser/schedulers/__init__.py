@@ -1,7 +1,35 @@
-"""Schedulers, in priority order.  Each module: NAME, can_schedule, heuristics, emit, grid."""
+"""Schedulers, in priority order: the first whose checks accept a segment generates
+its kernel.
+
+Every module implements the ``base.Scheduler`` contract (checked here at import):
+
+* ``can_schedule(seg)``, the compile-time check, and ``can_schedule_runtime(seg,
+  params)``, the run-time check, each return ``None`` or a ``Reject`` (scheduler,
+  code, message): a stable ``code`` for tests and tools, a message for people;
+* ``heuristics(seg) -> Params`` decides speed only;
+* ``emit(seg, params, name)`` generates the kernel.  Accepting obliges success: every
+  condition the kernel generator relies on is part of the run-time check, which
+  walks the segment over the tile once and keeps the result for ``emit``; an
+  ``emit`` that still fails is pyfuser's bug (a ``CompileError`` with a repro);
+* ``grid``, ``fallbacks`` (spill fallbacks, each run-time checked before it is
+  compiled) and ``max_registers`` (the spill check's budget).
+
+Worked example: softmax over [4096, 1000] fp32.  pointwise declines at compile time
+(``has_reduction``), inner_normalization accepts (the innermost dim is reduced and
+the output is shaped like the input), its heuristics size the row tile, and its
+run-time check walks the segment over that tile.
+``fd.explain(inputs)`` shows the decision and every rejection on the way
+(docs/DEBUGGING.md).
+"""
 from . import inner_normalization, inner_outer, inner_reduction, outer_reduction, pointwise
-from .base import Reject, Segment, override
+from .base import Choices, Reject, Rejection, Scheduler, Segment, current_choices, override
 
 SCHEDULERS = (pointwise, inner_normalization, inner_reduction, outer_reduction, inner_outer)
 
-__all__ = ["SCHEDULERS", "Reject", "Segment", "override"]
+for _sched in SCHEDULERS:
+    if not isinstance(_sched, Scheduler):
+        _missing = [m for m in ("NAME", "can_schedule", "can_schedule_runtime", "heuristics", "emit", "grid",
+                                "fallbacks", "max_registers") if not hasattr(_sched, m)]
+        raise TypeError(f"scheduler module {_sched.__name__} lacks {', '.join(_missing)} (schedulers.base.Scheduler)")
+
+__all__ = ["SCHEDULERS", "Choices", "Reject", "Rejection", "Scheduler", "Segment", "current_choices", "override"]

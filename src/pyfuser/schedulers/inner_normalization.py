@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from .base import Reject, Segment
 from .reduction import (ReductionParams, analyse, emit_reduction, inner_check, inner_heuristics, reduction_grid,
-                        reduction_fallbacks as fallbacks)
+                        reduction_fallbacks as fallbacks, reduction_max_registers as max_registers,
+                        reduction_runtime_check)
 
 NAME = "inner_normalization"
 
@@ -16,6 +17,10 @@ def can_schedule(seg: Segment) -> Reject | None:
 
 def heuristics(seg: Segment) -> ReductionParams:
     return inner_heuristics(seg, *analyse(seg))
+
+
+def can_schedule_runtime(seg: Segment, params: ReductionParams) -> Reject | None:
+    return reduction_runtime_check(seg, params, NAME)
 
 
 def emit(seg: Segment, params: ReductionParams, name: str):

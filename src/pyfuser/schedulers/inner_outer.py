@@ -18,10 +18,11 @@ from dataclasses import dataclass, replace
 
 from ..codegen.emit import emit_kernel
 from ..codegen.inner_outer import InnerOuterTile
-from ..codegen.lower import Unsupported, compute_dtype
+from ..codegen.lower import compute_dtype
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS, REDUCTION_KINDS
-from .base import Reject, Segment, apply_overrides, contiguous_multiple, next_pow2, sm_count
+from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
+                   next_pow2, powers_of_2, require_valid, sm_count)
 from .reduction import kept_and_reduced
 
 NAME = "inner_outer"
@@ -44,9 +45,20 @@ class InnerOuterParams:
     stages: int = 1  # the row loop's num_stages (tl.range): 2 loads the next block early
     contig_multiple: int = 1  # the row length is a multiple of this (``base.contiguous_multiple``)
 
+    def validate(self) -> InnerOuterParams:
+        """Raise ``ChoicesError`` for combinations no kernel takes; returns self."""
+        bad = powers_of_2(self, "block_k", "block_j", "num_warps", "contig_multiple")
+        bad += [f"{n}={getattr(self, n)} must be >= {lo}" for n, lo in (("nprog", 1), ("group", 0), ("fold_rows", 0),
+                                                                        ("stages", 1)) if getattr(self, n) < lo]
+        return require_valid(self, bad)
+
 
 def analyse(seg: Segment):
-    """(reference, row dims, column-sum exprs) or a Reject."""
+    """(reference, row dims, column-sum exprs) or a Reject; computed once per segment."""
+    return seg.cached("inner_outer.analyse", lambda: _analyse(seg))
+
+
+def _analyse(seg: Segment):
     reds = seg.reductions()
     if not reds:
         return Reject("no_reduction", "the segment has no reduction")
@@ -168,11 +180,25 @@ def _sized(p: InnerOuterParams) -> InnerOuterParams:
     return replace(p, group=group, fold_rows=rows)
 
 
-def emit(seg: Segment, params: InnerOuterParams, name: str):
+def can_schedule_runtime(seg: Segment, params: InnerOuterParams) -> Reject | None:
+    """Whole rows in one block, and every output a row result, a column result or
+    full-size: the kernel's walk, kept for ``emit``."""
+    rej = invalid_params(params, NAME)
+    if rej is not None:
+        return rej
     ref, dims, outer = analyse(seg)
     J = kept_and_reduced(seg, ref, dims)[1]
-    if params.block_j < J:  # e.g. an override meant for the multi-pass tiles
-        raise Unsupported(f"{NAME} holds whole rows: block_j {params.block_j} < row of {J}")
+    if params.block_j < J:  # e.g. a choice meant for the multi-pass tiles
+        return Reject("rows_fit_block", f"{NAME} holds whole rows: block_j {params.block_j} < row of {J}", NAME)
+    return checked_emit(seg, NAME, params, _generate)
+
+
+def emit(seg: Segment, params: InnerOuterParams, name: str):
+    return emitted(seg, NAME, params, name, _generate)
+
+
+def _generate(seg: Segment, params: InnerOuterParams, name: str):
+    ref, dims, outer = analyse(seg)
     tile = InnerOuterTile(ref, dims, params.block_k, params.block_j, params.int64, params.quad_rng, outer,
                           params.nprog, params.group, params.fold_rows, params.stages, params.contig_multiple)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"])
@@ -196,4 +222,5 @@ def fallbacks(seg: Segment, params: InnerOuterParams) -> list:
     return out
 
 
-__all__ = ["NAME", "InnerOuterParams", "can_schedule", "heuristics", "emit", "grid", "fallbacks", "max_registers"]
+__all__ = ["NAME", "InnerOuterParams", "can_schedule", "can_schedule_runtime", "heuristics", "emit", "grid",
+           "fallbacks", "max_registers"]

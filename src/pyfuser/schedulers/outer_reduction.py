@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from .base import Reject, Segment
 from .reduction import (ReductionParams, analyse, emit_reduction, innermost_reduced, outer_heuristics,
-                        reduction_grid, reduction_fallbacks as fallbacks)
+                        reduction_grid, reduction_fallbacks as fallbacks, reduction_max_registers as max_registers,
+                        reduction_runtime_check)
 
 NAME = "outer_reduction"
 
@@ -22,6 +23,10 @@ def can_schedule(seg: Segment) -> Reject | None:
 
 def heuristics(seg: Segment) -> ReductionParams:
     return outer_heuristics(seg, *analyse(seg))
+
+
+def can_schedule_runtime(seg: Segment, params: ReductionParams) -> Reject | None:
+    return reduction_runtime_check(seg, params, NAME)
 
 
 def emit(seg: Segment, params: ReductionParams, name: str):

@@ -42,11 +42,13 @@ import math
 from dataclasses import dataclass, replace
 
 from ..codegen.emit import emit_kernel
-from ..codegen.lower import Lowering, Unsupported
+from ..codegen.lower import Lowering
 from ..codegen.tiles import BroadcastTile, FlatTile, ProbeTile
 from ..codegen.writer import KernelWriter
 from ..ir.ops import OPS
-from .base import Reject, Segment, apply_overrides, contiguous_multiple, next_pow2
+from ..errors import Unsupported
+from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
+                   next_pow2, powers_of_2, require_valid)
 
 NAME = "pointwise"
 
@@ -59,6 +61,17 @@ class PointwiseParams:
     outer: tuple = ()  # reference dims on the broadcast tile's k axis; () = a flat tile
     block_outer: int = 1  # of ``block``, elements along k (a power of 2)
     contig_multiple: int = 1  # a broadcast tile's J is a multiple of it (``base.contiguous_multiple``)
+
+    def validate(self) -> PointwiseParams:
+        """Raise ``ChoicesError`` for combinations no kernel takes; returns self."""
+        bad = powers_of_2(self, "block", "num_warps", "block_outer", "contig_multiple")
+        if self.block_outer > self.block:
+            bad.append(f"block_outer={self.block_outer} exceeds block={self.block}")
+        if self.block_outer > 1 and not self.outer:
+            bad.append(f"block_outer={self.block_outer} needs a broadcast tile (outer=() is a flat one)")
+        if len(set(self.outer)) != len(self.outer) or any(not isinstance(d, int) or d < 0 for d in self.outer):
+            bad.append(f"outer={self.outer!r} must be distinct dims >= 0")
+        return require_valid(self, bad)
 
 
 def can_schedule(seg: Segment) -> Reject | None:
@@ -214,7 +227,12 @@ def transpose_dims(seg: Segment, load_axes: dict) -> tuple:
 def probe_walk(seg: Segment):
     """A throwaway walk of the segment over a ``ProbeTile`` (every reference dim its own
     axis): its ``expr_axes`` and ``load_axes`` tell which reference dims each value and
-    each input coordinate vary along.  None when the walk fails (the flat tile then)."""
+    each input coordinate vary along.  None when the walk fails (the flat tile then).
+    Computed once per segment."""
+    return seg.cached("pointwise.probe_walk", lambda: _probe_walk(seg))
+
+
+def _probe_walk(seg: Segment):
     low = Lowering(KernelWriter("probe"), seg.shapes, seg.inputs_info, ProbeTile(reference(seg)), {})
     idx = low.tile.ref_index(low)
     ref_shape = seg.shapes[reference(seg)]
@@ -276,7 +294,17 @@ def tile_sizes(params: PointwiseParams) -> tuple[int, int]:
     return bk, params.block // bk
 
 
+def can_schedule_runtime(seg: Segment, params: PointwiseParams) -> Reject | None:
+    """Whether the tile reaches every output from the reference (a smaller output
+    below a slice may not be): the kernel's walk, kept for ``emit``."""
+    return invalid_params(params, NAME) or checked_emit(seg, NAME, params, _generate)
+
+
 def emit(seg: Segment, params: PointwiseParams, name: str):
+    return emitted(seg, NAME, params, name, _generate)
+
+
+def _generate(seg: Segment, params: PointwiseParams, name: str):
     ref = reference(seg)
     if params.outer:
         bk, bj = tile_sizes(params)

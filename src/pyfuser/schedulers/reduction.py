@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..codegen.emit import emit_kernel, online_softmax_pairs, reduction_levels, split_eligible
+from ..codegen.emit import emit_kernel
 from ..codegen.tiles import ReductionTile
+from ..ir.analysis import is_reduction
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS
-from .base import Reject, Segment, apply_overrides, contiguous_multiple, l2_bytes, next_pow2, sm_count
+from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
+                   l2_bytes, next_pow2, powers_of_2, require_valid, sm_count)
 
 
 @dataclass(frozen=True)
@@ -69,9 +71,29 @@ class ReductionParams:
     # themselves rather than reuse the first pass's fp32 copy (``codegen.tiles`` docstring).
     rewiden: int = 0
 
+    def validate(self) -> ReductionParams:
+        """Raise ``ChoicesError`` for combinations no kernel takes; returns self.
+        Fields meaningful for one form only are ignored by the others (``split`` on an
+        inner or persistent tile, ``online`` and ``out_reversed`` on a persistent one),
+        as the heuristics' fallbacks rely on."""
+        bad = powers_of_2(self, "block_k", "block_j", "num_warps", "align", "contig_multiple")
+        bad += [f"{n}={getattr(self, n)} must be >= {lo}" for n, lo in (("split", 1), ("stages", 1), ("rewiden", 0))
+                if getattr(self, n) < lo]
+        if self.num_warps > 32:
+            bad.append(f"num_warps={self.num_warps} exceeds 32 (1024 threads)")
+        if self.prefetch and not (self.inner and self.persistent and self.block_k == 1 and self.align > 1
+                                  and not self.aligned_rows):
+            bad.append("prefetch=True needs a peeled persistent row: inner=True, persistent=True, block_k=1, "
+                       "align > 1, aligned_rows=False")
+        return require_valid(self, bad)
+
 
 def analyse(seg: Segment):
-    """(reference tensor, reduced dims) or a Reject."""
+    """(reference tensor, reduced dims) or a Reject; computed once per segment."""
+    return seg.cached("reduction.analyse", lambda: _analyse(seg))
+
+
+def _analyse(seg: Segment):
     reds = seg.reductions()
     if not reds:
         return Reject("no_reduction", "the segment has no reduction")
@@ -109,9 +131,7 @@ def inner_check(seg: Segment, normalization: bool) -> Reject | None:
 
 
 def is_normalization(seg, ref) -> bool:
-    from ..codegen.emit import _is_reduction
-
-    return any(seg.shapes[o] == seg.shapes[ref] and not _is_reduction(o) for o in seg.outputs)
+    return any(seg.shapes[o] == seg.shapes[ref] and not is_reduction(o) for o in seg.outputs)
 
 
 def kept_and_reduced(seg, ref, dims):
@@ -355,7 +375,7 @@ def _padded_row_chunks(seg: Segment, int64: bool) -> ReductionParams:
 
 def _has_online_pair(seg: Segment) -> bool:
     """A max and a sum of exp(x - max) that one multi-pass sweep can take together."""
-    return bool(online_softmax_pairs(reduction_levels(seg.exprs())))
+    return bool(seg.analysis.online_pairs)
 
 
 def _fit_chunks(J: int, chunk: int, warps: int) -> tuple[int, int]:
@@ -536,7 +556,7 @@ def outer_split(seg: Segment, ref, dims, bk: int, bj: int) -> int:
     least two chunks of rows.  1 when the segment cannot be split (``split_eligible``)."""
     K, J = kept_and_reduced(seg, ref, dims)
     strips = -(-K // bk)
-    if strips >= SPLIT_TARGET_PROGRAMS or not split_eligible(seg.outputs, seg.shapes, ref, dims):
+    if strips >= SPLIT_TARGET_PROGRAMS or not seg.analysis.split_eligible(ref, dims):
         return 1
     n = seg.numel(ref)
     most = MAX_SPLIT if any(seg.numel(o) >= n for o in seg.outputs) else MAX_SPLIT_SUMS_ONLY
@@ -552,7 +572,7 @@ def effective_split(seg: Segment, params: ReductionParams) -> int:
     if params.split <= 1 or params.inner or params.persistent:
         return 1
     ref, dims = analyse(seg)
-    return params.split if split_eligible(seg.outputs, seg.shapes, ref, dims) else 1
+    return params.split if seg.analysis.split_eligible(ref, dims) else 1
 
 
 def outer_values(seg: Segment, ref) -> int:
@@ -596,7 +616,25 @@ def reduction_fallbacks(seg: Segment, params: ReductionParams) -> list:
     return out
 
 
+def reduction_runtime_check(seg: Segment, params: ReductionParams, scheduler: str) -> Reject | None:
+    """The run-time check of the three reduction schedulers: the tile's walk over the
+    segment (every output reached, every reduction result used at its own row, in a
+    pass after it is computed; prefetching only on peeled persistent rows), kept for
+    ``emit``."""
+    return invalid_params(params, scheduler) or checked_emit(seg, scheduler, params,
+                                                              lambda s, p, n: _generate(s, p, n, scheduler))
+
+
 def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: str):
+    return emitted(seg, scheduler, params, name, lambda s, p, n: _generate(s, p, n, scheduler))
+
+
+def reduction_max_registers(seg: Segment, params: ReductionParams) -> None:
+    """No register budget but the hardware's: the spill check alone."""
+    return None
+
+
+def _generate(seg: Segment, params: ReductionParams, name: str, scheduler: str):
     ref, dims = analyse(seg)
     tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64,
                          params.quad_rng, params.align, params.online, effective_split(seg, params),
