@@ -218,7 +218,9 @@ def test_cache_hits_misses_and_reasons(dumps, capsys):
     assert "differs from the last one in: " in new_sig and "size-1 dims (False, False) -> (True, False)" in new_sig
 
 
-def test_cache_names_new_heuristics(dumps, capsys):
+def test_cache_names_new_choices(dumps, capsys):
+    """Scheduler choices are part of the signature: other choices are a new signature,
+    and the story names them."""
     from pyfuser.schedulers import Choices
 
     dumps("cache")
@@ -228,8 +230,8 @@ def test_cache_names_new_heuristics(dumps, capsys):
     with Choices(block=64):
         _, out = run(capsys, fd, inputs)
     assert f"kernel2 pyfuser_f{fd.id}_k2 (pointwise): miss, compiled in " in out
-    assert re.search(r"new heuristics: params PointwiseParams\(block=64, .*\(cached for this segment and signature: "
-                     r"PointwiseParams\(block=32, ", out), out
+    assert "differs from the last one in: scheduler choices ((('block', 32),), (), True) -> ((('block', 64),), (), True)" \
+        in out, out
 
 
 def test_all_options_together_on_the_report_fusion(dumps, capsys):
