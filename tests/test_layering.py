@@ -26,7 +26,7 @@ LAYERS = ("errors", "compat", "ir", "rng", "reference", "frontend", "codegen", "
 
 # (importer, imported): an import from a later layer
 UPWARD = {
-    ("pyfuser.frontend.definition", "pyfuser.runtime.executor"): "fd.execute is the user API's entry into the runtime",
+    ("pyfuser.frontend.definition", "pyfuser.runtime.executor"): "fd.execute and fd.explain are the user API's entry into the runtime",
     ("pyfuser.frontend.definition", "pyfuser.runtime.profiler"): "fd.profile() raises the profiler's NoProfileError",
     ("pyfuser.frontend.definition", "pyfuser.runtime.repro"): "fd.repro_script() enters the repro tool",
     ("pyfuser.frontend.definition", "pyfuser.runtime.validate"): "fd.validate() enters validation",
@@ -34,21 +34,12 @@ UPWARD = {
 
 # (importer, module, name): a private name imported from another module
 PRIVATE = {
-    ("pyfuser.runtime.executor", "pyfuser.schedulers.base", "_OVERRIDES"):
-        "the scheduler overrides have no public accessor yet (fingerprints include them)",
-    ("pyfuser.runtime.repro", "pyfuser.schedulers.base", "_OVERRIDES"):
-        "the scheduler overrides have no public accessor yet (repro scripts set them)",
-    ("pyfuser.schedulers.reduction", "pyfuser.codegen.emit", "_is_reduction"):
-        "the reduction test is shared by the scheduler and the emitter, not yet public",
     ("pyfuser.dynamo.graphs", "pyfuser.dynamo.views", "_reinterpret"):
         "torch's private reinterpret entry point, to move to compat",
 }
 
 # sets of modules that import each other (strongly connected components)
-CYCLES = {
-    frozenset({"pyfuser.codegen.emit", "pyfuser.codegen.inner_outer"}):
-        "the inner-outer emitter reuses emit's pieces and emit dispatches to it",
-}
+CYCLES: dict = {}
 
 
 def _module_name(path: pathlib.Path) -> str:

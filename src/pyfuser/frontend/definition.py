@@ -282,7 +282,7 @@ class FusionDefinition:
         segment the scheduler chosen, its params, and every rejection on the way
         (``Reject``: scheduler, code, message), torch fallbacks and spill rejections
         included.  ``print(fd.explain(inputs))`` shows the scheduler_params dump."""
-        from ..runtime.plan import explain
+        from ..runtime.executor import explain
 
         return explain(self, inputs, device)
 

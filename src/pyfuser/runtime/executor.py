@@ -37,11 +37,11 @@ from ..reference import run_expr, run_reference, write_aliases
 from ..schedulers.base import current_choices
 from . import dump, profiler
 from .cache import count
-from .plan import ExecutorCache, broadcast_chain, is_contiguous  # noqa: F401  (is_contiguous: imported from here by tests)
+from .plan import ExecutorCache, Explanation, broadcast_chain, explain_plan, is_contiguous  # noqa: F401  (is_contiguous: imported from here by tests)
 from .args import arg_value, random_exprs
 from .launch import launch_error, poison_tensor
 from .prepared import Prepared, expand_output, view_of_input
-from .probe import LaunchMeta, Probe, input_positions, scheduler_decisions
+from .probe import LaunchMeta, Probe, input_positions
 from .program import cacheable, prepare
 from .rng_state import draw_seed_offset
 from .subfusion import bind_sub, needed_exprs
@@ -129,6 +129,29 @@ def _new_runtime(fd) -> ExecutorCache:
         return fd._runtime
 
 
+def explain(fd, inputs, device=None) -> Explanation:
+    """``fd.explain(inputs)``: plan the fusion for ``inputs`` as ``execute`` would (the
+    plan's kernels are built, nothing is launched) and say, per segment, which
+    scheduler took it and why the others declined."""
+    rt = fd._runtime or _new_runtime(fd)
+    with rt.lock:
+        b = bind(fd.ir, inputs, device)
+        b.input_pos = {v: i for i, v in enumerate(fd.ir.inputs)}
+        sig = rt.signature(b, fd.ir.live_exprs())
+        rt._current_sig = sig
+        plan = rt.plans.get(sig) or rt.make_plan(b)
+        params = []
+        for step in plan.steps:
+            seg = rt.step_segment(b, step)
+            if seg is None or step.scheduler is None:
+                params.append(None)
+                continue
+            heur = step.scheduler.heuristics(seg)
+            key = (step.scheduler.NAME, tuple(o.index for o in seg.outputs), sig, heur)
+            params.append(rt.spill_choice.get(key, heur))
+        return explain_plan(rt, plan, b, params)
+
+
 def _execute_slow(fd, rt, inputs, device, active, profile):
     ir = fd.ir
     rt.events.clear()
@@ -174,7 +197,7 @@ def _execute_bound(fd, rt, b, inputs, device, active, profile):
     else:
         prep, chosen = prepare(fd, rt, plan, b, inputs)
         if "scheduler_params" in active:
-            dump.emit(dump.scheduler_params(fd.id, scheduler_decisions(rt, plan, b, chosen)))
+            dump.emit(dump.scheduler_params(fd.id, explain_plan(rt, plan, b, chosen)))
         rt.remember(fingerprint(inputs, device, ir.shape_scalar_inputs()), prep)
         if probe is None and b.device.type == "cuda":  # the first launches compile: time that for profiles
             probe = Probe(fd, rt, frozenset(), False, b.device)
@@ -233,7 +256,7 @@ def _execute_general(fd, rt, plan, b, inputs, probe=None):
         outs = launch(src, fn, step.scheduler, seg, params, sb, sb.values, sub_rng, probe, sub_inputs)
         results.update({sf.orig[o]: t for o, t in outs.items()})
     if probe is not None and "scheduler_params" in probe.active:
-        dump.emit(dump.scheduler_params(fd.id, scheduler_decisions(rt, plan, b, chosen)))
+        dump.emit(dump.scheduler_params(fd.id, explain_plan(rt, plan, b, chosen)))
     outs = []
     for pos, o in enumerate(ir.outputs):
         kind = plan.aliases.get(pos)

@@ -548,32 +548,6 @@ def explain_plan(rt, plan, b, params_by_step) -> Explanation:
     return Explanation(rt.fd.id, tuple(out))
 
 
-def explain(fd, inputs, device=None) -> Explanation:
-    """``fd.explain(inputs)``: plan the fusion for ``inputs`` as ``execute`` would (the
-    plan's kernels are built, nothing is launched) and say, per segment, which
-    scheduler took it and why the others declined."""
-    from ..ir.concretize import bind
-    from .executor import _new_runtime
-
-    rt = fd._runtime or _new_runtime(fd)
-    with rt.lock:
-        b = bind(fd.ir, inputs, device)
-        b.input_pos = {v: i for i, v in enumerate(fd.ir.inputs)}
-        sig = rt.signature(b, fd.ir.live_exprs())
-        rt._current_sig = sig
-        plan = rt.plans.get(sig) or rt.make_plan(b)
-        params = []
-        for step in plan.steps:
-            seg = rt.step_segment(b, step)
-            if seg is None or step.scheduler is None:
-                params.append(None)
-                continue
-            heur = step.scheduler.heuristics(seg)
-            key = (step.scheduler.NAME, tuple(o.index for o in seg.outputs), sig, heur)
-            params.append(rt.spill_choice.get(key, heur))
-        return explain_plan(rt, plan, b, params)
-
-
 def layout_info(x: torch.Tensor) -> dict:
     """What the schedulers know of an input's layout: contiguous, and for a strided one
     whether every row starts on a 16-byte boundary (innermost stride 1, the others

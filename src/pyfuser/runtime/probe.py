@@ -193,10 +193,3 @@ def _bytes(tensors, exclude=()) -> int:
             continue
         total += x.nbytes
     return total
-
-
-def scheduler_decisions(rt, plan, b, params_by_step):
-    """The ``plan.Explanation`` (``fd.explain``'s) the scheduler_params dump formats."""
-    from .plan import explain_plan  # plan imports this module
-
-    return explain_plan(rt, plan, b, params_by_step)

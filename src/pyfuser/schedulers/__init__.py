@@ -21,7 +21,7 @@ run-time check walks the segment over that tile.
 ``fd.explain(inputs)`` shows the decision and every rejection on the way
 (docs/DEBUGGING.md).
 """
-from . import inner_normalization, inner_outer, inner_reduction, outer_reduction, pointwise
+from . import base, inner_normalization, inner_outer, inner_reduction, outer_reduction, pointwise, reduction
 from .base import Choices, Reject, Rejection, Scheduler, Segment, current_choices, override
 
 SCHEDULERS = (pointwise, inner_normalization, inner_reduction, outer_reduction, inner_outer)
@@ -31,5 +31,7 @@ for _sched in SCHEDULERS:
         _missing = [m for m in ("NAME", "can_schedule", "can_schedule_runtime", "heuristics", "emit", "grid",
                                 "fallbacks", "max_registers") if not hasattr(_sched, m)]
         raise TypeError(f"scheduler module {_sched.__name__} lacks {', '.join(_missing)} (schedulers.base.Scheduler)")
+
+base.register(SCHEDULERS, (pointwise.PointwiseParams, reduction.ReductionParams, inner_outer.InnerOuterParams))
 
 __all__ = ["SCHEDULERS", "Choices", "Reject", "Rejection", "Scheduler", "Segment", "current_choices", "override"]

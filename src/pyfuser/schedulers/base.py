@@ -235,18 +235,23 @@ class Choices:
         return dataclasses.replace(params, **chosen) if chosen else params
 
 
-def _param_fields() -> set:
-    from .inner_outer import InnerOuterParams
-    from .pointwise import PointwiseParams
-    from .reduction import ReductionParams
+# What Choices may name, filled in by the package's ``__init__`` from its registry
+# (``register``), so that this module imports no scheduler.
+_REGISTERED = {"names": (), "fields": frozenset()}
 
-    return {f.name for cls in (PointwiseParams, ReductionParams, InnerOuterParams) for f in dataclasses.fields(cls)}
+
+def register(schedulers, params_classes):
+    """Record the registry's scheduler names and every field of their params classes."""
+    _REGISTERED["names"] = tuple(s.NAME for s in schedulers)
+    _REGISTERED["fields"] = frozenset(f.name for cls in params_classes for f in dataclasses.fields(cls))
+
+
+def _param_fields() -> frozenset:
+    return _REGISTERED["fields"]
 
 
 def _scheduler_names() -> tuple:
-    from . import SCHEDULERS
-
-    return tuple(s.NAME for s in SCHEDULERS)
+    return _REGISTERED["names"]
 
 
 NO_CHOICES = Choices.__new__(Choices)
