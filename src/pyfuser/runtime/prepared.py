@@ -192,7 +192,7 @@ class Prepared:
 
     def forget_launchers(self):
         """Drop the direct launchers and the straight-line function, so the next run
-        launches through each step's ``fn`` again (``dynamo.host_bench`` stubs them)."""
+        launches through each step's ``fn`` again (``bench.host_bench`` stubs them)."""
         self.direct, self._straight = {}, None
 
     def _rebuild_views(self, results, inputs):

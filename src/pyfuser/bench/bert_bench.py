@@ -1,7 +1,7 @@
 """BERT training steps: eager vs torch.compile (Inductor) vs torch.compile(backend="pyfuser").
 
-    PYTHONPATH=src python -m pyfuser.dynamo.bert_bench                 # 64x128 and 16x512, on the GPU
-    PYTHONPATH=src python -m pyfuser.dynamo.bert_bench --configs 64x128 --steps 10 --no-dropout
+    PYTHONPATH=src python -m pyfuser.bench.bert_bench                 # 64x128 and 16x512, on the GPU
+    PYTHONPATH=src python -m pyfuser.bench.bert_bench --configs 64x128 --steps 10 --no-dropout
     PYTHONPATH=src python -m pyfuser.bench --model bert [same options]  # the same, from the bench
 
 The model is ``BertForMaskedLM`` built from ``transformers.BertConfig()`` (bert-base,
@@ -390,7 +390,7 @@ class _Run:
 
 
 def _uncaptured_backend(gm, example_inputs, **kwargs):
-    from .backend import pyfuser_backend
+    from ..dynamo.backend import pyfuser_backend
 
     return pyfuser_backend(gm, example_inputs, **kwargs)
 
@@ -477,7 +477,7 @@ def paired_speedup(times, ref_times) -> tuple:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m pyfuser.dynamo.bert_bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m pyfuser.bench.bert_bench", description=__doc__.splitlines()[0])
     p.add_argument("--configs", default=",".join(f"{b}x{s}" for b, s in CONFIGS), help="BATCHxSEQ,...")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)

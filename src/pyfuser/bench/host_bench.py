@@ -1,6 +1,6 @@
 """Host cost of a fused-region call, on CPU, with kernel launches stubbed.
 
-    PYTHONPATH=src python -m pyfuser.dynamo.host_bench
+    PYTHONPATH=src python -m pyfuser.bench.host_bench
 
 Trains a tiny BERT (2 layers, hidden 64, batch 2x8) through ``backend="pyfuser"`` for
 a few steps, then replaces every prepared launch with a no-op and times (a) each
@@ -28,7 +28,7 @@ class _StubKernel:
 
 def prepared_programs():
     """Every cached ``Prepared`` of the backend's translated regions."""
-    from . import region as R
+    from ..dynamo import region as R
 
     for t in R._TRANSLATIONS.values():
         if hasattr(t, "fd") and t.fd._runtime is not None:
@@ -51,7 +51,7 @@ def main(argv=None):
 
     import transformers
 
-    from . import region as R
+    from ..dynamo import region as R
 
     torch.manual_seed(0)
     config = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=2,
