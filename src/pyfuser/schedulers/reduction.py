@@ -378,8 +378,8 @@ L2_SHARE_OF_ROWS = 0.75
 
 # 32-bit values each thread of an outer tile may hold: its elements of every tensor
 # streamed at full size and of every block accumulator.  Offline sm_90 counts
-# (benchmarks/regcheck.py) grow with elements per thread x values per element; 96
-# keeps the tiles measured under the register limit (docs/TUNING.md#outer-tiles).
+# (benchmarks/regcheck.py) grow with elements per thread x values per element: 96
+# values took 96 registers, 128 took 148 (docs/TUNING.md#outer-tiles).
 OUTER_VALUES_PER_THREAD = 96
 # An outer tile starts from 2 warps and shrinks its chunk of rows down to 16 before it
 # adds warps: few threads, each holding a full budget (docs/TUNING.md#outer-tiles).
