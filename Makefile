@@ -5,7 +5,7 @@ STAMP := .venv/.stamp
 # numpy < 2.4: triton 3.6's interpreter turns loop bounds into Python ints in a way numpy 2.4 rejects.
 PACKAGES := torch==2.13.0 triton==3.6.0 pytest hypothesis pytest-xdist "numpy<2.4" matplotlib transformers
 
-.PHONY: venv test demo bench
+.PHONY: venv test demo bench golden
 
 venv: $(STAMP)
 
@@ -23,3 +23,10 @@ demo: venv
 
 bench: venv
 	$(PY) -m pyfuser.bench
+
+# Golden kernels (tests/golden/, checked by tests/test_golden_kernels.py): every bench
+# case's kernels as planned for an H200, written without a GPU.  Regenerate after a
+# change meant to alter kernels, and review the diff.
+golden: venv
+	rm -f tests/golden/*.txt
+	CUDA_VISIBLE_DEVICES= PYTHONPATH=src $(PY) benchmarks/kernel_identity.py --out tests/golden

@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from pyfuser.dynamo import bert_bench as bb
+from pyfuser.bench import bert_bench as bb
 
 os.environ["PYFUSER_DUMP"] = "segmented_fusion"
 cfg = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128, vocab_size=500,

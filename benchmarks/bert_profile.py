@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from pyfuser.dynamo.bert_bench import _batches, _bert_config, _new_model, cprofiled, training_step
+from pyfuser.bench.bert_bench import _batches, _bert_config, _new_model, cprofiled, training_step
 
 
 def main():

@@ -52,7 +52,7 @@ def test_every_third_party_import_is_declared():
 def test_the_runtime_needs_only_the_required_dependencies():
     """Everything but the benchmark tools runs on the required dependencies alone."""
     required, _ = declared()
-    tools = ("src/pyfuser/bench/", "src/pyfuser/dynamo/bert_bench.py", "src/pyfuser/dynamo/host_bench.py")
+    tools = ("src/pyfuser/bench/",)
     outside = {dist: sorted(p for p in paths if not p.startswith(tools))
                for dist, paths in third_party_imports().items() if dist.lower() not in required}
     assert {d: p for d, p in outside.items() if p} == {}

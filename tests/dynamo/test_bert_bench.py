@@ -4,7 +4,7 @@ import inspect
 
 import pytest
 
-from pyfuser.dynamo import bert_bench
+from pyfuser.bench import bert_bench
 
 TINY = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=300,
             max_position_embeddings=32)

@@ -4,7 +4,7 @@
 
 For each fusion of ``general_fusions.GENERAL``: the uncached general path
 (``_execute_general`` on every execute) and the cached program (``Prepared.run``).
-Kernels are replaced by no-ops after two real executes, as ``pyfuser.dynamo.host_bench``
+Kernels are replaced by no-ops after two real executes, as ``pyfuser.bench.host_bench``
 does, so the numbers are Python and torch host time (host steps' torch calls
 included), not kernel time.
 """

@@ -6,7 +6,7 @@
     python -m pyfuser.bench --quick --no-compile           # fewer repetitions, no torch.compile
     python -m pyfuser.bench --dry-run                      # no GPU: tiny sizes on CPU, checks only
     python -m pyfuser.bench --from-json FILE               # table/PNG/docs from a saved run's JSON
-    python -m pyfuser.bench --model bert [OPTIONS]         # BERT training steps (pyfuser.dynamo.bert_bench;
+    python -m pyfuser.bench --model bert [OPTIONS]         # BERT training steps (pyfuser.bench.bert_bench;
                                                            # its options: --model bert --help)
 
 On the lent GPU machine (a copy of the tree, no .git): PYFUSER_COMMIT=<hash>
@@ -47,7 +47,7 @@ def parse(argv):
     p.add_argument("--no-compile", action="store_true", help="do not time torch.compile")
     p.add_argument("--model", default=None, choices=("bert",),
                    help="whole-model benchmark: BERT training steps, eager vs torch.compile vs pyfuser "
-                        "(the other options are then pyfuser.dynamo.bert_bench's)")
+                        "(the other options are then pyfuser.bench.bert_bench's)")
     p.add_argument("--dry-run", action="store_true",
                    help="build every case at tiny sizes on CPU (Triton interpreter) and check it; no timing")
     p.add_argument("--scale", type=float, default=None,
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     model, rest = _model(argv)
     if model == "bert":
-        from ..dynamo import bert_bench
+        from . import bert_bench
 
         return bert_bench.main(rest)
     args = parse(argv)

@@ -6,9 +6,7 @@ Timing is ``triton.testing.do_bench(fn, warmup, rep, return_mode="median")``: it
 zeroes a 256 MB buffer before every repetition (the L2 flush) and times each call
 with CUDA events.  Every implementation is timed in ``Options.rounds`` such rounds,
 one after the other, and the lowest median counts: a round early in a process can
-run slow as a whole (H200, the report's BERT fusion in ``benchmarks/ab_timing.py``:
-60.7 us in a process's first round, 33.8 and 34.6 in the next two; the same kernel
-in a bench run's first case 36.7 us, 33.5 in the second case), and that one
+run slow as a whole (docs/TUNING.md#timing-rounds), and that one
 implementation's bad round then decided a ratio.  pyfuser is timed through
 ``fd.execute(inputs)`` - the whole cached execute, host work included - and, for
 reference, by replaying the very launches one execute made (``pyfuser_kernel_ms``,

@@ -70,9 +70,8 @@ def _rows_guard(low, dedup, dropped_axes) -> str | None:
     coordinates are 0 (an output broadcast over some kept dims, such as the BERT
     fusion's [B, 1, 1, S] mask computed on a multi-pass [B, H, S, S] tile): whether
     any row of the program's tile is one of them.  The other programs skip the store
-    and the layout change before it (the BERT softmax + dropout: 39 -> 35 us on H200
-    without that store; one-block tiles now store such outputs over their own rows,
-    ``_store_own_rows``).  Only for rows of a reduction tile, where the test is a
+    and the layout change before it (docs/TUNING.md#own-rows; one-block tiles now
+    store such outputs over their own rows, ``_store_own_rows``).  Only for rows of a reduction tile, where the test is a
     reduction over ``BLOCK_K`` row flags; a flat tile's stores keep their element mask
     alone."""
     if not dedup or not isinstance(low.tile, ReductionTile) or dropped_axes != {"k"}:
@@ -220,9 +219,8 @@ def _store_own_rows(low, tile, o):
 
     Stored where the walk met it instead, every program had to find out whether its
     rows held any of o's elements (a reduction over its rows: shared memory and a
-    barrier), and those that did converted o's values to the store's layout.  H200,
-    BERT softmax + dropout timed in one process per source tree, taking turns: 74-76%
-    of copy that way, 77-79% over its own rows (``docs/CODEGEN.md``).  The loop also
+    barrier), and those that did converted o's values to the store's layout, which
+    was slower (docs/TUNING.md#own-rows).  The loop also
     covers an ``o`` with more rows than the tile has (a padded output walked through
     a slice of it)."""
     w = low.w

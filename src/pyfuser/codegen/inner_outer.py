@@ -82,9 +82,8 @@ class InnerOuterTile(ReductionTile):
     def _fold(self, low, ws: str, firsts: list, count: str) -> list:
         """For each start in ``firsts``, rows ``start .. start + count`` of the scratch
         matrix summed in order, ``FOLD_ROWS`` at a time, every column sum in one loop:
-        [1, BLOCK_J] float32 values.  The folds are the kernel's serial tail: without
-        them layer-norm backward [16384, 1024] bf16 takes 38.6 us instead of 47.6 on
-        H200 (one loop per column sum measured the same)."""
+        [1, BLOCK_J] float32 values.  The folds are the kernel's serial tail, a fifth
+        of a layer-norm backward's time (docs/TUNING.md#inner-outer)."""
         w = low.w
         accs = []
         for _ in firsts:

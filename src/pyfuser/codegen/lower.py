@@ -183,8 +183,8 @@ class Lowering:
         (``tile.divides_fast``) only when the divisor is not a multiple of 16 at the
         shapes planned for: there Triton's alignment analysis reads ``x // s`` and
         ``x % s`` for sizes it knows to be multiples of 16 and keeps loads vectorized
-        (a bias + GELU's bias index ``x % 4096``: 87 us with ``%``, 112 us with the
-        multiply); other divisors allow no vector access anyway.  Any divisor gives
+        (a bias + GELU's bias index ``x % 4096`` was slower with the multiply:
+        docs/TUNING.md#index-math); other divisors allow no vector access anyway.  Any divisor gives
         correct results either way: the choice is only speed."""
         sources = [self.w.args[d].source if d in self.w.args else None for d in divisors]
         if any(s is None or s[0] != "size" for s in sources):
@@ -408,9 +408,8 @@ class Lowering:
         """``1 + tanh(u)`` as ``2 / (1 + e^-2u)`` and ``1 - tanh(u)`` as ``2 / (1 +
         e^2u)``, in fp32, where the kernel uses that tanh nowhere else (GELU-tanh's
         ``0.5 x (1 + tanh(u))``); None otherwise.  One exponential and one division
-        instead of a tanh and an add: bias + GELU-tanh on H200 ([16384, 4096] fp16)
-        76.6 -> 71.2 us, within 1% of the same kernel with tanh deleted (70.4 us).  It
-        is also the more accurate form: where tanh(u) nears -1, ``1 + tanh(u)`` keeps
+        instead of a tanh and an add, about as fast as the kernel with the tanh deleted
+        (docs/TUNING.md#shifted-tanh).  It is also the more accurate form: where tanh(u) nears -1, ``1 + tanh(u)`` keeps
         few of its bits.  The tanh is not emitted."""
         if e.op not in ("add", "sub") or v.dtype is not DataType.Float:
             return None

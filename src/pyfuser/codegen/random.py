@@ -25,7 +25,7 @@ def philox_words(w, sub: str, seed_lo: str, seed_hi: str, off_lo: str, off_hi: s
     k1 = w.tmp(f"({seed_hi}).to(tl.uint32)", "k")
     for r in range(R.ROUNDS):
         # Each 32 x 32 -> 64-bit product as one 64-bit multiply: one wide multiply
-        # instruction instead of mul.hi and mul.lo (BERT softmax + dropout: -1.4 us of 44).
+        # instruction instead of mul.hi and mul.lo (docs/TUNING.md#index-math).
         pb = w.tmp(f"{c2}.to(tl.uint64) * {R.ROUND_B}", "p")
         hb, lb = w.tmp(f"({pb} >> 32).to(tl.uint32)", "p"), w.tmp(f"{pb}.to(tl.uint32)", "p")
         pa = w.tmp(f"{c0}.to(tl.uint64) * {R.ROUND_A}", "p")

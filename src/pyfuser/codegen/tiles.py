@@ -14,7 +14,7 @@
   Chan's formula for var_mean, and a last pass writes the outputs.
 
 Split (``split`` > 1, outer multi-pass tiles only): a column sum over [16384, 4096]
-has 4096 / BLOCK_K programs, too few to keep an H200 busy, each walking 16384 rows.
+has 4096 / BLOCK_K programs, too few to keep a large GPU busy, each walking 16384 rows.
 A second grid axis cuts the reduced extent into ``split`` ranges.  Each program
 stores its partial results to a scratch buffer and increments a per-column-strip
 counter; the program that finds it is the last of its strip folds the partials in
@@ -35,10 +35,8 @@ For some fusions they fit only if the fp32 row the first pass converts is not al
 held through the later ones (``rewiden``, fp16 rows: the last ``rewiden`` passes
 widen the carried row for themselves, through inline PTX that the compiler cannot
 merge with another conversion); for others each extra conversion is what spills.
-Which is which is left to the spill check (H200, [8192, 30522] fp16 rows on 16
-warps: log-softmax to fp32 fits with its output pass widening for itself,
-log-softmax to fp16 + fp32 only with the sum pass doing so too, softmax with
-neither; ``reduction.prefetch_pays``).
+Which is which is left to the spill check (``reduction.prefetch_pays``;
+docs/TUNING.md#reduction-tiles).
 """
 from __future__ import annotations
 
@@ -213,9 +211,9 @@ class ProbeTile:
 
 
 # PTX that widens a carried fp16 row to fp32 (``ReductionTile.carried_load``).  A bf16
-# row is not widened again: ``cvt.f32.bf16`` runs on the conversion unit (log-softmax
-# [6144, 30001] bf16, H200: 226.4 us re-widened, 197.2 reusing the fp32 row), and
-# moving its bits to the upper half of an fp32 instead spills 90 registers (offline).
+# row is not widened again: ``cvt.f32.bf16`` runs on the conversion unit (slower than
+# reusing the fp32 row), and moving its bits to the upper half of an fp32 instead
+# spills (docs/TUNING.md#reduction-tiles).
 _WIDEN = {DataType.Half: "cvt.f32.f16 $0, $1;"}
 
 
@@ -276,19 +274,12 @@ class ReductionTile:
 
         A multi-pass row (read once per pass) asks L2 to keep what it loads, and
         ``store_hint`` lets its outputs stream past L2, so the output pass finds the
-        row still there.  H200, ``benchmarks/variants.py`` group l2: log-softmax
-        [8192, 30522] fp16 -> fp32 497.3 -> 479.8 us, [8192, 50257] bf16 586.4 ->
-        569.2, softmax [8192, 30522] bf16 340.7 -> 336.1.
+        row still there.
 
         A persistent unpeeled row, read once, asks the same of its row-sized loads
         (not of a weight, read by every row anyway): measured faster on every row
         tried (why, with the lines never read again, is not profiled yet).
-        H200, 2026-12-01, ``--only rows_last``, two runs each: RMS norm [16384, 8192]
-        bf16 134.2 -> 129.2 us, softmax [32768, 4096] bf16 134.1 -> 127.7, softmax
-        [65536, 1024] fp32 130.6 -> 128.0, layer norm [65536, 1024] bf16 70.8 -> 69.1,
-        layer norm [65536, 768] fp16 55.2 -> 53.6, softmax backward [131072, 512]
-        fp16 98.9 -> 96.3, softmax [524288, 128] fp16 69.1 -> 68.7, layer norm
-        [32768, 4096] fp16 136.4 -> 135.6."""
+        docs/TUNING.md#reduction-tiles"""
         if not self.inner:
             return ""
         if self.persistent:
@@ -374,15 +365,11 @@ class ReductionTile:
         """Whether the row length ``J`` is a compile-time constant (Triton compiles one
         kernel per value): for a row held in one block wider than the row.  The
         compiler then knows which lanes past ``J`` are masked for every row and drops
-        their loads, math and stores instead of predicating them off at run time.
-        H200, log-softmax [262144, 257] fp16 (rows padded to 512 lanes): 159.8 ->
-        108.7 us, 56 -> 32 registers (``benchmarks/variants.py`` group heldout3; every
-        size a constant there, the row length is what the masks read; group constrow:
-        159.0 -> 109.4 us, layer norm [65536, 768] fp16 57.9 -> 56.8).  The price is
-        a compile per distinct row length, where a runtime length serves them all.
-        The inner-outer tile keeps a runtime length: layer-norm backward [65536, 768]
-        fp16 took 97.2 / 96.7 us with it constant, 96.5 / 96.7 without
-        (``benchmarks/variants.py`` group constrow)."""
+        their loads, math and stores instead of predicating them off at run time (fewer
+        registers, a faster padded row).  The price is a compile per distinct row
+        length, where a runtime length serves them all.  The inner-outer tile keeps a
+        runtime length: a constant one gained nothing there.
+        docs/TUNING.md#reduction-tiles"""
         if not (self.inner and self.persistent and not self.peeled and not self.prefetch):
             return False
         shape = low.shapes[self.ref]
@@ -449,8 +436,7 @@ class ReductionTile:
         loop (known only now that the body has asked for them).  The head and tail are
         carried as the body is: loaded in the loop, after the next row's loads had been
         issued, they made every pass wait for those (ptxas gives the loads a shared
-        scoreboard): log-softmax [8192, 30522] fp16 -> fp32 495 us, 421 without
-        prefetching (H200)."""
+        scoreboard), slower than no prefetching (docs/TUNING.md#reduction-tiles)."""
         w = low.w
         for name in self.carried.values():
             w.line(f"{name} = n{name}")
@@ -689,10 +675,8 @@ class ReductionTile:
     # Elements of a row chunk that share one running max in an inner tile's online pass:
     # each thread's contiguous run, reduced in registers before the rescale, so a chunk
     # costs 1 + 1/ONLINE_GROUP exponentials per element instead of 2.  The exponentials
-    # bound the statistics-only row: on H200 (benchmarks/variants.py group l2) 8 took
-    # log(sum(exp)) [8192, 30522] fp16 from 146.6 to 134.1 us and softmax [8192, 30522]
-    # bf16 from 337.8 to 320.5 us (16: 136.4, 318.2; log-softmax [8192, 50257] bf16:
-    # 571.7 at 4, 577.4 at 8).
+    # bound the statistics-only row, where 8 gained most
+    # (docs/TUNING.md#reduction-tiles).
     ONLINE_GROUP = 8
 
     def _online_grouped(self) -> bool:

@@ -14,7 +14,7 @@ Files, in processing order:
 * ``graphs.py``: a backward graph replayed as one CUDA graph when that is safe;
 * ``accuracy.py``: the accuracy mode (``PYFUSER_CHECK=1``, ``check_accuracy()``): regions,
   fast-path views and rewritten graphs checked against ATen as they run;
-* ``bert_bench.py``: BERT training steps, eager vs torch.compile vs pyfuser.
+* the BERT training-step benchmark is ``pyfuser.bench.bert_bench``.
 
 ``stats()`` counts what the backend did (FusionDefinitions created, regions,
 fallbacks, backward graphs captured, replayed and run uncaptured); ``FallbackWarning`` is warned once per distinct reason a region runs in

@@ -94,9 +94,8 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
     """The embedding's weight gradient as an ``index_add`` of the gradient rows into
     zeros (rows of ``padding_idx`` zeroed first, in a fused region).  ATen's op sorts
-    the indices and then sums each run: on H200 with 8192 indices into [30522, 768]
-    fp32, 234 us against 100 us; [512, 768] 171 against 52; [2, 768] 177 against
-    112 (``index_add`` accumulates with atomics, so the sums' order, and their last
+    the indices and then sums each run, two to three times slower
+    (docs/TUNING.md#embedding-backward; ``index_add`` accumulates with atomics, so the sums' order, and their last
     bits, vary from run to run, as they do in Inductor's code for this op).  16-bit
     gradients are summed in fp32, as ATen's op does, and rounded once.  Under
     ``torch.use_deterministic_algorithms(True)`` (at compile time) and with

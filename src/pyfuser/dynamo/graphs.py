@@ -1,7 +1,7 @@
 """A compiled backward graph replayed as one CUDA graph, when that is safe.
 
-Why: a BERT-base training step is host-bound.  On the H200 machine of 2026-11-30 the
-forward and backward launch about 15.7 ms of kernels from 31 ms of host time, and
+Why: a BERT-base training step is host-bound: the forward and backward launch
+about half as much kernel time as they take host time (docs/TUNING.md#host-time), and
 the backward is the larger half: some 90 fused-region calls, 200 matmuls and their
 views, each a few microseconds of Python and a CUDA launch.  Replayed as a CUDA
 graph, the whole backward is one launch; the GPU then runs it while the host goes

@@ -1,16 +1,9 @@
 """Pad 16-bit matmuls whose sizes are not multiples of 8, before partitioning.
 
 cuBLAS runs a half-precision GEMM at a fraction of its speed when a size, and so a
-leading dimension, is not a multiple of 8 elements (16 bytes).  Measured on an H200
-(2026-11-30, fp16, 8192 tokens x hidden 768 x BERT's vocabulary):
-
-    [8192, 768] @ [768, 30522]     1.61 ms (239 TFLOP/s)
-    [8192, 768] @ [768, 30528]     0.66 ms (581 TFLOP/s)
-    [8192, 30522] @ [30522, 768]   1.60 ms;  30528: 0.57 ms
-    [30522, 8192] @ [8192, 768]    1.51 ms;  30528: 0.59 ms
-
-BERT's decoder runs these three GEMMs every training step: 4.7 ms against 1.8 ms.
-So a ``mm`` / ``addmm`` whose ``K`` or ``M`` is misaligned is rewritten on zero-padded
+leading dimension, is not a multiple of 8 elements (16 bytes): BERT's decoder GEMMs
+over its vocabulary of 30522 take two and a half times as long as over 30528
+(docs/TUNING.md#pad-matmuls).  So a ``mm`` / ``addmm`` whose ``K`` or ``M`` is misaligned is rewritten on zero-padded
 operands and its result's rows sliced back (a contiguous view); zeros along K add
 nothing to the products.
 
@@ -21,9 +14,9 @@ nothing to the products.
   there is one, else ATen copies.
 * A misaligned ``N`` (the result's columns) is padded too: the weight's rows and the
   bias get zeros, and the result is sliced back, a view whose rows start every
-  ``N + pad`` elements.  The first try (2026-11-30, BERT at 64 x 128) gained 0.95 ms
-  on the forward GEMM and lost 1.1 ms in the log-softmax fusion reading the view:
-  its rows were peeled as if contiguous, which misaligned every strided row.  Rows
+  ``N + pad`` elements.  The first try lost in the log-softmax fusion reading the
+  view more than it gained on the forward GEMM: its rows were peeled as if
+  contiguous, which misaligned every strided row.  Rows
   of such a view now peel from their own start (``ReductionTile.aligned_rows``, chosen
   by ``reduction.strided_rows_dominate``).
 * Padding pays when the GEMM's time saved exceeds the copies added: about 2.5e-15 s
@@ -123,8 +116,7 @@ def _contiguous_at_outputs(graph, sliced):
     (BERT's log-softmax statistics read the same [tokens, vocabulary] view once the
     backend folds the view chain back, ``sink_views``): one kernel reads the logits
     once, writes the copy and keeps the statistics.  A copy of the [batch, seq,
-    vocabulary] view was a kernel of its own (BERT on H200: 0.48 ms for both
-    kernels, 0.35 ms for the one)."""
+    vocabulary] view was a kernel of its own (docs/TUNING.md#pad-matmuls)."""
     todo, copy = [(sliced, [])], None
     while todo:
         n, chain = todo.pop()
@@ -149,8 +141,7 @@ def _sums_from_padded(graph, padded: dict):
     the padded copy, through a slice that stays a view between the regions
     (``rules.ATEN_ONLY``), instead of computing the tensor a second time: the
     region that pads it would otherwise recompute it in a column-sum kernel of its
-    own (BERT's masked-LM head on H200: 0.70 ms against 0.19 for the sum of the
-    padded copy).  ``padded``: ``_padded``'s cache, (node, pads) -> pad node."""
+    own (several times the sum of the padded copy: docs/TUNING.md#pad-matmuls).  ``padded``: ``_padded``'s cache, (node, pads) -> pad node."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     for (src, pads), pad in list(padded.items()):
         if not isinstance(src, torch.fx.Node) or pad.op != "call_function":

@@ -315,11 +315,9 @@ def _div(b, x, y):
 
 # fp32 tanh without a branch.  libdevice's tanhf branches on |x| < 0.6 (a polynomial
 # below, an exponential above); GELU's arguments straddle 0.6 within every warp, so
-# each warp ran both halves, serialized, with the branch's bookkeeping: 35.5 SASS
-# instructions per element of bias + GELU-tanh, which held it at 72% of copy
-# bandwidth on H200 (87.7 us, [16384, 4096] fp16).  Computing both halves and
-# selecting one, as an edit of that kernel: 29.5 instructions, 76.6 us
-# (``benchmarks/variants.py --only ties``, ``results/*variants_ties_7a6dcea.txt``).
+# each warp ran both halves, serialized, with the branch's bookkeeping, which held
+# bias + GELU-tanh well below copy bandwidth.  Computing both halves and selecting
+# one takes fewer instructions and less time (docs/TUNING.md#branchless-tanh).
 # Below 0.6, x (1 + x^2 P(x^2)) with P fitted to tanh on [0, 0.6] (weighted least
 # squares, iterated toward equal ripple; 1.25 ulp at most in fp32 with fused
 # multiply-adds, and -0 stays -0); above, 1 - 2 / (e^2|x| + 1) with x's sign (on x
@@ -356,8 +354,8 @@ def _div_uniform(b, x, y, constant=None):
     """fp32 ``x / y`` for a divisor ``y`` that is uniform along a tile axis ``x`` varies
     on (a softmax's row sum, a runtime scalar, a constant): ``((x * u) * r) * d`` with
     ``r = 1 / (y * u * d)`` rounded once (``div_rn``) where ``y`` lives, so each element
-    pays multiplies instead of an IEEE division (a software sequence that took 21 of 63
-    us of the BERT attention softmax + dropout on H200).
+    pays multiplies instead of an IEEE division (a software sequence, a third of the
+    BERT attention softmax + dropout's time: docs/TUNING.md#index-math).
 
     ``u`` (2^100 for a tiny divisor) and ``d`` (2^-100 for a huge one) are powers of
     two, 1 otherwise: they keep ``r`` a normal number, and scaling ``x`` up before the

@@ -34,9 +34,9 @@ of the fusion uses offset ``base + k`` in whichever kernel computes it.
 After the first run without probe, poison or record, a program without host steps
 runs as one generated function instead of the loop (``straight_line``): the same
 steps unrolled, with every index, shape, stride and dtype a constant and every
-launch through the runner chosen for it.  A BERT step makes 152 such calls; on the
-CPU machine's tiny BERT (``python -m pyfuser.dynamo.host_bench``, launches stubbed) a
-region call's host time went from 8.6 to 5.6 us.
+launch through the runner chosen for it.  A BERT step makes 152 such calls, and the
+straight line takes about a third off each one's host time (``python -m
+pyfuser.bench.host_bench``; docs/TUNING.md#host-time).
 """
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ class Prepared:
 
     def forget_launchers(self):
         """Drop the direct launchers and the straight-line function, so the next run
-        launches through each step's ``fn`` again (``dynamo.host_bench`` stubs them)."""
+        launches through each step's ``fn`` again (``bench.host_bench`` stubs them)."""
         self.direct, self._straight = {}, None
 
     def _rebuild_views(self, results, inputs):

@@ -7,7 +7,7 @@ pyfuser's register rules, its spill check's candidates and its offline checks
 (``benchmarks/regcheck.py``) were measured with Triton's ptxas, and the two allocate
 registers differently: log-softmax [8192, 30522] fp16 -> fp16 + fp32's prefetching
 tile fits 128 registers with 12.8 and spills 2 with 13.0 (then the spill check falls
-back to a tile 3% slower; H200, 2026-11-30).  So a process that had run torch.compile
+back to a slower tile; docs/TUNING.md#prefetch-rows).  So a process that had run torch.compile
 got other kernels than one that had not.  While pyfuser compiles (an execute that
 plans or prepares), a ``TRITON_PTXAS_PATH`` naming torch's own ptxas is set aside;
 one naming any other ptxas (a user's choice) is kept.  The variable is the process's:

@@ -306,11 +306,8 @@ def contiguous_multiple(n: int) -> int:
     Triton specializes an integer argument on divisibility by 16 only.  Rows of 1000
     fp16 elements start 16-byte aligned, but in ``k * J + j`` and ``j < J`` the
     compiler cannot see it and loads 2 bytes at a time; ``J = J // 8 * 8`` in the
-    kernel (``codegen.tiles.say_multiple``) shows it 16-byte vectors.  Measured on
-    H200 (2026-11-30): softmax backward [32768, 1000] bf16 59.6 us at any tile size
-    before (``benchmarks/variants.py --only heldout``), 52.6 with the hint, as
-    torch.compile's kernel (the width a constant); column sums of [65536, 1000] fp16
-    62-67 us before, 56.9 with it.  The plan is made for the
+    kernel (``codegen.tiles.say_multiple``) shows it 16-byte vectors, as fast as a
+    kernel with the width a constant (docs/TUNING.md#contiguous-multiple).  The plan is made for the
     exact shape (``executor.fingerprint``) and the kernel's source carries the
     multiple, so no launch sees another extent."""
     return 1 if n % 16 == 0 else n & -n  # the lowest set bit: 1, 2, 4 or 8

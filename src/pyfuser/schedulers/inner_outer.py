@@ -118,25 +118,14 @@ ROWS_PER_BLOCK = 2
 def heuristics(seg: Segment) -> InnerOuterParams:
     """Two rows per block, 8 elements per thread (16 from 2048 up), 4 programs per SM
     of 4 warps, the row loop pipelined 3 deep; one row per block where two need more
-    registers than one wave of programs allows (``fallbacks``).  Measured on H200
-    (2026-11-30, ``benchmarks/variants.py`` group normbwd, kernel us; two kernels = the
-    inner normalization and outer reduction they ran as before):
-
-    | [16384, 1024] bf16 | this | 1 row | 1 row, 8 per SM, 2 deep | 1 row, 6 per SM | 1 row, no folds | two kernels |
-    |---|---|---|---|---|---|---|
-    | layer-norm backward | 39.6 | 47.9 | 50.8 | 46.1 | 39.2 | 61.2 |
-    | RMS-norm backward | 36.9 | 39.7 | 42.6 | 40.2 | 35.1 | 56.3 |
-    | dropout + residual + layer norm backward | (138 registers: 1 row) | 55.6 | 59.7 | 58.1 | 46.7 | 71.8 |
-    | layer-norm backward [8192, 768] fp16 | 24.7 | 29.5 | 33.1 | 31.0 | 20.0 | 31.0 |
-
-    (benchmarks/results/2026-11-30-nvidia-h200-variants_*normbwd*.txt.)  Two rows per
+    registers than one wave of programs allows (``fallbacks``).  Two rows per
     block keep twice the bytes in flight per program; the column sums accumulate
     elementwise in [2, BLOCK_J] blocks, summed over the rows once after the loop (summed
     every iteration, the rows of a block spread over warps by a 1-byte mask's layout
     made the dropout case 5x slower).  "No folds" leaves the column partials unfolded:
     the two-level fold is the serial tail of the kernel; pipelining the folds' loops
     costs more shared memory than it saves.  8 warps per row block were slower
-    everywhere (99-224 us, variants_inner_outer_2.txt)."""
+    everywhere.  docs/TUNING.md#inner-outer"""
     ref, dims, outer = analyse(seg)
     K, J = kept_and_reduced(seg, ref, dims)
     bj = next_pow2(J)

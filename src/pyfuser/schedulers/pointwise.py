@@ -15,8 +15,8 @@ loads each.  Its tanh is not computed: ``0.5 h (1 + tanh(u))`` is emitted as ``0
 Broadcast tile: where a heavy op (sin, cos, tanh, erf, ...: ``OpDef.heavy``) reads
 values broadcast along some dims, a flat walk evaluates it at every output element.
 RoPE on [tokens, heads, 128] takes cos and sin of angles [tokens, 128] shared by the
-heads: 2 transcendental evaluations per element made it compute-bound at 30% of copy
-bandwidth on H200.  A probe walk (``tiles.ProbeTile``) tells along which dims each
+heads: 2 transcendental evaluations per element made it compute-bound well below
+copy bandwidth (docs/TUNING.md#broadcast-tile).  A probe walk (``tiles.ProbeTile``) tells along which dims each
 heavy op's result varies; when the dims it does not vary along (not the last, which
 stays contiguous) hold at least ``MIN_SHARED`` elements, the kernel walks a 2-D
 ``tiles.BroadcastTile`` with those dims on ``k`` (``outer``), and the heavy op is
@@ -91,9 +91,8 @@ MIN_SHARED = 4
 # axis first, so rows mostly stay within a thread).
 BLOCK_OUTER = 8
 # Elements per program of a broadcast tile on the GPU: 8 rows of 256 on 4 warps, 16
-# elements per thread.  RoPE [16384, 8, 128] bf16 on H200 (2026-11-30, variants group
-# rope): forward 23.1 us (flat tile: 55.1), backward 50.6 us (flat: 101.1); 8 rows of
-# 512 on 4 warps: 23.9 and 56.0 us (144 registers in the backward); 4 rows: slower.
+# elements per thread; wider rows cost registers, fewer rows were slower.
+# docs/TUNING.md#broadcast-tile
 BROADCAST_BLOCK = 2048
 MAX_GRID_K = 65535  # CUDA's limit on the grid's second axis
 # The contiguous last dim must be at least this long, or rows of j are short runs.
@@ -128,12 +127,9 @@ def heuristics(seg: Segment) -> PointwiseParams:
         # compile a new kernel for every power of 2.
         block = 1024 if n <= 1024 else 1 << 14
         return apply_overrides(PointwiseParams(block, 4, int64))
-    # Large tensors: 16 elements per thread hides the latency of math-heavy bodies
-    # (bias + tanh-GELU on H200: 0.089 ms vs 0.094 ms at 8 per thread), on 4 warps:
-    # 2048 per program.  Against 4096 on 8 warps (H200, 2026-11-30, ``benchmarks/
-    # variants.py --only ties``): bias + GELU-tanh [16384, 4096] fp16 70.6 -> 68.6 us,
-    # [32768, 3072] 103.5 -> 99.4, GELU-tanh backward 108.6 -> 102.4, GELU-erf
-    # backward 122.1 -> 121.2.  Small ones: enough programs to cover the SMs.
+    # Large tensors: 16 elements per thread hides the latency of math-heavy bodies,
+    # on 4 warps: 2048 per program (it beat 8 per thread and 4096 on 8 warps).  Small
+    # ones: enough programs to cover the SMs.  docs/TUNING.md#pointwise-blocks
     if n >= 1 << 22:
         return apply_overrides(PointwiseParams(2048, 4, int64))
     block = 1024 if n >= 1 << 20 else max(128, min(1024, next_pow2(n)))
@@ -253,11 +249,7 @@ def _probe_walk(seg: Segment):
 
 # Registers a pointwise kernel may use at 16 or more elements per thread.  Past it the
 # body is heavy enough (tensors or math) that 8 elements per thread on 4 warps keep
-# more bytes in flight per SM with fewer registers.  Measured on H200 (2026-11-30,
-# when the wide tile was 4096 x 8 warps; 4096 x 8 -> 1024 x 4): Adam step 100 -> 55
-# registers, 126.5 -> 116.2 us; GELU-tanh backward 64 -> 38, 116.2 -> 108.4 us; RoPE
-# 128 -> 38, 66.4 -> 57.6 us; bias + GELU (40 registers) is best at 16 per thread:
-# 88.3 us vs 94.7 us.
+# more bytes in flight per SM with fewer registers.  docs/TUNING.md#pointwise-blocks
 MAX_REGISTERS_WIDE = 56
 
 

@@ -43,8 +43,8 @@ class ReductionParams:
     align: int = 1  # elements per 16 bytes when rows start misaligned (peel head/tail; block_k 1)
     # Multi-pass only: max and sum(exp(a - max)) in one pass with a rescaled running sum
     # (one running max per 8 contiguous elements: ``ReductionTile.online_chunk``).  On
-    # for wide rows (``_wide_row_params``); a per-element rescale, the first version,
-    # lost to separate passes (log-softmax [8192, 50257] bf16: 0.94 vs 0.72 ms).
+    # for wide rows (``_wide_row_params``); a per-element rescale lost to separate
+    # passes (docs/TUNING.md#online-softmax).
     online: bool = False
     # Outer multi-pass only: programs along the reduced extent (codegen.tiles: partials
     # folded by each column strip's last program); 1 = one program per strip.
@@ -187,19 +187,8 @@ def prefetch_pays(seg: Segment, ref, J: int, p: ReductionParams) -> bool:
     the output pass widening the carried row for itself (``rewiden`` 1), then the sum
     pass too (2), then every pass reusing the first one's fp32 row (0; bf16 rows only
     that, ``tiles._WIDEN``), then the tile without prefetching
-    (``reduction_fallbacks``).  Measured on H200 (2026-11-30, ``benchmarks/variants.py
-    --only prefetch``), [8192, 30522] rows, each form that spills being timed as well:
-
-    * log-softmax fp16 -> fp32: 420.4 -> 401.4 us (``rewiden`` 1; 2 spills 2, 466.5;
-      0 spills 38, 694.8);
-    * log-softmax fp16 -> fp16 + fp32: 565.2 -> 546.7 us (2; 1 spills 2, 554.2; 0
-      spills 2, 553.6);
-    * softmax bf16: 308.0 -> 272.0 us (0).
-
-    On shapes it was not tuned on (``--only prefetch_general``): softmax [8192, 25001]
-    fp16 272.7 -> 259.2 us (0), log-softmax [4096, 32767] fp16 -> fp32 232.9 -> 222.4
-    (1), log-softmax [6144, 30001] bf16 206.8 -> 197.2 (0); softmax [8192, 26001] bf16
-    -> fp32 spills in every form and keeps its chunks (437.4)."""
+    (``reduction_fallbacks``).  Each form beat the chunked row it replaces wherever it
+    did not spill, on the tuned shapes and on others (docs/TUNING.md#prefetch-rows)."""
     if seg.device_type != "cuda" or not is_normalization(seg, ref) or p.align == 1 or p.aligned_rows:
         return False
     lanes = next_pow2(J)
@@ -224,8 +213,8 @@ def row_alignment(seg: Segment, ref, J: int, persistent: bool = True) -> int:
     Also 1 for a persistent row whose elements are compared as integers (a class iota
     against a per-row target, as in a cross-entropy gradient): Triton 3.6 spends
     minutes in its LLVM stage on such a peeled row of 30522 (found with
-    ``benchmarks/regcheck.py``; not done after 6 minutes), the unpeeled tile compiles
-    in about a second, and so does a peeled tile of 8192-element chunks (0.8 s)."""
+    ``benchmarks/regcheck.py``), while the unpeeled tile and a peeled tile of
+    8192-element chunks compile in about a second."""
     vals = [v for v in seg.outputs + [i for i in seg.inputs_info] if seg.shapes.get(v) is not None
             and seg.numel(v) == seg.numel(ref)]
     if not vals or (persistent and _compares_integers_along_rows(seg, ref)):
@@ -245,21 +234,7 @@ def _peel_pays(J: int, itemsize: int) -> bool:
     and tail reduced apart from the body, their indices); unpeeled, it pays per
     element for each load narrower than 16 bytes.  Loads of 8 bytes or more: never
     peeled.  16-bit pairs (4-byte loads): peeled beyond ``PAIRED_ROW_PEEL``.  Single
-    elements: always peeled.  Measured on H200 (2026-12-01, ``benchmarks/variants.py
-    --only peel_rules,peel_rules2``; peeled -> unpeeled, us):
-
-    * 8-byte loads: softmax [65280, 1028] fp16 99.3 -> 69.5, log-softmax [22339, 3004]
-      bf16 75.2 -> 69.5, layer norm [61008, 1100] fp16 181.3 -> 79.5, log-softmax
-      [2198, 30524] fp16 89.1 (prefetched) -> 81.7, softmax [11177, 6004] bf16 (chunks)
-      97.5 -> 96.6, softmax [33487, 1002] fp32 68.8 -> 69.1;
-    * 16-bit pairs up to 3004: softmax [43633, 1538] fp16 74.9 -> 69.2, log-softmax
-      [22354, 3002] bf16 75.4 -> 70.2, layer norm [26822, 2502] fp16 170.8 -> 98.6,
-      layer norm [65408, 1026] bf16 194.1 -> 105.1;
-    * 16-bit pairs from 4098: log_softmax_sub [8192, 30522] 400.1 -> 667.5, softmax
-      [8192, 30522] bf16 272.1 -> 434.0, softmax [16376, 4098] fp16 (chunks) 83.8 ->
-      132.8, log-softmax [1335, 50258] fp16 97.3 -> 121.8;
-    * single elements: layer norm [21831, 1537] fp32 84.1 -> 97.8, layer norm
-      [9585, 7001] fp16 157.0 -> 191.0, softmax [43184, 777] bf16 41.1 -> 42.2."""
+    elements: always peeled (docs/TUNING.md#row-peeling)."""
     width = contiguous_multiple(J) * itemsize
     if width >= 8:
         return False
@@ -311,11 +286,8 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     # Rows up to 32768 elements stay on chip (persistent).  Elements per thread grow
     # with the row: 8 for short rows (several rows per program keep enough bytes in
     # flight), 16 for medium, 32 for the widest (32 warps, one row per SM at a time).
-    # Measured on H200 (benchmarks/sweep.py): [98304, 128] best at 8 rows x 4 warps;
-    # [65536, 1001] at 2 warps; [8192, 4096] at 8 warps; [8192, 30522] at 32 warps.
-    # Short rows that draw random numbers take 16 per thread (four Philox calls each):
-    # BERT's softmax + dropout [98304, 128], 16 rows x 4 warps 35.4 us, 8 rows 37.8 us
-    # (and 34.3 vs 35.0, 42.2 vs 43.6 in two earlier runs with other code).
+    # Short rows that draw random numbers take 16 per thread (four Philox calls each).
+    # docs/TUNING.md#persistent-rows
     if bj <= 1 << 15:
         bk = max(1, min(next_pow2(K), 64, 1024 // bj))
         per_thread = 8 if bj <= 256 else (16 if bj <= 1 << 13 else 32)
@@ -333,13 +305,8 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
 # The share of a row's lanes that padding to a power of 2 (a persistent row) or to
 # whole chunks (a chunked one) may leave masked.  Masked lanes hold registers and
 # issue instructions but move no bytes, so past this share the rows in flight on an
-# SM carry too few bytes.  Measured on H200 (2026-11-30, ``benchmarks/variants.py
-# --only waste``): layer norm [16384, 5120] bf16, persistent in 8192 lanes on 16
-# warps 143.8 us, in chunks of 1024 on 2 warps 101.0 (2048 on 4: 115.5; persistent on
-# 8 warps 116.5); softmax [8192, 12000] fp16, online chunks of 8192 on 16 warps (27%
-# masked) 140.1 us, 4096 on 8 warps 107.3.  Below it the padding stays: softmax
-# [8192, 30522] bf16 in chunks of 8192 (7% masked) and log-softmax [8192, 50257]
-# fp16 -> fp32 in chunks of 16384 (23%) were measured best as they are (``_wide_row_params``).
+# SM carry too few bytes.  Below it the padding stays (the wide rows of
+# ``_wide_row_params`` measured best as they are).  docs/TUNING.md#lane-waste
 MAX_LANE_WASTE = 0.25
 
 
@@ -356,13 +323,8 @@ PADDED_ROW_SHARE = 0.2
 def _padded_warps(warps: int) -> int:
     """Warps for persistent rows that padding leaves at least ``PADDED_ROW_SHARE``
     masked: half those of unpadded rows, so each thread takes twice the lanes (up to
-    half of them masked) and an SM holds twice the programs.  Measured on H200 (2026-12-01,
-    ``benchmarks/variants.py --only padded``; before -> half the warps, against
-    twice the rows on the same warps): log-softmax [262144, 257] fp16 109.0 -> 87.2 us
-    (107.0), layer norm [131072, 300] fp16 75.9 -> 53.1 (72.6), softmax [524288, 129]
-    fp16 230.2 -> 146.3 (223.9), softmax [131072, 385] bf16 72.9 -> 70.0, softmax
-    [65536, 777] bf16 64.6 -> 58.5 (one row per program), layer norm [65536, 768] fp16
-    57.2 -> 55.2, log-softmax [524288, 100] fp16 72.8 -> 69.5."""
+    half of them masked) and an SM holds twice the programs; halving the warps beat
+    twice the rows on the same warps (docs/TUNING.md#padded-rows)."""
     return max(1, warps // 2)
 
 
@@ -397,27 +359,15 @@ def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bo
     loads, reduces, then stores, with nothing to overlap the phases.  Chunked programs
     are small enough for several per SM, and the online pass (max and rescaled sum of
     exponentials together, ``ReductionTile.online_chunk``) reads the row once for both
-    statistics.  Measured on H200, [8192, 30522] rows:
+    statistics.  The rules (docs/TUNING.md#wide-rows):
 
-    * statistics only (log(sum(exp(x - max)))): persistent 293 us, online chunks of
-      2048 on 4 warps 147 us (1024 on 2 warps 152, 4096 on 8 warps 155): always chunks;
-    * normalizations, online chunks of 8192 on 16 warps against persistent: softmax bf16
-      -> bf16 341 vs 441 us, log-softmax fp16 -> fp32 498 vs 537 us, log-softmax
-      fp16 -> fp16 + fp32 652 vs 617 us.  The output pass re-reads the row, from L2
-      while the writes leave it there: chunks when the stored bytes per element are at
-      most twice the loaded ones.  [8192, 50257] bf16 log-softmax (too wide to hold):
-      online 587 us, two separate statistics passes 717 us.
-    * chunks of 16384 where the output pass stores twice the bytes it loads (fp16 ->
-      fp32): log-softmax [8192, 30522] 436.7 -> 427.5 us, [8192, 50257] 781.7 ->
-      769.3; where it stores what it loads, 8192 stay (softmax [8192, 30522] bf16:
-      307.5 vs 330.9 us);
+    * statistics only (log(sum(exp(x - max)))): always online chunks of 2048 on 4 warps;
+    * normalizations: online chunks of 8192 on 16 warps when the output pass stores at
+      most twice the bytes per element it loads (it re-reads the row from L2 while the
+      writes leave it there), chunks of 16384 where it stores twice what it loads;
     * the output pass walks the row backwards (``out_reversed``) when the rows in
       flight (4 programs of 16 warps per SM) fill most of L2 (``L2_SHARE_OF_ROWS``):
-      then the chunks the statistics pass read last are the ones still there.  [8192, 50257] (100 KB rows,
-      53 MB in flight): log-softmax bf16 528.6 -> 498.1 us, fp16 -> fp32 821.1 ->
-      781.7; [8192, 30522] (61 KB, 32 MB): forwards is faster, softmax bf16 309.4 vs
-      312.0, log-softmax fp16 -> fp32 433.9 vs 436.4
-      (``benchmarks/results/2026-11-30-nvidia-h200-variants_rows_615915f.txt``).
+      then the chunks the statistics pass read last are the ones still there.
 
     None: keep the persistent row."""
     online = _has_online_pair(seg)
@@ -428,8 +378,8 @@ def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bo
     stored = sum(o.dtype.itemsize for o in seg.outputs if seg.numel(o) == n)
     # A cross-entropy gradient (an iota compared with each row's target): its
     # persistent row of 30522 cannot be peeled for alignment (``row_alignment``) and
-    # spilled 58 registers (offline, sm_90); chunks can be peeled.  Not yet timed on
-    # the GPU: BERT's loss backward took 0.71 ms in unpeeled chunks.
+    # spilled 58 registers (offline, sm_90); chunks can be peeled.  Not yet timed
+    # peeled on the GPU (docs/TUNING.md#wide-rows).
     if not persistent_fits or (online and stored <= 2 * loaded) or _compares_integers_along_rows(seg, ref):
         in_flight = ROWS_IN_FLIGHT_PER_SM * sm_count() * J * loaded
         chunk, warps = _fit_chunks(J, 16384 if stored >= 2 * loaded else 8192, 16)
@@ -442,25 +392,17 @@ def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bo
 ROWS_IN_FLIGHT_PER_SM = 4
 # The part of L2 the rows in flight may fill before the output pass walks backwards:
 # the output lines streaming through and the two partitions' copies take the rest.
-# H200 (L2 60 MB as CUDA reports it): 53 MB of 50257-wide rows in flight, backwards 5%
-# faster; 32 MB of 30522-wide rows, forwards 0.7% faster.
+# docs/TUNING.md#wide-rows
 L2_SHARE_OF_ROWS = 0.75
 
 
 # 32-bit values each thread of an outer tile may hold: its elements of every tensor
 # streamed at full size and of every block accumulator.  Offline sm_90 counts
-# (benchmarks/regcheck.py) track elements per thread x values per element: 2 values x
-# 32 elements -> 55 registers (bias gradient), 3 x 32 -> 96, 4 x 32 -> 148 (layer-norm
-# backward's dw and db); 4 x 16 -> 80.
+# (benchmarks/regcheck.py) grow with elements per thread x values per element: 96
+# values took 96 registers, 128 took 148 (docs/TUNING.md#outer-tiles).
 OUTER_VALUES_PER_THREAD = 96
 # An outer tile starts from 2 warps and shrinks its chunk of rows down to 16 before it
-# adds warps: few threads, each holding a full budget.  Kernel us on H200
-# (``benchmarks/bert_kernels.py rule``, 2026-11-30), 4 warps / 32 rows / 64 values
-# before -> this rule: BERT's Q, K and V gradients copied with their bias gradients
-# (9 values per element: 8 warps of 4 elements before) 37.3 -> 31.6; fp16 column sums
-# of [65536, 1024] 57.1 -> 47.8, [8192, 3072] 24.6 -> 23.9, [16384, 4096] 47.2 ->
-# 47.1, [8192, 768] 11.1 -> 11.4; GELU backward with its bias gradient [8192, 3072]
-# 59.5 -> 59.6.  Four warps with 16-row chunks were slower everywhere (34-87 us).
+# adds warps: few threads, each holding a full budget (docs/TUNING.md#outer-tiles).
 OUTER_WARPS = 2
 OUTER_MIN_ROWS = 16
 
@@ -474,22 +416,14 @@ def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
         return apply_overrides(ReductionParams(False, J <= bj, bk, bj, 4, int64, contig_multiple=contiguous_multiple(K)))
     # Each program starts from a 64-byte strip of kept columns and walks down the
     # reduced rows a chunk at a time, 4 warps; the split (``outer_split``) supplies the
-    # programs that narrow strips alone would not.  Measured on H200 (2026-11-30,
-    # kernel times, before the chunk loop was pipelined): sum over dim 0 of [16384,
-    # 4096] fp16, 32 x 128 with 4 warps and split 32: 49.8 us, against 61.5 us for 16 x
-    # 512 with 8 warps and split 4; layer-norm backward's dw, db at [16384, 1024] bf16:
-    # 32 x 64, 4 warps, split 32: 39 us against 78 us for 16 x 512 with 16 warps.
+    # programs that narrow strips alone would not (docs/TUNING.md#outer-tiles).
     itemsize = min(v.dtype.itemsize for v in [ref] + list(seg.outputs))
     bk = max(1, min(next_pow2(K), 64 // itemsize))
     bj, warps, split = _outer_tile(seg, ref, dims, J, bk)
     # Wider strips (up to OUTER_STRIP_BYTES of a row) while the grid keeps
     # OUTER_MIN_PROGRAMS and the tile its warps (a wider strip walks fewer rows at a
-    # time instead), and the chunk loop pipelined OUTER_STAGES deep.  Sum over dim 0 of
-    # [16384, 4096] fp16 on H200 (benchmarks/variants.py, group outer, 2026-11-30):
-    # 64 x 64 chunks, 3 stages: 47.4 us; 128 x 32, 3 stages: 51.3 us; 128 x 32 without
-    # pipelining: 49.6 us (the rule before); 32 x 128: 56.8 us.  [8192, 3072]: 25.4 us
-    # against 28.4; [8192, 768] keeps 32-column strips (768 programs): 11.9 us, 3
-    # stages, against 12.4.
+    # time instead), and the chunk loop pipelined OUTER_STAGES deep
+    # (docs/TUNING.md#outer-tiles).
     while (bk * 2) * itemsize <= OUTER_STRIP_BYTES and bk * 2 <= next_pow2(K):
         wider = _outer_tile(seg, ref, dims, J, bk * 2)
         if -(-K // (bk * 2)) * wider[2] < OUTER_MIN_PROGRAMS or wider[1] > warps:
@@ -521,29 +455,22 @@ def _outer_tile(seg: Segment, ref, dims, J: int, bk: int):
 
 
 # Programs a split outer reduction aims for: 132 SMs x about 32 short-lived programs
-# (the measured best for the two cases above).
+# (docs/TUNING.md#outer-tiles).
 SPLIT_TARGET_PROGRAMS = 4096
 MAX_SPLIT = 32
 # The most a kernel storing only its sums splits (no output per element): each
-# program then walks at least a 16th of the rows.  fp16 column sums on H200
-# (2026-11-30, ``benchmarks/variants.py --only ties``, split 32 -> 16, pipelined 3
-# deep): [16384, 4096] 47.3 -> 44.3 us, [65536, 1000] 59.1 -> 52.8, [8192, 3072] 23.9 ->
-# 22.1, [8192, 768] 11.4-12.1 (two runs of 32) against 12.1; 8 was slower on all four.
-# A kernel that also writes per element lost at 16 in BERT's step (64 x 128, the
-# record at ``a263973``): the Q, K, V gradients copied with their bias sums ([8192,
-# 768], three outputs per element) 32.4 -> 47.6 us, GELU's backward with its bias sum
-# ([8192, 3072]) 55.0 -> 57.3 us.
+# program then walks at least a 16th of the rows.  Column sums gained at 16 and lost
+# at 8; a kernel that also writes per element lost at 16, so it keeps ``MAX_SPLIT``.
+# docs/TUNING.md#outer-split
 MAX_SPLIT_SUMS_ONLY = 16
 OUTER_MIN_PROGRAMS = 768  # about 6 per SM: what a widened strip must still leave
 OUTER_STRIP_BYTES = 128  # the widest strip of a row one outer program sums
 OUTER_STAGES = 3  # num_stages of an outer tile's chunk loop
 # Bytes of one chunk's loads that may be pipelined: the pipeline keeps OUTER_STAGES - 1
 # chunks of every load in shared memory, so a tile streaming many tensors runs few
-# programs per SM.  BERT's position-embedding gradient (8 tensors summed over the batch
-# of [64, 128, 768]) took 0.35 ms pipelined on H200, where the same bytes in one chunk
-# at batch 16 took 0.055 ms; a tile like it (offline sm_90) holds 38 KB of shared memory
-# per program at 3 stages, 2 KB unpipelined.  The bias gradient's chunk: 4 KB (64 x 32
-# fp16), as are those of every tile ``OUTER_WARPS``'s measurements pipelined.
+# programs per SM: a tile streaming 8 tensors (BERT's position-embedding gradient)
+# holds about 20 times the shared memory pipelined and ran several times slower.  The
+# bias gradient's chunk is 4 KB (64 x 32 fp16).  docs/TUNING.md#outer-tiles
 OUTER_STAGE_BYTES = 4096
 
 
