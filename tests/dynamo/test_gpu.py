@@ -107,5 +107,5 @@ def test_backward_cuda_graph_matches_the_uncaptured_backward(monkeypatch, accumu
     else:  # a second backward before zero_grad finds the first's gradients held: it runs uncaptured
         assert s["graph_misses"] >= 4
     torch.testing.assert_close(losses, want_losses, rtol=1e-4, atol=1e-5)
-    for p, q in zip(params, want_params):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    for p, q in zip(params, want_params):  # atomics: two uncaptured runs differ by 1e-5 in the token-type embedding
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=5e-5)
