@@ -14,7 +14,7 @@ import torch
 from pyfuser.bench import seeds, training as T
 from pyfuser.bench.cases import build_softmax
 from pyfuser.errors import Unsupported
-from pyfuser.codegen.tiles import ReductionTile
+from pyfuser.codegen.tiles.reduction import ReductionTile
 from pyfuser.schedulers import Choices
 from pyfuser.schedulers.base import sm_count
 

@@ -25,7 +25,9 @@ from ..ir.values import TensorVal
 from ..errors import Unsupported
 from .lower import Lowering
 from .inner_outer import InnerOuterTile, emit_inner_outer_body
-from .tiles import BroadcastTile, FlatTile, ReductionTile
+from .tiles.flat import BroadcastTile, FlatTile
+from .tiles.protocol import Tile
+from .tiles.reduction import ReductionTile
 from .writer import KernelArg, KernelWriter
 
 
@@ -96,7 +98,7 @@ def _store_walked(low, outputs, ref_idx, full, reached):
         _store(low, o, idx, val, axes)
 
 
-def emit_kernel(name: str, outputs, shapes, inputs_info, tile, header: list[str]) -> KernelSource:
+def emit_kernel(name: str, outputs, shapes, inputs_info, tile: Tile, header: list[str]) -> KernelSource:
     w = KernelWriter(name)
     low = Lowering(w, shapes, inputs_info, tile, {}, outputs)
     ref_shape = shapes[tile.ref]

@@ -30,7 +30,7 @@ from ..ir.dtypes import TRITON_NAME, DataType
 from ..ir.analysis import computed_from as _computed_from
 from ..ir.shapes import reduce_shape
 from .index import ZERO, Coord, Index
-from .tiles import ReductionTile
+from .tiles.reduction import ReductionTile
 
 
 class InnerOuterTile(ReductionTile):

@@ -28,6 +28,7 @@ from ..ir.shapes import reshape_groups, slice_shape
 from ..ir.values import ScalarVal, TensorVal
 from .index import ZERO, Coord, Index, plain_div, ravel, unravel
 from .random import distribution, integer_comparison, random_quads, random_value
+from .tiles.protocol import Tile
 
 
 _SAMPLE = {DataType.Bool: True, DataType.Int: 1, DataType.Int32: 1}
@@ -103,7 +104,7 @@ def _constant_of(v):
 
 
 class Lowering:
-    def __init__(self, w, shapes: dict, inputs_info: dict, tile, facts: dict, outputs=()):
+    def __init__(self, w, shapes: dict, inputs_info: dict, tile: Tile, facts: dict, outputs=()):
         self.w = w
         self.outputs = tuple(outputs)  # what the kernel stores (none for a probe walk)
         self._uses = None  # value -> how many times the kernel reads or stores it

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 
 from ..codegen.emit import emit_kernel
 from ..codegen.lower import Lowering
-from ..codegen.tiles import BroadcastTile, FlatTile, ProbeTile
+from ..codegen.tiles.flat import BroadcastTile, FlatTile, ProbeTile
 from ..codegen.writer import KernelWriter
 from ..ir.ops import OPS
 from ..errors import Unsupported

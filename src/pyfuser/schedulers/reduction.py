@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..codegen.emit import emit_kernel
-from ..codegen.tiles import ReductionTile
+from ..codegen.tiles.reduction import ReductionTile
 from ..ir.analysis import is_reduction
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS
