@@ -2,5 +2,8 @@
 
 ``protocol.Tile`` is what the emitter and the lowering ask of every tile; one module
 per kind: ``flat`` (pointwise: ``FlatTile``, ``BroadcastTile``, ``ProbeTile``),
-``reduction`` (``ReductionTile``).
+``reduction`` (``ReductionTile``: geometry, masks, indices, cache hints), with its
+jobs apart in ``rows`` (peeled rows, the next row loaded ahead), ``accumulate``
+(accumulators, Welford/Chan, online softmax) and ``split`` (partials folded across
+programs).
 """
