@@ -24,8 +24,9 @@ from ..ir.shapes import reduce_shape
 from ..ir.values import TensorVal
 from ..errors import Unsupported
 from .lower import Lowering
-from .inner_outer import InnerOuterTile, emit_inner_outer_body
+from .inner_outer import emit_inner_outer_body
 from .tiles.flat import BroadcastTile, FlatTile
+from .tiles.inner_outer import InnerOuterTile
 from .tiles.protocol import Tile
 from .tiles.reduction import ReductionTile
 from .writer import KernelArg, KernelWriter
