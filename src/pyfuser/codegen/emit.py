@@ -238,7 +238,7 @@ def _store_own_rows(low, tile, o):
 
 
 def _emit_split_body(low, tile, levels, store_kept, full, reached, early):
-    """A split reduction (see ``tiles``): one pass accumulates this program's rows,
+    """A split reduction (see ``tiles.split``): one pass accumulates this program's rows,
     the strip's last program folds the partials and writes the kept outputs; every
     program writes the pointwise outputs of its own rows."""
     if len(set(levels.values())) != 1:
@@ -265,7 +265,7 @@ def _emit_split_body(low, tile, levels, store_kept, full, reached, early):
 class _pass_scope:
     """Pass ``n`` of ``passes`` over a prefetching tile's row (the last one stores the
     outputs): values computed in a pass are forgotten after it, so a pass can read
-    the carried row afresh (``tiles`` module docstring: ``rewiden``).  A no-op for
+    the carried row afresh (``tiles.rows`` module docstring: ``rewiden``).  A no-op for
     other tiles."""
 
     def __init__(self, low, tile, n: int, passes: int):

@@ -123,7 +123,7 @@ class Lowering:
         self.windowed: set = set()
         self.covered: set = set()
         # elementwise expr -> the tile axes its results vary along, over all its uses
-        # (read through a ``tiles.ProbeTile`` by the pointwise scheduler)
+        # (read through a ``tiles.flat.ProbeTile`` by the pointwise scheduler)
         self.expr_axes: dict = {}
         # fusion input -> per dim, the tile axes its coordinate varied along (the probe's)
         self.load_axes: dict = {}
@@ -281,7 +281,7 @@ class Lowering:
         # of the columns is read once per row, not once per element.
         preds = tuple(p for p, a in zip(idx.pred, idx.pred_each, strict=True) if a <= off.axes)
         mask = self.tile.mask(off.axes, preds)
-        # A row loaded one iteration ahead (``tiles``, prefetch) is a loop-carried value.
+        # A row loaded one iteration ahead (``tiles.rows``, prefetch) is a loop-carried value.
         carried = getattr(self.tile, "carried_load", None)
         held = carried(w, ptr, off.code, mask, v.dtype) if carried is not None else None
         if held is not None:
