@@ -13,7 +13,7 @@ from ..lower import compute_dtype
 
 
 class Accumulators:
-    """The accumulating half of ``reduction.ReductionTile``: it reads the tile's
+    """The accumulating part of ``reduction.ReductionTile``: it reads the tile's
     geometry (``persistent``, ``peeled``, ``inner``, ``block_j``, ``align``, ``mask``,
     ``shape``, ``ref_index``, ``row_shape``, ``row_reduce``)."""
 

@@ -26,8 +26,9 @@ from ...ir.dtypes import DataType
 # spills (docs/TUNING.md#reduction-tiles).
 _WIDEN = {DataType.Half: "cvt.f32.f16 $0, $1;"}
 
+
 class RowLoads:
-    """The row-walking half of ``reduction.ReductionTile`` (its attributes: ``prefetch``,
+    """The row-walking part of ``reduction.ReductionTile`` (its attributes: ``prefetch``,
     ``rewiden``, ``pass_no``, ``passes``, ``carried``)."""
 
     # -- rows walked with the next one loaded ahead (``prefetch``) ----------------------

@@ -18,7 +18,7 @@ from ...ir.ops import OPS
 
 
 class SplitFold:
-    """The split half of ``reduction.ReductionTile`` (its ``split``, ``results`` and
+    """The split part of ``reduction.ReductionTile`` (its ``split``, ``results`` and
     accumulators: ``accumulate.Accumulators``)."""
 
     # -- split: partial results across programs -----------------------------------------
