@@ -1,4 +1,4 @@
-"""The pointwise broadcast tile (``schedulers.pointwise``, ``tiles.BroadcastTile``):
+"""The pointwise broadcast tile (``schedulers.pointwise``, ``tiles.flat.BroadcastTile``):
 heavy ops on values broadcast along some dims are computed once per tile row or
 column.  Each case checks that the tile was chosen (its ``outer`` dims) and every
 output against the reference executor, on random inputs with poisoned outputs, with

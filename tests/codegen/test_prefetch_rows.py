@@ -1,5 +1,5 @@
 """Rows walked by one program per SM with the next row's body loaded ahead
-(``ReductionParams.prefetch``, ``codegen.tiles`` docstring).  The kernels are checked
+(``ReductionParams.prefetch``, ``codegen.tiles.rows`` docstring).  The kernels are checked
 against the reference executor on CPU (more rows than programs, so programs walk
 several rows, and fewer); the CUDA heuristics and the registers of the chosen kernels
 offline on the bench cases (meta tensors, Triton's ptxas for sm_90)."""
@@ -14,7 +14,7 @@ import torch
 from pyfuser.bench import seeds, training as T
 from pyfuser.bench.cases import build_softmax
 from pyfuser.errors import Unsupported
-from pyfuser.codegen.tiles import ReductionTile
+from pyfuser.codegen.tiles.reduction import ReductionTile
 from pyfuser.schedulers import Choices
 from pyfuser.schedulers.base import sm_count
 
@@ -122,7 +122,7 @@ def test_cuda_heuristics(rc, name, prefetch):
     sched, seg, p = _cuda_plan(rc, name)
     assert p.prefetch is prefetch, p
     if prefetch:
-        fp16 = "bf16" not in name  # a bf16 row is not widened again (tiles._WIDEN)
+        fp16 = "bf16" not in name  # a bf16 row is not widened again (tiles.rows._WIDEN)
         assert (p.persistent, p.block_k, p.block_j, p.num_warps, p.rewiden) == (True, 1, 32768, 16, int(fp16))
         forms = sched.fallbacks(seg, p)
         if fp16:  # the sum pass widening for itself too, then no pass

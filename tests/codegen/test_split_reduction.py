@@ -1,5 +1,5 @@
 """Split outer reductions: programs along the reduced extent, partials in scratch,
-the strip's last program folds them (see ``codegen.tiles``).  Checked against the
+the strip's last program folds them (see ``codegen.tiles.split``).  Checked against the
 reference executor on random inputs, executed twice (the counters reset)."""
 from __future__ import annotations
 

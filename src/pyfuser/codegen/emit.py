@@ -24,8 +24,11 @@ from ..ir.shapes import reduce_shape
 from ..ir.values import TensorVal
 from ..errors import Unsupported
 from .lower import Lowering
-from .inner_outer import InnerOuterTile, emit_inner_outer_body
-from .tiles import BroadcastTile, FlatTile, ReductionTile
+from .inner_outer import emit_inner_outer_body
+from .tiles.flat import BroadcastTile, FlatTile
+from .tiles.inner_outer import InnerOuterTile
+from .tiles.protocol import Tile
+from .tiles.reduction import ReductionTile
 from .writer import KernelArg, KernelWriter
 
 
@@ -96,7 +99,7 @@ def _store_walked(low, outputs, ref_idx, full, reached):
         _store(low, o, idx, val, axes)
 
 
-def emit_kernel(name: str, outputs, shapes, inputs_info, tile, header: list[str]) -> KernelSource:
+def emit_kernel(name: str, outputs, shapes, inputs_info, tile: Tile, header: list[str]) -> KernelSource:
     w = KernelWriter(name)
     low = Lowering(w, shapes, inputs_info, tile, {}, outputs)
     ref_shape = shapes[tile.ref]
@@ -235,7 +238,7 @@ def _store_own_rows(low, tile, o):
 
 
 def _emit_split_body(low, tile, levels, store_kept, full, reached, early):
-    """A split reduction (see ``tiles``): one pass accumulates this program's rows,
+    """A split reduction (see ``tiles.split``): one pass accumulates this program's rows,
     the strip's last program folds the partials and writes the kept outputs; every
     program writes the pointwise outputs of its own rows."""
     if len(set(levels.values())) != 1:
@@ -262,7 +265,7 @@ def _emit_split_body(low, tile, levels, store_kept, full, reached, early):
 class _pass_scope:
     """Pass ``n`` of ``passes`` over a prefetching tile's row (the last one stores the
     outputs): values computed in a pass are forgotten after it, so a pass can read
-    the carried row afresh (``tiles`` module docstring: ``rewiden``).  A no-op for
+    the carried row afresh (``tiles.rows`` module docstring: ``rewiden``).  A no-op for
     other tiles."""
 
     def __init__(self, low, tile, n: int, passes: int):

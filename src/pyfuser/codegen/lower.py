@@ -28,6 +28,7 @@ from ..ir.shapes import reshape_groups, slice_shape
 from ..ir.values import ScalarVal, TensorVal
 from .index import ZERO, Coord, Index, plain_div, ravel, unravel
 from .random import distribution, integer_comparison, random_quads, random_value
+from .tiles.protocol import Tile
 
 
 _SAMPLE = {DataType.Bool: True, DataType.Int: 1, DataType.Int32: 1}
@@ -103,7 +104,7 @@ def _constant_of(v):
 
 
 class Lowering:
-    def __init__(self, w, shapes: dict, inputs_info: dict, tile, facts: dict, outputs=()):
+    def __init__(self, w, shapes: dict, inputs_info: dict, tile: Tile, facts: dict, outputs=()):
         self.w = w
         self.outputs = tuple(outputs)  # what the kernel stores (none for a probe walk)
         self._uses = None  # value -> how many times the kernel reads or stores it
@@ -122,7 +123,7 @@ class Lowering:
         self.windowed: set = set()
         self.covered: set = set()
         # elementwise expr -> the tile axes its results vary along, over all its uses
-        # (read through a ``tiles.ProbeTile`` by the pointwise scheduler)
+        # (read through a ``tiles.flat.ProbeTile`` by the pointwise scheduler)
         self.expr_axes: dict = {}
         # fusion input -> per dim, the tile axes its coordinate varied along (the probe's)
         self.load_axes: dict = {}
@@ -280,7 +281,7 @@ class Lowering:
         # of the columns is read once per row, not once per element.
         preds = tuple(p for p, a in zip(idx.pred, idx.pred_each, strict=True) if a <= off.axes)
         mask = self.tile.mask(off.axes, preds)
-        # A row loaded one iteration ahead (``tiles``, prefetch) is a loop-carried value.
+        # A row loaded one iteration ahead (``tiles.rows``, prefetch) is a loop-carried value.
         carried = getattr(self.tile, "carried_load", None)
         held = carried(w, ptr, off.code, mask, v.dtype) if carried is not None else None
         if held is not None:

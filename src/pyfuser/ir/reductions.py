@@ -1,6 +1,6 @@
 """How each reduction of the op table accumulates: the ``reduction`` field of its row.
 
-The code generator (``codegen.tiles``) keeps one accumulator per row of a tile and
+The code generator (``codegen.tiles.accumulate``) keeps one accumulator per row of a tile and
 asks the row's ``Reduction`` for everything op-specific:
 
 * ``identity(dt)``: the accumulator's start value, and what masked-off lanes read;

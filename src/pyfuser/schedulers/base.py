@@ -306,7 +306,7 @@ def contiguous_multiple(n: int) -> int:
     Triton specializes an integer argument on divisibility by 16 only.  Rows of 1000
     fp16 elements start 16-byte aligned, but in ``k * J + j`` and ``j < J`` the
     compiler cannot see it and loads 2 bytes at a time; ``J = J // 8 * 8`` in the
-    kernel (``codegen.tiles.say_multiple``) shows it 16-byte vectors, as fast as a
+    kernel (``codegen.tiles.flat.say_multiple``) shows it 16-byte vectors, as fast as a
     kernel with the width a constant (docs/TUNING.md#contiguous-multiple).  The plan is made for the
     exact shape (``executor.fingerprint``) and the kernel's source carries the
     multiple, so no launch sees another extent."""

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..codegen.emit import emit_kernel
-from ..codegen.inner_outer import InnerOuterTile
+from ..codegen.tiles.inner_outer import InnerOuterTile
 from ..codegen.lower import compute_dtype
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS, REDUCTION_KINDS

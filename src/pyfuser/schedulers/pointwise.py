@@ -16,10 +16,10 @@ Broadcast tile: where a heavy op (sin, cos, tanh, erf, ...: ``OpDef.heavy``) rea
 values broadcast along some dims, a flat walk evaluates it at every output element.
 RoPE on [tokens, heads, 128] takes cos and sin of angles [tokens, 128] shared by the
 heads: 2 transcendental evaluations per element made it compute-bound well below
-copy bandwidth (docs/TUNING.md#broadcast-tile).  A probe walk (``tiles.ProbeTile``) tells along which dims each
+copy bandwidth (docs/TUNING.md#broadcast-tile).  A probe walk (``tiles.flat.ProbeTile``) tells along which dims each
 heavy op's result varies; when the dims it does not vary along (not the last, which
 stays contiguous) hold at least ``MIN_SHARED`` elements, the kernel walks a 2-D
-``tiles.BroadcastTile`` with those dims on ``k`` (``outer``), and the heavy op is
+``tiles.flat.BroadcastTile`` with those dims on ``k`` (``outer``), and the heavy op is
 computed on a [1, BLOCK_J] block shared by the tile's ``block_outer`` rows.  A heavy op
 that varies along the outer dims only ([BLOCK_K, 1], once per row) counts as well.
 
@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 
 from ..codegen.emit import emit_kernel
 from ..codegen.lower import Lowering
-from ..codegen.tiles import BroadcastTile, FlatTile, ProbeTile
+from ..codegen.tiles.flat import BroadcastTile, FlatTile, ProbeTile
 from ..codegen.writer import KernelWriter
 from ..ir.ops import OPS
 from ..errors import Unsupported

@@ -1,6 +1,6 @@
 """Reduction schedulers: inner reduction, inner normalization, outer reduction.
 
-All three run on ``codegen.tiles.ReductionTile`` (k = kept elements, j = reduced
+All three run on ``codegen.tiles.reduction.ReductionTile`` (k = kept elements, j = reduced
 ones) and differ in what they accept and how they size the tile:
 
 * inner reduction: the innermost dim is reduced and every output is a reduction
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..codegen.emit import emit_kernel
-from ..codegen.tiles import ReductionTile
+from ..codegen.tiles.reduction import ReductionTile
 from ..ir.analysis import is_reduction
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS
@@ -46,7 +46,7 @@ class ReductionParams:
     # for wide rows (``_wide_row_params``); a per-element rescale lost to separate
     # passes (docs/TUNING.md#online-softmax).
     online: bool = False
-    # Outer multi-pass only: programs along the reduced extent (codegen.tiles: partials
+    # Outer multi-pass only: programs along the reduced extent (codegen.tiles.split: partials
     # folded by each column strip's last program); 1 = one program per strip.
     split: int = 1
     # Peeled rows only: the streamed input's rows start 16-byte aligned (a padded row
@@ -65,10 +65,10 @@ class ReductionParams:
     contig_multiple: int = 1
     # Peeled persistent rows only: one program per SM walks rows pid, pid + G, ... and
     # loads its next row (head, tail, body) before it reduces and stores this one, so
-    # the SM always has loads in flight (``codegen.tiles`` docstring, ``prefetch_pays``).
+    # the SM always has loads in flight (``codegen.tiles.rows`` docstring, ``prefetch_pays``).
     prefetch: bool = False
     # Prefetching fp16 rows only: the last ``rewiden`` passes widen the carried row for
-    # themselves rather than reuse the first pass's fp32 copy (``codegen.tiles`` docstring).
+    # themselves rather than reuse the first pass's fp32 copy (``codegen.tiles.rows`` docstring).
     rewiden: int = 0
 
     def validate(self) -> ReductionParams:
@@ -167,7 +167,7 @@ def _one_row_at_a_time(seg: Segment, ref, dims) -> ReductionParams:
 
 
 # The spill check's order of ``rewiden`` forms (``prefetch_pays``); bf16 rows take 0
-# only (``tiles._WIDEN``).
+# only (``tiles.rows._WIDEN``).
 REWIDEN_ORDER = (1, 2, 0)
 # Warps of a prefetching program: two rows of 32768 16-bit elements take 64 of the
 # 128 registers each of 512 threads may hold, the rest is the passes' working set.
@@ -186,7 +186,7 @@ def prefetch_pays(seg: Segment, ref, J: int, p: ReductionParams) -> bool:
     ``PREFETCH_ROW_BYTES``.  The candidates, in the spill check's order, for fp16 rows:
     the output pass widening the carried row for itself (``rewiden`` 1), then the sum
     pass too (2), then every pass reusing the first one's fp32 row (0; bf16 rows only
-    that, ``tiles._WIDEN``), then the tile without prefetching
+    that, ``tiles.rows._WIDEN``), then the tile without prefetching
     (``reduction_fallbacks``).  Each form beat the chunked row it replaces wherever it
     did not spill, on the tuned shapes and on others (docs/TUNING.md#prefetch-rows)."""
     if seg.device_type != "cuda" or not is_normalization(seg, ref) or p.align == 1 or p.aligned_rows:

@@ -1,0 +1,102 @@
+"""The inner-outer tile: row reductions and column sums of the same tensor in one kernel.
+
+A normalization backward needs two kinds of reduction of the same [K, J] tensors:
+per row (layer norm's sum(dy * w) and sum(dy * w * xhat), over j) for dx, and per
+column (dw = sum(dy * xhat), db = sum(dy), over k).  As two kernels the second reads
+dy and x again.  Here each of ``NPROG`` programs walks row blocks ``pid, pid +
+NPROG, ...`` with the persistent inner tile (the row reductions, dx and the other
+full-size outputs, exactly as ``inner_normalization`` computes them) and adds each
+block's values into a [BLOCK_K, BLOCK_J] float32 accumulator, elementwise; the
+accumulator's rows are summed once, after the row loop (summing a block's rows every
+iteration crosses warps wherever the layout spreads the rows over warps, as a 1-byte
+dropout mask makes it: 5x slower with two rows per block).  A program then stores its
+column sums to a scratch row, and the partial rows are folded in two levels so no
+single program reads them all:
+
+1. programs are counted into groups of ``GROUP``; the group's last program to
+   arrive folds the group's ``GROUP`` rows into one row;
+2. the last group to finish folds the ``NGROUP`` group rows and writes the column
+   sums (and whatever the fusion computes from them: a cast, a scale).
+
+Counters live in the scratch buffer and are reset by the programs that used them,
+so the next launch finds zeros.  Every fold adds rows in a fixed order, so the
+result does not depend on which program finishes last.  Measured numbers and the
+sizing rules: ``schedulers/inner_outer.py``; the kernel body:
+``codegen.inner_outer.emit_inner_outer_body``.
+"""
+from __future__ import annotations
+
+from ...errors import Unsupported
+from ..index import ZERO, Coord, Index
+from .reduction import ReductionTile
+
+
+class InnerOuterTile(ReductionTile):
+    """The persistent inner tile over ``ref`` (rows reduced over ``red_dims``), plus the
+    column sums ``outer`` (reductions over the kept dims), see the module docstring."""
+
+    def __init__(self, ref, red_dims, block_k: int, block_j: int, int64: bool, quad_rng: bool, outer,
+                 nprog: int, group: int, fold_rows: int, stages: int = 1, contig_multiple: int = 1):
+        super().__init__(ref, red_dims, True, True, block_k, block_j, int64, quad_rng,
+                         contig_multiple=contig_multiple)
+        self.outer = list(outer)  # the column-sum exprs, in slot order
+        self.nprog, self.group, self.fold_rows = nprog, group, fold_rows
+        self.ngroup = -(-nprog // group)
+        self.stages = stages
+        self.in_rows = False  # inside the row loop: column sums are not available yet
+
+    def prologue(self, low):
+        w = low.w
+        w.constexprs.update(BLOCK_K=self.block_k, BLOCK_J=self.block_j, NPROG=self.nprog, GROUP=self.group,
+                            NGROUP=self.ngroup, FOLD_ROWS=self.fold_rows)
+        w.arg("K", "numel", ("numel", self.ref, tuple(self.kept_dims())))
+        w.arg("J", "numel", ("numel", self.ref, self.red_dims))
+        self.say_multiple(w)
+        w.line(f"pid = {'tl.program_id(0).to(tl.int64)' if self.int64 else 'tl.program_id(0)'}")
+
+    # -- column sums ----------------------------------------------------------------------
+    def outer_index(self, low, keepdim: bool) -> Index:
+        """Where a column sum's element lives: the row's coordinates along the reduced
+        dims, 0 (keepdim) or nothing along the kept ones; linear index ``j``."""
+        coords = self._unravel_ref(low)
+        kept = set(self.kept_dims())
+        if keepdim:
+            out = [ZERO if d in kept else c for d, c in enumerate(coords)]
+        else:
+            out = [c for d, c in enumerate(coords) if d not in kept]
+        return Index(tuple(out), Coord("j", frozenset("j")))
+
+    def reduction(self, low, e, v, idx: Index):
+        if e not in self.outer:
+            return super().reduction(low, e, v, idx)
+        if self.in_rows or e not in self.results:
+            raise Unsupported(f"column sum {v.name} is used inside the rows it sums", "column_sum_in_rows")
+        want = low.normalize(v, self.outer_index(low, e.attrs.get("keepdim", False)))
+        if tuple(c.code for c in idx.coords) != tuple(c.code for c in want.coords):
+            raise Unsupported(f"column sum {v.name} is used at coordinates other than its own column",
+                              "column_coordinates")
+        return self.results[e][0], frozenset("j")
+
+    def _fold(self, low, ws: str, firsts: list, count: str) -> list:
+        """For each start in ``firsts``, rows ``start .. start + count`` of the scratch
+        matrix summed in order, ``FOLD_ROWS`` at a time, every column sum in one loop:
+        [1, BLOCK_J] float32 values.  The folds are the kernel's serial tail, a fifth
+        of a layer-norm backward's time (docs/TUNING.md#inner-outer)."""
+        w = low.w
+        accs = []
+        for _ in firsts:
+            accs.append(f"fold{len(w.lines)}")
+            w.line(f"{accs[-1]} = tl.full([1, BLOCK_J], 0.0, tl.float32)")
+        w.line(f"for r0 in range(0, {count}, FOLD_ROWS):")
+        w.indent += 1
+        w.line("r = r0 + tl.arange(0, FOLD_ROWS)[:, None]")
+        w.line(f"rmask = (r < {count}) & jmask")
+        rows = []
+        for n, first in enumerate(firsts):
+            rows.append(f"rows{n}")
+            w.line(f"rows{n} = tl.load({ws} + ({first} + r) * J + j, mask=rmask, other=0.0, cache_modifier='.cg')")
+        for acc, row in zip(accs, rows):
+            w.line(f"{acc} += tl.reduce({row}, 0, tl.standard._sum_combine, keep_dims=True)")
+        w.indent -= 1
+        w.forget_scope(w.indent + 1)
+        return accs
