@@ -11,7 +11,8 @@ from pyfuser import DataType, FusionDefinition
 from pyfuser.ir.concretize import bind
 from pyfuser.ir.values import TensorVal
 from pyfuser.runtime import dump, plan as plan_mod
-from pyfuser.runtime.plan import ExecutorCache, Plan, step_reads
+from pyfuser.runtime.plan import ExecutorCache
+from pyfuser.segment.steps import Plan, step_reads
 
 from ..helpers import without_scheduler
 from .fuzz_fusions import build, check, fusions

@@ -35,6 +35,7 @@ from ..ir.concretize import Binding, bind
 from ..ir.values import ScalarVal
 from ..reference import run_expr, run_reference, write_aliases
 from ..schedulers.base import current_choices
+from ..segment.subfusion import bind_sub, needed_exprs
 from . import dump, profiler
 from .cache import count
 from .plan import ExecutorCache, Explanation, broadcast_chain, explain_plan, is_contiguous  # noqa: F401  (is_contiguous: imported from here by tests)
@@ -44,7 +45,6 @@ from .prepared import Prepared, expand_output, view_of_input
 from .probe import LaunchMeta, Probe, input_positions
 from .program import cacheable, prepare
 from .rng_state import draw_seed_offset
-from .subfusion import bind_sub, needed_exprs
 from .toolchain import triton_ptxas
 
 POISON_OUTPUTS = os.environ.get("PYFUSER_POISON_OUTPUTS", "") == "1"

@@ -19,7 +19,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -29,48 +29,18 @@ from ..ir.shapes import slice_shape
 from ..codegen.writer import KernelArg
 from ..ir.values import Expr, TensorVal, Val
 from ..schedulers import SCHEDULERS, Segment, current_choices
+from ..segment.steps import Plan, Step, make_step, step_reads
+from ..segment.subfusion import SubFusion, needed_exprs, subfusion
 from . import dump
 from ..ir.ops import OPS, runs_on_host
 from .cache import count, load_kernel, setting
 from .probe import KernelInfo
-from .subfusion import SubFusion, inputs_of, needed_exprs, subfusion
 
 VIEW_OPS = ("reshape", "squeeze", "permute")
 # Failed merge attempts (each emits a kernel that is then thrown away) after which a
 # plan stops merging.
 MERGE_LOSSES = 6
 PREPARED_SIZES_DEFAULT = 64
-
-
-@dataclass
-class Step:
-    """One segment of a plan: a scheduler module and the outputs it computes."""
-
-    outputs: list
-    scheduler: object  # a schedulers.* module, or None for a host (reference) step
-    reason: str = ""
-    kernels: dict = field(default_factory=dict)  # params -> (KernelSource, launchable)
-    declined: list = field(default_factory=list)  # the Rejects of the schedulers tried before this one, in order
-    sub: SubFusion | None = None  # a kernel on intermediates: the segment as its own fusion (None: the whole IR)
-    host: list | None = None  # a host segment: the original exprs it runs in torch (None: a kernel)
-
-    @property
-    def is_host(self) -> bool:
-        return self.host is not None
-
-
-@dataclass
-class Plan:
-    # output position -> "input" | "view" (of an input) | "expand": a broadcast that
-    # repeats elements, returned as a stride-0 expand of its source (``expanded_source``),
-    # which a kernel computes at its own size, as nvFuser allocates expanded outputs
-    aliases: dict
-    steps: list
-
-    @property
-    def general(self) -> bool:
-        """Whether a step reads intermediates or runs torch: then the general path runs it."""
-        return any(s.scheduler is None or s.sub is not None for s in self.steps)
 
 
 class ExecutorCache:
@@ -249,7 +219,7 @@ class ExecutorCache:
                 reasons.append(rej.by(sched.NAME))
                 continue
             self.build(seg, sched, params)
-            step = _step(outputs, sched, reasons)
+            step = make_step(outputs, sched, reasons)
             step.sub = sf
             return step, reasons
         self.refused[key] = reasons
@@ -287,7 +257,7 @@ class ExecutorCache:
         if len(failing) == 1:
             if steps:
                 return steps + self.split(b, failing, cuts, base)
-            return [_step(failing, None, reasons)]
+            return [make_step(failing, None, reasons)]
         return steps + [s for o in failing for s in self.split(b, [o], cuts, base)]
 
     # -- merging and narrowing (docs/SEGMENTATION.md) -------------------------------------
@@ -436,10 +406,6 @@ def rebound(hit, seg):
 
     args = [KernelArg(a.name, a.kind, remap(a.source)) for a in src.args]
     return replace(src, args=args, outputs=[remap(o) for o in src.outputs]), fn
-
-
-def _step(outputs, sched, reasons) -> Step:
-    return Step(list(outputs), sched, "; ".join(f"{r.scheduler}: {r}" for r in reasons), declined=list(reasons))
 
 
 _WARNED: set = set()  # the causes (schedulers' rejection codes) already warned about
@@ -655,16 +621,6 @@ def _first_reductions(outputs, cuts) -> list:
             reduced[o] = after or is_red
     needed = {v for e in exprs for v in e.inputs} | set(outputs)
     return [o for o in first if o in needed]
-
-
-# -- the step graph --------------------------------------------------------------------
-def step_reads(step) -> set:
-    """The values a step loads: fusion inputs, scalars, what earlier steps stored."""
-    if step.is_host:
-        return inputs_of(step.host)
-    if step.sub is not None:
-        return {step.sub.orig[c] for c in step.sub.ir.inputs}
-    return inputs_of(needed_exprs(step.outputs, ()))
 
 
 class _Flow:
