@@ -37,7 +37,7 @@ from pyfuser.ir.values import ScalarVal, TensorVal
 from pyfuser.runtime.executor import arg_value
 from pyfuser.runtime.plan import ExecutorCache
 from pyfuser.runtime.spills import H200, candidates, first_fit, offline_usage, rejection
-from pyfuser.runtime.subfusion import bind_sub
+from pyfuser.segment.subfusion import bind_sub
 from pyfuser.schedulers import override
 
 

@@ -21,8 +21,8 @@ import pytest
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "pyfuser"
 
-LAYERS = ("errors", "compat", "ir", "rng", "reference", "frontend", "codegen", "schedulers", "runtime", "pyfuser",
-          "dynamo", "bench", "demo")
+LAYERS = ("errors", "compat", "ir", "rng", "reference", "frontend", "codegen", "schedulers", "segment", "runtime",
+          "pyfuser", "dynamo", "bench", "demo")
 
 # (importer, imported): an import from a later layer
 UPWARD = {

@@ -7,7 +7,7 @@ import torch
 import pyfuser
 from pyfuser.ir.concretize import bind
 from pyfuser.schedulers import Segment, inner_normalization, pointwise
-from pyfuser.runtime.executor import is_contiguous
+from pyfuser.runtime.plan import is_contiguous
 
 from .common import DataType, check, fusion, gen_for, make_tensor
 

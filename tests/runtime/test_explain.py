@@ -7,7 +7,7 @@ import torch
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.errors import EagerFallbackWarning
-from pyfuser.runtime import plan as plan_mod
+from pyfuser.segment import planner as planner_mod
 
 FL, INT = DataType.Float, DataType.Int
 
@@ -71,7 +71,7 @@ def test_eager_fallback_is_explained_by_code():
 
 
 def test_eager_fallback_warns_once_per_cause(monkeypatch):
-    monkeypatch.setattr(plan_mod, "_WARNED", set())
+    monkeypatch.setattr(planner_mod, "_WARNED", set())
     xs = [torch.randint(0, 4, (4, 8)), torch.randint(0, 4, (4, 8))]
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -84,7 +84,7 @@ def test_eager_fallback_warns_once_per_cause(monkeypatch):
 
 
 def test_host_ops_do_not_warn(monkeypatch):
-    monkeypatch.setattr(plan_mod, "_WARNED", set())
+    monkeypatch.setattr(planner_mod, "_WARNED", set())
     fd = fusion(lambda fd: fd.add_output(fd.ops.matmul(tensor(fd, 2), tensor(fd, 2))))
     with warnings.catch_warnings():
         warnings.simplefilter("error", EagerFallbackWarning)

@@ -8,7 +8,8 @@ import torch
 import pyfuser
 from pyfuser.reference import run_reference
 from pyfuser.runtime import args as args_mod, executor, program
-from pyfuser.runtime.plan import ExecutorCache, Plan, Step
+from pyfuser.runtime.plan import ExecutorCache
+from pyfuser.segment.steps import Plan, Step
 
 from ..helpers import without_scheduler
 from .general_fusions import (GENERAL, define, embedding, embedding_inputs, layer_norm_backward,

@@ -10,8 +10,12 @@ import pyfuser
 from pyfuser import DataType, FusionDefinition
 from pyfuser.ir.concretize import bind
 from pyfuser.ir.values import TensorVal
-from pyfuser.runtime import dump, plan as plan_mod
-from pyfuser.runtime.plan import ExecutorCache, Plan, step_reads
+from pyfuser.runtime import dump
+from pyfuser.runtime.plan import ExecutorCache
+from pyfuser.segment import refine as refine_mod
+from pyfuser.segment.aliases import broadcast_chain
+from pyfuser.segment.split import split
+from pyfuser.segment.steps import Plan, step_reads
 
 from ..helpers import without_scheduler
 from .fuzz_fusions import build, check, fusions
@@ -76,7 +80,7 @@ def check_plan(fd):
                 assert v in made, f"{v.name} read before a step stores it"
                 read.add(v)
         made |= set(step.outputs)
-    returned = set(ir.outputs) | {plan_mod.broadcast_chain(ir.outputs[pos])[0]
+    returned = set(ir.outputs) | {broadcast_chain(ir.outputs[pos])[0]
                                   for pos, kind in last_plan(fd).aliases.items() if kind == "expand"}
     useless = [v.name for v in made - read - returned
                if not any(step.is_host and v in step.outputs for step in last_plan(fd).steps)]
@@ -85,7 +89,7 @@ def check_plan(fd):
 
 def unmerged_launches(build, inputs):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ExecutorCache, "merge", lambda self, b, steps, base, keep: steps)
+        mp.setattr(refine_mod, "merge", lambda schedule, b, steps, base, keep: steps)
         fd = build()
         return launches(fd, inputs)[1]
 
@@ -237,14 +241,14 @@ def test_a_merge_that_makes_a_cycle_is_refused(monkeypatch):
 
 def test_merging_stops_after_merge_losses_refusals(monkeypatch):
     refusals = []
-    merge = ExecutorCache.merge
+    merge = refine_mod.merge
     try_schedule = ExecutorCache.try_schedule
     merging = []
 
-    def counting_merge(self, b, steps, base, keep):
+    def counting_merge(schedule, b, steps, base, keep):
         merging.append(True)
         try:
-            return merge(self, b, steps, base, keep)
+            return merge(schedule, b, steps, base, keep)
         finally:
             merging.pop()
 
@@ -254,9 +258,9 @@ def test_merging_stops_after_merge_losses_refusals(monkeypatch):
             refusals.append(outputs)
         return step, reasons
 
-    monkeypatch.setattr(ExecutorCache, "merge", counting_merge)
+    monkeypatch.setattr(refine_mod, "merge", counting_merge)
     monkeypatch.setattr(ExecutorCache, "try_schedule", spy)
-    monkeypatch.setattr(plan_mod, "MERGE_LOSSES", 1)
+    monkeypatch.setattr(refine_mod, "MERGE_LOSSES", 1)
     (x,) = data((N, H), seed=6)
     fd = side_outputs()
     (e, r, c), n = launches(fd, [x])
@@ -272,7 +276,7 @@ def test_merge_decisions_are_cached_in_the_plan(monkeypatch):
     fd.execute([x, dy, w])
     assert last_plan(fd).general, "the second kernel reads the stored var and mean"
     calls = []
-    monkeypatch.setattr(ExecutorCache, "merge", lambda *a: calls.append(a) or a[2])
+    monkeypatch.setattr(refine_mod, "merge", lambda *a: calls.append(a) or a[2])
     before = pyfuser.cache_info()["kernels_compiled"]
     x2, dy2 = data((N, H), (N, H), dt=torch.half, seed=9)
     dx, dw, db = fd.execute([x2, dy2, w])
@@ -315,7 +319,7 @@ def upcast_cut(fd):
     b = bind(fd.ir, UPCAST_INPUTS, None)
     base = frozenset(fd.ir.inputs)
     hf = fd.ir.outputs[0].definition.inputs[0]
-    steps = rt.split(b, [hf], base, base) + rt.split(b, fd.ir.outputs[:2], base | {hf}, base)
+    steps = split(rt.try_schedule, b, [hf], base, base) + split(rt.try_schedule, b, fd.ir.outputs[:2], base | {hf}, base)
     return rt, b, base, hf, steps
 
 
@@ -332,7 +336,7 @@ def test_upcast_stored_between_kernels_is_stored_at_16_bits():
     assert len(steps) == 2 and steps[0].outputs == [hf] and hf.dtype is FL
     wide = run_steps(fd, steps)
 
-    narrow = rt.narrow(b, steps, base, set(fd.ir.outputs))
+    narrow = refine_mod.narrow(rt.try_schedule, b, steps, base, set(fd.ir.outputs))
     h = hf.definition.inputs[0]
     assert len(narrow) == 2 and narrow[0].outputs == [h] and h.dtype is DataType.Half
     sub = narrow[1].sub
@@ -352,7 +356,7 @@ def test_upcast_stored_between_kernels_is_stored_at_16_bits():
 def test_upcast_that_is_a_fusion_output_stays_32_bits():
     fd = upcast_fusion(upcast_is_output=True)
     rt, b, base, hf, steps = upcast_cut(fd)
-    assert rt.narrow(b, steps, base, set(fd.ir.outputs)) == steps
+    assert refine_mod.narrow(rt.try_schedule, b, steps, base, set(fd.ir.outputs)) == steps
     got = run_steps(fd, steps)
     ref = fd.reference(UPCAST_INPUTS)
     assert got[2].dtype == torch.float32 and torch.equal(got[2], ref[2]) and torch.equal(got[0], ref[0])

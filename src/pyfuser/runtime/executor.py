@@ -35,16 +35,17 @@ from ..ir.concretize import Binding, bind
 from ..ir.values import ScalarVal
 from ..reference import run_expr, run_reference, write_aliases
 from ..schedulers.base import current_choices
+from ..segment.aliases import broadcast_chain
+from ..segment.subfusion import bind_sub, needed_exprs
 from . import dump, profiler
 from .cache import count
-from .plan import ExecutorCache, Explanation, broadcast_chain, explain_plan, is_contiguous  # noqa: F401  (is_contiguous: imported from here by tests)
+from .plan import ExecutorCache, Explanation, explain_plan
 from .args import arg_value, random_exprs
 from .launch import launch_error, poison_tensor
 from .prepared import Prepared, expand_output, view_of_input
 from .probe import LaunchMeta, Probe, input_positions
 from .program import cacheable, prepare
 from .rng_state import draw_seed_offset
-from .subfusion import bind_sub, needed_exprs
 from .toolchain import triton_ptxas
 
 POISON_OUTPUTS = os.environ.get("PYFUSER_POISON_OUTPUTS", "") == "1"

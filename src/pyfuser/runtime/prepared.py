@@ -96,7 +96,7 @@ class Prepared:
         self.program = program
         self._results = results  # pool index of each output (0 where a view is rebuilt)
         # (output position, Val, broadcast chain) of outputs rebuilt per execute: views
-        # of inputs (chain empty) and expands of a pool entry (``plan.broadcast_chain``)
+        # of inputs (chain empty) and expands of a pool entry (``segment.aliases.broadcast_chain``)
         self._views = views
         self.binding = binding  # shapes, device and input positions (no values)
         # Launch straight through the compiled kernel once it exists (see direct_launcher)
@@ -233,7 +233,7 @@ _UNTRIED = ()  # falsy: no direct launcher tried yet for this launch
 
 # -- outputs rebuilt per execute -------------------------------------------------------------
 def expand_output(chain, x, b: Binding):
-    """The output the broadcast_in_dim exprs ``chain`` (``plan.broadcast_chain``) make
+    """The output the broadcast_in_dim exprs ``chain`` (``segment.aliases.broadcast_chain``) make
     of ``x``, their source's tensor, as the reference builds it: a view of ``x`` with
     stride 0 along the repeated dims."""
     for e in chain:

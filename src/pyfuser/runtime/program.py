@@ -10,12 +10,12 @@ from ..ir.concretize import Binding
 from ..ir.extents import ScalarProgram
 from ..ir.shapes import contiguous_strides
 from ..ir.values import ScalarVal, TensorVal
+from ..segment.aliases import broadcast_chain
+from ..segment.subfusion import bind_sub
 from .args import arg_value, random_exprs, warmup_args
-from .plan import broadcast_chain
 from .prepared import HostRun, Launch, Prepared
 from .probe import LaunchMeta
 from .spills import choose_params
-from .subfusion import bind_sub
 
 
 def prepare(fd, rt, plan, b: Binding, inputs):
