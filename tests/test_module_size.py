@@ -14,12 +14,12 @@ BUDGET = 500
 
 # module (relative to src/pyfuser) -> its line count, the most it may have
 OVER = {
-    "bench/harness.py": 545,
+    "bench/harness.py": 543,
     "codegen/lower.py": 658,
     "bench/bert_bench.py": 522,
     "dynamo/rules.py": 566,
-    "ir/ops.py": 586,
-    "schedulers/reduction.py": 656,
+    "ir/ops.py": 584,
+    "schedulers/reduction.py": 583,
 }
 
 

@@ -1,12 +1,14 @@
 """python -m pyfuser.bench without a GPU: --dry-run builds cases at tiny sizes on CPU
 (Triton interpreter) and checks them against eager; the report writers work from rows."""
+import datetime
 import json
 import os
+import types
 
 import pytest
 import torch
 
-from pyfuser.bench import report
+from pyfuser.bench import __main__ as bench_main, report
 from pyfuser.bench.__main__ import DRY_SCALE, main
 from pyfuser.bench.cases import BY_NAME, CASES, select
 
@@ -37,7 +39,16 @@ def test_dry_run_checks_cases_and_writes_json(tmp_path, capsys):
     assert rc == 0
 
 
-def test_cpu_timing_path_and_docs(tmp_path):
+class _OneDay(datetime.datetime):
+    """A clock that stays on one day (both runs of the test below may not straddle midnight)."""
+
+    @classmethod
+    def now(cls, tz=None):
+        return cls(2026, 1, 2, 12, 0, 0, tzinfo=tz)
+
+
+def test_cpu_timing_path_and_docs(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_main, "datetime", types.SimpleNamespace(datetime=_OneDay, timezone=datetime.timezone))
     docs = tmp_path / "BENCHMARKS.md"
     args = ["--dry-run", "--cpu-timing", "--no-compile", "--cases", "host,softmax_128", "--out", str(tmp_path),
             "--docs", str(docs)]
