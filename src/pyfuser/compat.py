@@ -101,10 +101,11 @@ def needs_scratch(k) -> bool:
 def raw_launcher(k, grid, device_index):
     """A launch of compiled kernel ``k`` on ``grid`` through Triton's C launcher with
     everything but the stream and the arguments fixed: Triton's runner looks up the
-    device and the stream and builds launch metadata on every call (about 5 us of a
-    launch's host time).  While a launch hook is installed (a profiler's), Triton's
-    runner runs instead, so the hook sees every launch; a kernel needing global or
-    profiling scratch keeps that runner (``launch.direct_launcher``)."""
+    device and the stream and builds launch metadata on every call, a large part of a
+    small launch's host time (docs/TUNING.md#host-time).  While a launch hook is
+    installed (a profiler's), Triton's runner runs instead, so the hook sees every
+    launch; a kernel needing global or profiling scratch keeps that runner
+    (``launch.direct_launcher``)."""
     from triton import knobs
 
     hooks = knobs.runtime

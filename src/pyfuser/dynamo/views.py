@@ -3,11 +3,11 @@
 After partitioning, a BERT training step still runs about 1150 view ops in ATen per
 step (``view``, ``t``, ``transpose``, ``expand``, ``_unsafe_view``, ...): the reshapes
 around every matmul and attention head.  Each costs a trip through the dispatcher
-(about 2.7 us on the CPU machine) while the result is known at
+(docs/TUNING.md#host-time) while the result is known at
 compile time: shapes are static (the backend fuses ``dynamic=False`` graphs only) and
 the traced metadata gives the view's sizes, strides and offset relative to its
 input.  ``fast_views`` replaces each such node by ``reinterpret``, which builds the
-view directly from those numbers (0.7 us, plus 0.3 us to check the input's strides).
+view directly from those numbers, at a fraction of that cost.
 
 Safe by construction: the view is taken only when the input arrives with the strides
 it was traced with (then ATen's view would produce exactly these sizes, strides and

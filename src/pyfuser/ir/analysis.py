@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from .dtypes import DataType
-from .ops import OPS
+from .ops import OPS, REDUCTION_KINDS
 from .shapes import reduce_shape
 from .values import TensorVal
 
@@ -22,7 +22,7 @@ def live_exprs_for(outputs):
 
 def is_reduction(o) -> bool:
     """Whether value ``o`` is the result of a reduction (or var_mean)."""
-    return o.definition is not None and OPS[o.definition.op].kind in ("reduction", "var_mean")
+    return o.definition is not None and OPS[o.definition.op].kind in REDUCTION_KINDS
 
 
 def reduction_levels(exprs) -> dict:
@@ -38,7 +38,7 @@ def reduction_levels(exprs) -> dict:
             d = 0
         else:
             d = max((depth(i) for i in e.inputs), default=0)
-            if OPS[e.op].kind in ("reduction", "var_mean"):
+            if OPS[e.op].kind in REDUCTION_KINDS:
                 level[e] = d + 1
                 d = d + 1
         memo[id(v)] = d
@@ -131,7 +131,7 @@ class SegmentAnalysis:
 
     @cached_property
     def reductions(self) -> list:
-        return [e for e in self.exprs if OPS[e.op].kind in ("reduction", "var_mean")]
+        return [e for e in self.exprs if OPS[e.op].kind in REDUCTION_KINDS]
 
     @cached_property
     def levels(self) -> dict:

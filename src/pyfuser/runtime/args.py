@@ -7,13 +7,13 @@ import torch
 
 from ..codegen.index import div_magic
 from ..ir.concretize import Binding
-from ..ir.ops import OPS
+from ..ir.ops import OPS, OpKind
 from .spills import scratch_outputs
 
 
 def random_exprs(ir):
     """The random ops that draw (seed, offset) per execute, in program order."""
-    return [e for e in ir.live_exprs() if OPS[e.op].kind == "random" and not e.attrs["has_seed"]]
+    return [e for e in ir.live_exprs() if OPS[e.op].kind is OpKind.RANDOM and not e.attrs["has_seed"]]
 
 
 def arg_value(a, b: Binding, env, outs, rng_table):

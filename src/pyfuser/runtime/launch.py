@@ -33,9 +33,9 @@ def direct_launcher(src, fn, grid, args, kw):
 def allocator(device):
     """``empty(shape, strides, dtype)`` for a run's outputs: the C++ entry point that
     Inductor's generated code allocates with, for the CPU and the current CUDA device
-    (no Python argument parsing: 0.5 against 1.3 us per tensor on the CPU machine; a
-    BERT step allocates about 760), else ``torch.empty_strided`` (itself about 1 us
-    less than ``torch.empty``, which adds a memory-format step)."""
+    (no Python argument parsing; a training step allocates hundreds of tensors), else
+    ``torch.empty_strided`` (cheaper than ``torch.empty``, which adds a memory-format
+    step).  docs/TUNING.md#host-time"""
     fast = fast_empty_strided(device.type)
     if fast is not None and (device.type == "cpu" or device.index == current_cuda_device()):
         return fast

@@ -45,7 +45,7 @@ from ..codegen.emit import emit_kernel
 from ..codegen.lower import Lowering
 from ..codegen.tiles.flat import BroadcastTile, FlatTile, ProbeTile
 from ..codegen.writer import KernelWriter
-from ..ir.ops import OPS
+from ..ir.ops import OPS, OpKind
 from ..errors import Unsupported
 from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
                    next_pow2, powers_of_2, require_valid)
@@ -142,7 +142,7 @@ def tile_choice(seg: Segment) -> tuple:
     transposed input (``transpose_dims``)."""
     shape = seg.shapes[reference(seg)]
     exprs = seg.exprs()
-    if not shape or shape[-1] < MIN_ROW or any(OPS[e.op].kind == "random" for e in exprs):
+    if not shape or shape[-1] < MIN_ROW or any(OPS[e.op].kind is OpKind.RANDOM for e in exprs):
         return (), 1, 0  # short rows; random ops keep the flat walk (one Philox call per 4)
     probe = None
     if any(OPS[e.op].heavy for e in exprs):

@@ -26,7 +26,7 @@ from ..codegen.emit import emit_kernel
 from ..codegen.tiles.reduction import ReductionTile
 from ..ir.analysis import is_reduction
 from ..ir.dtypes import DataType
-from ..ir.ops import OPS
+from ..ir.ops import OPS, OpKind
 from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
                    l2_bytes, next_pow2, powers_of_2, require_valid, sm_count)
 
@@ -291,7 +291,7 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     if bj <= 1 << 15:
         bk = max(1, min(next_pow2(K), 64, 1024 // bj))
         per_thread = 8 if bj <= 256 else (16 if bj <= 1 << 13 else 32)
-        if bj <= 256 and any(OPS[e.op].kind == "random" for e in seg.exprs()):
+        if bj <= 256 and any(OPS[e.op].kind is OpKind.RANDOM for e in seg.exprs()):
             per_thread, bk = 16, max(1, min(next_pow2(K), 64, 2048 // bj))
         warps = max(1, min(32, bk * bj // (32 * per_thread)))
         if warps >= 16 and _too_padded(J, bj):

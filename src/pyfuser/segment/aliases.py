@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..ir.ops import OPS
+from ..ir.ops import OPS, OpKind
 from ..ir.values import TensorVal
 
 VIEW_OPS = ("reshape", "squeeze", "permute")
@@ -24,7 +24,7 @@ def broadcast_chain(o):
     """(source, exprs): the value ``o`` is a chain of broadcast_in_dim of, and those
     exprs in the order they run (none when ``o`` is not a broadcast)."""
     exprs = []
-    while o.definition is not None and OPS[o.definition.op].kind == "broadcast_in_dim":
+    while o.definition is not None and OPS[o.definition.op].kind is OpKind.BROADCAST_IN_DIM:
         exprs.append(o.definition)
         o = o.definition.inputs[0]
     return o, exprs[::-1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..ir.ops import OPS
+from ..ir.ops import OPS, REDUCTION_KINDS
 from ..ir.values import TensorVal
 from .subfusion import needed_exprs
 
@@ -49,7 +49,7 @@ def first_reductions(outputs, cuts) -> list:
     first = []
     for e in exprs:
         after = any(reduced.get(v, False) for v in e.inputs if v in made)
-        is_red = OPS[e.op].kind in ("reduction", "var_mean")
+        is_red = OPS[e.op].kind in REDUCTION_KINDS
         if is_red and not after:
             first += [o for o in e.outputs if o not in first]
         for o in e.outputs:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 
-from ..ir.ops import OPS
+from ..ir.ops import OPS, REDUCTION_KINDS
 from ..ir.values import TensorVal
 from .cuts import narrow_source
 from .steps import step_reads
@@ -111,7 +111,7 @@ def _reduction_axes(step, b) -> frozenset:
     exprs = step.sub.exprs.values() if step.sub is not None else needed_exprs(step.outputs, ())
     found = set()
     for e in exprs:
-        if OPS[e.op].kind in ("reduction", "var_mean"):
+        if OPS[e.op].kind in REDUCTION_KINDS:
             shape = tuple(b.shapes[e.inputs[0]])
             found.add((shape, tuple(sorted(d % max(len(shape), 1) for d in e.attrs["dims"]))))
     return frozenset(found)
