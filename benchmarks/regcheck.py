@@ -38,7 +38,7 @@ from pyfuser.runtime.executor import arg_value
 from pyfuser.runtime.plan import ExecutorCache
 from pyfuser.runtime.spills import H200, candidates, first_fit, offline_usage, rejection
 from pyfuser.segment.subfusion import bind_sub
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 
 
 class _MetaItem(TorchFunctionMode):
@@ -164,13 +164,13 @@ def main(argv=None):
     p.add_argument("--arch", type=int, default=H200, help="compute capability to compile for (default 90)")
     p.add_argument("--all-candidates", action="store_true", help="also compile the fallbacks after the chosen one")
     p.add_argument("--override", action="append", default=[], metavar="FIELD=VALUE",
-                   help="force a scheduler parameter, as schedulers.override does (repeatable), e.g. num_warps=16")
+                   help="force a scheduler parameter, as schedulers.Choices does (repeatable), e.g. num_warps=16")
     p.add_argument("--quiet", action="store_true", help="only the table")
     args = p.parse_args(argv)
     fields = {k: ast.literal_eval(v) for k, v in (o.split("=", 1) for o in args.override)}
     log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     rows = []
-    with override(**fields):
+    with Choices(**fields):
         for case in select(args.cases):
             if case.group != "host":
                 rows += check_case(case, args.arch, args.all_candidates, log)

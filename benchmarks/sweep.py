@@ -1,7 +1,7 @@
 """Parameter sweep for one fusion on the GPU: time, registers and spills per variant.
 
     PYTHONPATH=src python benchmarks/sweep.py
-Each variant forces scheduler params through ``pyfuser.schedulers.override``; the
+Each variant forces scheduler params through ``pyfuser.schedulers.Choices``; the
 table shows what the heuristics should pick.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pyfuser import FusionDefinition
 from pyfuser.bench.harness import moved_bytes
 from pyfuser.bench.seeds import SEEDS
 from pyfuser.runtime import executor
-from pyfuser.schedulers import override
+from pyfuser.schedulers import Choices
 
 
 def stats(recorded):
@@ -32,7 +32,7 @@ def run_case(name, sizes, variants):
     for ov in variants:
         with FusionDefinition() as fd:
             case.build(fd, *sizes)
-        with override(**ov):
+        with Choices(**ov):
             fd.execute(inputs)
             executor.RECORD_LAUNCHES = []
             out = fd.execute(inputs)
@@ -118,7 +118,7 @@ def measure(build, ov):
     under ``do_bench``."""
     with FusionDefinition() as fd:
         inputs = build(fd)
-    with override(**ov):
+    with Choices(**ov):
         fd.execute(inputs)
         executor.RECORD_LAUNCHES = []
         out = fd.execute(inputs)

@@ -22,7 +22,7 @@ run-time check walks the segment over that tile.
 (docs/DEBUGGING.md).
 """
 from . import base, inner_normalization, inner_outer, inner_reduction, outer_reduction, pointwise, reduction
-from .base import Choices, Reject, Rejection, Scheduler, Segment, current_choices, override
+from .base import Choices, Reject, Rejection, Scheduler, Segment, current_choices
 
 SCHEDULERS = (pointwise, inner_normalization, inner_reduction, outer_reduction, inner_outer)
 
@@ -34,4 +34,4 @@ for _sched in SCHEDULERS:
 
 base.register(SCHEDULERS, (pointwise.PointwiseParams, reduction.ReductionParams, inner_outer.InnerOuterParams))
 
-__all__ = ["SCHEDULERS", "Choices", "Reject", "Rejection", "Scheduler", "Segment", "current_choices", "override"]
+__all__ = ["SCHEDULERS", "Choices", "Reject", "Rejection", "Scheduler", "Segment", "current_choices"]

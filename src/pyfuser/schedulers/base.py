@@ -265,11 +265,6 @@ def current_choices() -> Choices:
     return _CURRENT.get()
 
 
-def override(**fields) -> "Choices":
-    """``Choices(**fields)``, under its former name."""
-    return Choices(**fields)
-
-
 def apply_overrides(params):
     """``params`` with the fields of the ``Choices`` in force replaced."""
     return _CURRENT.get().apply(params)
