@@ -8,6 +8,8 @@
     python -m pyfuser.bench --from-json FILE               # table/PNG/docs from a saved run's JSON
     python -m pyfuser.bench --model bert [OPTIONS]         # BERT training steps (pyfuser.bench.bert_bench;
                                                            # its options: --model bert --help)
+    python -m pyfuser.bench --model zoo [OPTIONS]          # the model zoo's training steps
+                                                           # (pyfuser.bench.zoo_bench; --model zoo --help)
 
 On the lent GPU machine (a copy of the tree, no .git): PYFUSER_COMMIT=<hash>
 PYTHONPATH=src python -m pyfuser.bench --out $OUT, then here
@@ -45,9 +47,10 @@ def parse(argv):
     p.add_argument("--out", default=None, help="folder for the JSON and PNG (default: benchmarks/results; "
                                                "a dry run writes nothing unless --out is given)")
     p.add_argument("--no-compile", action="store_true", help="do not time torch.compile")
-    p.add_argument("--model", default=None, choices=("bert",),
-                   help="whole-model benchmark: BERT training steps, eager vs torch.compile vs pyfuser "
-                        "(the other options are then pyfuser.bench.bert_bench's)")
+    p.add_argument("--model", default=None, choices=("bert", "zoo"),
+                   help="whole-model benchmark, eager vs torch.compile vs pyfuser: bert (BERT training steps; "
+                        "the other options are then pyfuser.bench.bert_bench's) or zoo (the model zoo's "
+                        "training steps; options of pyfuser.bench.zoo_bench)")
     p.add_argument("--dry-run", action="store_true",
                    help="build every case at tiny sizes on CPU (Triton interpreter) and check it; no timing")
     p.add_argument("--scale", type=float, default=None,
@@ -153,6 +156,10 @@ def main(argv=None) -> int:
         from . import bert_bench
 
         return bert_bench.main(rest)
+    if model == "zoo":
+        from . import zoo_bench
+
+        return zoo_bench.main(rest)
     args = parse(argv)
     if args.from_json:
         return from_json(args)

@@ -1,0 +1,332 @@
+"""The model zoo's training steps: eager vs torch.compile vs torch.compile(backend="pyfuser").
+
+    PYTHONPATH=src python -m pyfuser.bench --model zoo                      # every model, full sizes, GPU
+    python -m pyfuser.bench --model zoo --models gpt2,vit --steps 10
+    python -m pyfuser.bench --model zoo --varlen gpt2                        # + a variable-length run
+    python -m pyfuser.bench --model zoo --tiny --device cpu --steps 2        # a smoke test, not a benchmark
+
+The models are ``pyfuser.bench.zoo``'s (random weights, eager attention, dropout off) at
+the sizes of ``FULL``: BERT-base masked LM, GPT-2 small, a LLaMA-style decoder of about
+1B parameters (TinyLlama's shape: grouped-query attention, RMSNorm, SiLU-gated MLP),
+T5-base and ViT-B/16.  Each trains with AdamW under the autocast dtype it is usually
+trained in (``FULL``'s ``amp``), every implementation from the same weights on the
+same batches; the timed steps take turns (step i of each implementation before step
+i + 1 of any), so that a host whose speed drifts slows every implementation alike.
+
+Per model and implementation ``run_model`` returns the median step time (CUDA events
+around each step), the kernel time of one forward + backward split into matmul and
+non-matmul work (the profiler; ``bert_bench.profile_step``), the losses of the timed
+steps, and the compilation counters: Dynamo graphs compiled (during warm-up and during
+the timed steps: the latter are recompiles), pyfuser's FusionDefinitions, fused
+regions, fallbacks to ATen and kernels compiled.
+
+``--varlen MODEL`` adds one run whose sequence length is drawn from a range at every
+step (``VARLEN_LENGTHS`` distinct lengths), under torch.compile's default dynamic-shape
+behaviour; it reports the pyfuser kernels compiled per kernel of the first length and
+the step time next to a fixed-length run at the same mean length.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import inspect
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from . import zoo
+from .bert_bench import paired_speedup, profile_step
+
+IMPLEMENTATIONS = ("eager", "inductor", "pyfuser")
+# Full sizes: zoo builder arguments, batch size and autocast dtype per model.
+FULL = {
+    "bert": dict(sizes=dict(hidden=768, layers=12, heads=12, intermediate=3072, vocab=30522, seq=128),
+                 batch=64, amp=torch.float16),
+    "gpt2": dict(sizes=dict(hidden=768, layers=12, heads=12, vocab=50257, seq=1024), batch=8, amp=torch.bfloat16),
+    "llama": dict(sizes=dict(hidden=2048, layers=22, heads=32, kv_heads=4, intermediate=5632, vocab=32000, seq=1024),
+                  batch=4, amp=torch.bfloat16),
+    "t5": dict(sizes=dict(hidden=768, layers=12, heads=12, ff=3072, vocab=32128, seq=512, target_seq=128),
+               batch=16, amp=torch.bfloat16),
+    "vit": dict(sizes=dict(hidden=768, layers=12, heads=12, intermediate=3072, image=224, patch=16, labels=1000),
+                batch=64, amp=torch.bfloat16),
+}
+TINY = {name: dict(sizes={}, batch=4, amp=torch.bfloat16) for name in FULL}
+MODELS = tuple(FULL)
+VARLEN_LENGTHS = 20
+
+
+def _counters() -> dict:
+    import pyfuser
+    import pyfuser.dynamo as pd
+
+    s = pd.stats()
+    return {"graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"],
+            "fusions": s.get("fusions_created", 0), "regions": s.get("regions", 0),
+            "fallbacks": s.get("fallbacks", 0), "kernels_compiled": pyfuser.cache_info()["kernels_compiled"]}
+
+
+def _delta(after: dict, before: dict) -> dict:
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def _compiled(impl: str, model, dynamic):
+    if impl == "pyfuser":
+        return torch.compile(model, backend="pyfuser", dynamic=dynamic)
+    if impl == "inductor":
+        return torch.compile(model, dynamic=dynamic)
+    if impl == "eager":
+        return model
+    raise ValueError(f"zoo_bench: unknown implementation {impl!r}; expected one of {IMPLEMENTATIONS}")
+
+
+class _Run:
+    """One implementation of one model: its own copy of the weights, optimizer and
+    random state; steps are run and timed one at a time so that implementations can
+    take turns."""
+
+    def __init__(self, impl, built: zoo.ZooModel, state, device, amp, dynamic, lr=1e-4, seed=0):
+        model = copy.deepcopy(built.model)
+        model.load_state_dict(state)
+        model.to(device).train()
+        self.impl, self.device, self.amp = impl, torch.device(device), amp
+        self.cuda = self.device.type == "cuda"
+        self.fn = _compiled(impl, model, dynamic)
+        self.opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+        gen = torch.cuda if self.cuda else torch
+        saved = gen.get_rng_state()
+        gen.manual_seed(seed)
+        self.rng = gen.get_rng_state()
+        gen.set_rng_state(saved)
+        self.times, self.losses, self.counts = [], [], {}
+        self.first_step_s = None
+
+    def _on_device(self, batch):
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def model_step(self, batch):
+        with torch.autocast(self.device.type, dtype=self.amp):
+            loss = zoo.loss(self.fn(**batch))
+        loss.backward()
+        return loss.detach()
+
+    def optimizer_step(self):
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def step(self, batch, timed: bool, phase: str):
+        """One training step; its compilation counters go to ``phase``."""
+        gen = torch.cuda if self.cuda else torch
+        saved = gen.get_rng_state()
+        gen.set_rng_state(self.rng)
+        before, t0 = _counters(), time.perf_counter()
+        try:
+            if timed and self.cuda:
+                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+            loss = self.model_step(batch)
+            self.optimizer_step()
+            if timed and self.cuda:
+                stop.record()
+                stop.synchronize()
+                self.times.append(start.elapsed_time(stop))
+            elif timed:
+                self.times.append((time.perf_counter() - t0) * 1e3)
+            if timed:
+                self.losses.append(float(loss))
+            elif self.first_step_s is None:
+                if self.cuda:
+                    torch.cuda.synchronize()
+                self.first_step_s = time.perf_counter() - t0
+        finally:
+            self.rng = gen.get_rng_state()
+            gen.set_rng_state(saved)
+        for k, v in _delta(_counters(), before).items():
+            self.counts[f"{phase}_{k}"] = self.counts.get(f"{phase}_{k}", 0) + v
+
+    def results(self, last_batch) -> dict:
+        prof = None
+        if self.cuda:
+            prof = profile_step({"model": lambda: self.model_step(last_batch), "optimizer": self.optimizer_step})
+        return {"median_ms": statistics.median(self.times) if self.times else None, "times_ms": self.times,
+                "losses": self.losses, "first_step_s": self.first_step_s, "counts": self.counts,
+                "kernel_ms": prof["kernel_ms_parts"]["model"] if prof else None,
+                "top_other_kernels": prof["top_other"][:12] if prof else None}
+
+
+def _batches(built: zoo.ZooModel, batch: int, n: int, seed: int, lengths=None) -> list:
+    """``n`` batches; with ``lengths``, the i-th cut to ``lengths[i]`` tokens (every
+    sequence-shaped input: ids, masks, labels)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        b = built.batch(batch, g)
+        if lengths is not None:
+            b = {k: v[:, :lengths[i]] if v.dim() == 2 else v for k, v in b.items()}
+        out.append(b)
+    return out
+
+
+def run_model(name, *, steps=10, warmup=3, device="cuda", tiny=False, implementations=IMPLEMENTATIONS,
+              lengths=None, dynamic=False, seed=0) -> dict:
+    """Train zoo model ``name`` with each implementation; ``{implementation: results}``.
+    ``lengths`` (one per step, warm-up included) cuts each batch's sequences."""
+    spec = (TINY if tiny else FULL)[name]
+    built = zoo.build(name, seed, **spec["sizes"])
+    state = copy.deepcopy(built.model.state_dict())
+    batches = _batches(built, spec["batch"], warmup + steps, seed + 1, lengths)
+    torch._dynamo.reset()
+    import pyfuser.dynamo.region as region
+
+    region.forget_translations()
+    runs = {impl: _Run(impl, built, copy.deepcopy(state), device, spec["amp"], dynamic, seed=seed + 2)
+            for impl in implementations}
+    for b in batches[:warmup]:
+        for run in runs.values():
+            run.step(run._on_device(b), timed=False, phase="warmup")
+    gc.collect()  # compilation's garbage, collected before a timed step could trigger it
+    for b in batches[warmup:]:
+        for run in runs.values():
+            run.step(run._on_device(b), timed=True, phase="timed")
+    results = {}
+    for impl, run in runs.items():
+        results[impl] = run.results(run._on_device(batches[-1]))
+        del run
+    runs.clear()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+    return results
+
+
+def loss_gap(results: dict, impl: str) -> float | None:
+    """The largest relative difference of ``impl``'s losses from eager's, step by step."""
+    ref, mine = results.get("eager", {}).get("losses"), results.get(impl, {}).get("losses")
+    if not ref or not mine:
+        return None
+    return max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(mine, ref))
+
+
+def _non_matmul(r) -> float | None:
+    k = r.get("kernel_ms")
+    return None if not k else k["other"] + k["copy"]
+
+
+def markdown_rows(name: str, results: dict) -> list:
+    ind = results.get("inductor", {})
+    rows = []
+    for impl, r in results.items():
+        c = r["counts"]
+        t, nm, ind_nm = r["median_ms"], _non_matmul(r), _non_matmul(ind)
+        vs_ind = f"{ind['median_ms'] / t:.2f}x" if ind.get("median_ms") and t else "-"
+        paired = "-"
+        if impl != "inductor" and ind.get("times_ms") and r["times_ms"]:
+            paired = f"{paired_speedup(r['times_ms'], ind['times_ms'])[0]:.2f}x"
+        nm_vs = f"{ind_nm / nm:.2f}x" if nm and ind_nm else "-"
+        gap = loss_gap(results, impl)
+        rows.append(
+            f"| {name} | {impl} | {t:.2f} | {vs_ind} | {paired} | {'-' if nm is None else f'{nm:.2f}'} | {nm_vs} "
+            f"| {c.get('warmup_graphs', 0)} + {c.get('timed_graphs', 0)} | {c.get('warmup_fusions', 0)} "
+            f"| {c.get('warmup_fallbacks', 0) + c.get('timed_fallbacks', 0)} "
+            f"| {c.get('warmup_kernels_compiled', 0)} + {c.get('timed_kernels_compiled', 0)} "
+            f"| {'-' if gap is None else f'{gap:.1e}'} | {r['first_step_s']:.1f} |")
+    return rows
+
+
+HEADER = ["| model | implementation | median step (ms) | vs torch.compile | paired vs torch.compile "
+          "| non-matmul kernel ms (fwd+bwd) | non-matmul vs torch.compile | Dynamo graphs (warm-up + timed) "
+          "| fusions | fallbacks | pyfuser kernels compiled (warm-up + timed) | max loss gap vs eager "
+          "| first step (s) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def varlen_lengths(seq: int, n: int, distinct: int, seed: int) -> list:
+    """``n`` sequence lengths drawn from ``distinct`` values between seq / 2 and seq
+    (multiples of 8 where the range allows), every value at least once."""
+    lo = max(seq // 2, 1)
+    step = 8 if (seq - lo) >= 8 * (distinct - 1) else 1
+    values = sorted({min(seq, lo + step * i) for i in range(distinct)})
+    g = torch.Generator().manual_seed(seed)
+    draws = values + [values[int(i)] for i in torch.randint(0, len(values), (max(n - len(values), 0),), generator=g)]
+    order = torch.randperm(len(draws), generator=g).tolist()
+    return [draws[i] for i in order][:n]
+
+
+def run_varlen(name, *, steps, warmup, device, tiny, seed=0) -> dict:
+    """A run at a new sequence length each step, and a fixed-length run at the mean."""
+    spec = (TINY if tiny else FULL)[name]
+    seq = spec["sizes"].get("seq") or inspect.signature(zoo.BUILDERS[name]).parameters.get("seq")
+    if seq is None:
+        raise ValueError(f"--varlen: model {name!r} has no sequence length")
+    seq = seq if isinstance(seq, int) else seq.default
+    n = warmup + steps
+    lengths = varlen_lengths(seq, n, min(VARLEN_LENGTHS, n), seed)
+    var = run_model(name, steps=steps, warmup=warmup, device=device, tiny=tiny, lengths=lengths, dynamic=None,
+                    implementations=("inductor", "pyfuser"), seed=seed)
+    mean = int(round(statistics.mean(lengths[warmup:])))
+    fixed = run_model(name, steps=steps, warmup=warmup, device=device, tiny=tiny, lengths=[mean] * n,
+                      dynamic=None, implementations=("inductor", "pyfuser"), seed=seed)
+    return {"lengths": lengths, "mean_length": mean, "variable": var, "fixed": fixed}
+
+
+def varlen_rows(name, v) -> list:
+    rows = []
+    for impl in ("inductor", "pyfuser"):
+        r, f = v["variable"][impl], v["fixed"][impl]
+        c = r["counts"]
+        first = max(f["counts"].get("warmup_kernels_compiled", 0), 1)
+        total = c.get("warmup_kernels_compiled", 0) + c.get("timed_kernels_compiled", 0)
+        per_kernel = f"{total / first:.2f}" if impl == "pyfuser" else "-"
+        rows.append(f"| {name} | {impl} | {len(set(v['lengths']))} | {r['median_ms']:.2f} | {f['median_ms']:.2f} "
+                    f"| {r['median_ms'] / f['median_ms']:.3f} | {c.get('warmup_graphs', 0) + c.get('timed_graphs', 0)} "
+                    f"| {total} | {per_kernel} | {c.get('warmup_fallbacks', 0) + c.get('timed_fallbacks', 0)} |")
+    return rows
+
+
+VARLEN_HEADER = ["| model | implementation | distinct lengths | median step, variable (ms) "
+                 "| median step, fixed at the mean (ms) | variable / fixed | Dynamo graphs | pyfuser kernels compiled "
+                 "| kernels compiled per kernel of one length | fallbacks |",
+                 "|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m pyfuser.bench --model zoo", description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--impl", default=",".join(IMPLEMENTATIONS))
+    p.add_argument("--varlen", default="", help="comma-separated models to also run at variable sequence lengths")
+    p.add_argument("--tiny", action="store_true", help="the zoo's tiny sizes (a smoke test on CPU)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--json", default=None, help="write the results here after each model")
+    args = p.parse_args(argv)
+    everything: dict = {}
+
+    def save():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(everything, f, indent=1, default=str)
+
+    rows = []
+    for name in filter(None, args.models.split(",")):
+        if name not in FULL:
+            p.error(f"--models: no model {name!r}; expected some of {', '.join(MODELS)}")
+        everything[name] = run_model(name, steps=args.steps, warmup=args.warmup, device=args.device,
+                                     tiny=args.tiny, implementations=tuple(args.impl.split(",")))
+        save()
+        rows += markdown_rows(name, everything[name])
+        print("\n".join(HEADER + rows), end="\n\n", flush=True)
+    vrows = []
+    for name in filter(None, args.varlen.split(",")):
+        everything[f"{name}_varlen"] = v = run_varlen(name, steps=args.steps, warmup=args.warmup,
+                                                      device=args.device, tiny=args.tiny)
+        save()
+        vrows += varlen_rows(name, v)
+        print("\n".join(VARLEN_HEADER + vrows), end="\n\n", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

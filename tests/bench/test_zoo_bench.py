@@ -1,0 +1,31 @@
+"""The model-zoo benchmark's logic on CPU at the zoo's tiny sizes (no timing claims)."""
+import pytest
+
+from pyfuser.bench import zoo_bench
+
+pytest.importorskip("transformers")
+
+
+def test_run_model_counts_and_losses_on_cpu():
+    res = zoo_bench.run_model("gpt2", steps=2, warmup=1, device="cpu", tiny=True,
+                              implementations=("eager", "pyfuser"))
+    eager, fused = res["eager"], res["pyfuser"]
+    assert len(eager["losses"]) == len(fused["losses"]) == 2
+    assert fused["counts"]["warmup_fusions"] > 0 and fused["counts"]["warmup_graphs"] > 0
+    assert fused["counts"].get("timed_graphs", 0) == 0  # a fixed shape: no recompile
+    assert zoo_bench.loss_gap(res, "pyfuser") < 1e-2
+    rows = zoo_bench.markdown_rows("gpt2", res)
+    assert len(rows) == 2 and all(r.count("|") == zoo_bench.HEADER[0].count("|") for r in rows)
+
+
+def test_varlen_lengths_cover_every_value():
+    lengths = zoo_bench.varlen_lengths(1024, 23, 20, seed=0)
+    assert len(lengths) == 23 and len(set(lengths)) == 20
+    assert min(lengths) == 512 and max(lengths) <= 1024 and all(n % 8 == 0 for n in lengths)
+    assert zoo_bench.varlen_lengths(8, 5, 5, seed=1) == zoo_bench.varlen_lengths(8, 5, 5, seed=1)
+
+
+def test_unknown_model_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        zoo_bench.main(["--models", "resnet"])
+    assert e.value.code == 2 and "resnet" in capsys.readouterr().err
