@@ -65,6 +65,14 @@ def test_welford_runs_in_a_kernel(dtype, dims):
     assert "host" not in str(fd.explain([x]))
 
 
+def test_welford_of_long_rows():
+    """Rows past one block: the multi-pass tile folds chunks with Chan's formula."""
+    x = make_tensor((3, 5000), torch.float32, gen_for("welford-long"))
+    var, mean = torch.var_mean(x, [1], correction=0)
+    want = [mean, var * 5000, torch.full((3,), 5000, dtype=torch.int64)]
+    _check(lambda fd, t: [fd.add_output(o) for o in fd.ops.welford(t, [1])], [x], want, tol=(1e-5, 1e-5))
+
+
 def test_welford_feeds_a_normalization():
     x = make_tensor((4, 40), torch.float32, gen_for("welford-norm"))
 
@@ -250,6 +258,13 @@ def test_grouped_mm_on_the_cpu():
     offsets = torch.tensor([2, 3, 6], dtype=torch.int32)
     want = torch.cat([a[:2] @ b[0], a[2:3] @ b[1], a[3:] @ b[2]])
     _check(lambda fd, x, y, o: fd.add_output(fd.ops.grouped_mm(x, y, o)), [a, b, offsets], [want])
+
+
+def test_sdpfa_rejects_dropout():
+    with pytest.raises(DefinitionError, match="sdpfa_fwd: dropout_p 0.1 is not supported"):
+        with FusionDefinition() as fd:
+            q = fd.define_tensor(shape=[1, 1, 2, 4], dtype=DataType.Float)
+            fd.ops.sdpfa_fwd(q, q, q, dropout_p=0.1)
 
 
 @pytest.mark.parametrize("op", ["scaled_mm", "nv_block_quantize"])

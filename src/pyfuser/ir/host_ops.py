@@ -149,6 +149,11 @@ def scan_shape(op, shapes, attrs):
     return [tuple(shapes[0])]
 
 
+def argsort_shape(op, shapes, attrs):
+    norm_dim(op, "dim", attrs["dim"], len(shapes[0]))  # a 0-dim tensor sorts along dim 0 or -1, as torch
+    return [tuple(shapes[0])]
+
+
 def topk_shape(op, shapes, attrs):
     x = shapes[0]
     if len(x) == 0:

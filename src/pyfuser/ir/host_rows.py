@@ -26,7 +26,7 @@ ROWS = (
     ("cumprod", H.cumprod_ref, H.scan_shape),
     ("cummax", H.cummax_ref, H.scan_shape),
     ("cummin", H.cummin_ref, H.scan_shape),
-    ("argsort", H.argsort_ref, H.scan_shape),
+    ("argsort", H.argsort_ref, H.argsort_shape),
     ("topk", H.topk_ref, H.topk_shape),
     ("scatter", H.scatter_ref, H.scatter_shape),
     ("complex", H.complex_ref, H.broadcast_shape),
