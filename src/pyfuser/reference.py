@@ -17,7 +17,7 @@ from .ir.concretize import Binding, bind
 from .ir.extents import scalar_result
 from .ir.ops import OPS, OpKind
 from .ir.shapes import slice_shape
-from .ir.values import Expr, FusionIR
+from .ir.values import Expr, FusionIR, ScalarVal
 from .rng import reference_random
 
 
@@ -67,7 +67,14 @@ def run_expr(e: Expr, args: list, binding: Binding, rng_state=None):
         dt = a["dtype"].torch
         return [(torch.arange(out_shapes[0][0], device=dev, dtype=dt) * step + start).to(dt)]
     if row.kind in (OpKind.HOST, OpKind.GATHER):
-        return [row.ref(*args, **a)]
+        # attributes given as scalars (topk's k, sdpfa's dropout_p): constants, or runtime
+        # scalars that the expr also reads as inputs, whose values come with the args
+        given = {id(v): x for v, x in zip(e.inputs, args)}
+        named = {id(x) for x in a.values() if isinstance(x, ScalarVal)}
+        a = {k: (given[id(x)] if id(x) in given else x.value) if isinstance(x, ScalarVal) else x
+             for k, x in a.items()}
+        r = row.ref(*[x for v, x in zip(e.inputs, args) if id(v) not in named], **a)
+        return list(r) if isinstance(r, tuple) else [r]
     if row.kind is OpKind.RANDOM:
         return [_random(e, args, out_shapes[0], dev, rng_state)]
     raise AssertionError(f"reference: no implementation for {e.op}")

@@ -354,6 +354,15 @@ def _prod(x, dims, keepdim):
     return out if keepdim else out.reshape([s for i, s in enumerate(out.shape) if i not in dims])
 
 
+def _welford(x, dims, keepdim):
+    """nvFuser's welford: the mean, the sum of squared deviations and the count (Int)."""
+    var, mean = torch.var_mean(x, dims, correction=0, keepdim=keepdim)
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    return mean, var * n, torch.full(mean.shape, n, dtype=torch.int64)
+
+
 # Eager's answer per reduction row; ``dtypes``: the input dtypes eager takes.
 REDUCTION_ORACLE = {
     "sum": (lambda x, d, k: torch.sum(x, d, keepdim=k), ALL_DTYPES),
@@ -364,6 +373,7 @@ REDUCTION_ORACLE = {
     "all": (lambda x, d, k: torch.all(x, d, keepdim=k), ALL_DTYPES),
     "var": (lambda x, d, k: torch.var(x, d, keepdim=k), FLOAT_DTYPES),
     "var_mean": (lambda x, d, k: torch.var_mean(x, d, keepdim=k), FLOAT_DTYPES),
+    "welford": (lambda x, d, k: _welford(x, d, k), FLOAT_DTYPES),
 }
 
 REDUCTION_SHAPE = (6, 37)

@@ -18,7 +18,8 @@ from ..ir.dtypes import DataType, from_torch, python_scalar_dtype
 from ..ir.values import FusionIR, ScalarVal, TensorVal, Val, VectorVal
 
 _SAMPLE = {DataType.Bool: True, DataType.Int: 3, DataType.Int32: 3,
-           DataType.Double: 1.5, DataType.Float: 1.5, DataType.Half: 1.5, DataType.BFloat16: 1.5}
+           DataType.Double: 1.5, DataType.Float: 1.5, DataType.Half: 1.5, DataType.BFloat16: 1.5,
+           DataType.ComplexFloat: 1.5 + 0.5j, DataType.ComplexDouble: 1.5 + 0.5j}
 
 
 def is_number(x) -> bool:
@@ -139,8 +140,8 @@ class Builder:
             r = r[0]
         dt = r.dtype if isinstance(r, torch.Tensor) else torch.tensor(r).dtype
         if all_scalars:
-            if dt.is_floating_point:
-                return DataType.Double
+            if dt.is_floating_point or dt.is_complex:
+                return DataType.ComplexDouble if dt.is_complex else DataType.Double
             if dt == torch.bool:
                 return DataType.Bool
             return DataType.Int

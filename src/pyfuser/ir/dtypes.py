@@ -22,6 +22,8 @@ class DataType(enum.Enum):
     Int = "Int"
     Int32 = "Int32"
     Bool = "Bool"
+    ComplexFloat = "ComplexFloat"
+    ComplexDouble = "ComplexDouble"
     Null = "Null"
 
     def __repr__(self) -> str:
@@ -44,6 +46,11 @@ class DataType(enum.Enum):
         return self in (DataType.Int, DataType.Int32)
 
     @property
+    def is_complex(self) -> bool:
+        """Complex dtypes have no Triton type: exprs on them run in torch (``ir.ops.runs_on_host``)."""
+        return self in (DataType.ComplexFloat, DataType.ComplexDouble)
+
+    @property
     def itemsize(self) -> int:
         return torch.empty((), dtype=self.torch).element_size()
 
@@ -56,6 +63,8 @@ _TO_TORCH = {
     DataType.Int: torch.int64,
     DataType.Int32: torch.int32,
     DataType.Bool: torch.bool,
+    DataType.ComplexFloat: torch.complex64,
+    DataType.ComplexDouble: torch.complex128,
 }
 _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
 
@@ -91,11 +100,14 @@ def to_datatype(x) -> DataType:
 
 
 def python_scalar_dtype(value) -> DataType:
-    """The DataType nvFuser gives a Python number: bool -> Bool, int -> Int, float -> Double."""
+    """The DataType nvFuser gives a Python number: bool -> Bool, int -> Int, float -> Double,
+    complex -> ComplexDouble."""
     if isinstance(value, bool):
         return DataType.Bool
     if isinstance(value, int):
         return DataType.Int
     if isinstance(value, float):
         return DataType.Double
-    raise TypeError(f"expected a Python bool, int or float, got {type(value).__name__} {value!r}")
+    if isinstance(value, complex):
+        return DataType.ComplexDouble
+    raise TypeError(f"expected a Python bool, int, float or complex, got {type(value).__name__} {value!r}")

@@ -100,3 +100,90 @@ def embedding_shape(op, shapes, attrs):
     if len(w) != 2:
         raise DefinitionError(f"{op}: weight must have rank 2, got rank {len(w)}")
     return [tuple(idx) + (w[1],)]
+
+
+# --- scans, sorts and scatter (ir.host_rows): torch between kernels ------------------
+# nvFuser's scans keep the input's dtype (``scan`` in its arith.cpp: no upcast, unlike
+# its reductions; eager's cumsum of an int32 or bool tensor gives int64), and cummax /
+# cummin return the values only.  A scan along a size-1 dim is the input itself.
+
+
+def _scan(fn):
+    def ref(x, dim):
+        r = fn(x, dim)
+        return (r[0] if isinstance(r, tuple) else r).to(x.dtype)
+
+    return ref
+
+
+cumsum_ref, cumprod_ref = _scan(torch.cumsum), _scan(torch.cumprod)
+cummax_ref, cummin_ref = _scan(torch.cummax), _scan(torch.cummin)
+
+
+def argsort_ref(x, dim, descending=False, stable=False):
+    return torch.argsort(x, dim=dim, descending=descending, stable=stable)
+
+
+def topk_ref(x, k, dim=-1, largest=True, sorted=False):
+    """(values, indices); a 0-dim input gives itself and index 0, as nvFuser's topk."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    values, indices = torch.topk(x, int(k), dim, largest, sorted)
+    return values, indices
+
+
+def scatter_ref(x, index, src, dim):
+    if isinstance(src, torch.Tensor):
+        return torch.scatter(x, dim, index, src)
+    return torch.scatter(x, dim, index, torch.as_tensor(src, dtype=x.dtype).item())
+
+
+def same_shape(op, shapes, attrs):
+    return [tuple(shapes[0])]
+
+
+def scan_shape(op, shapes, attrs):
+    if len(shapes[0]) == 0:
+        raise DefinitionError(f"{op}: arg must have rank >= 1 (a scan runs along one of its dims), got rank 0")
+    norm_dim(op, "dim", attrs["dim"], len(shapes[0]))
+    return [tuple(shapes[0])]
+
+
+def argsort_shape(op, shapes, attrs):
+    norm_dim(op, "dim", attrs["dim"], len(shapes[0]))  # a 0-dim tensor sorts along dim 0 or -1, as torch
+    return [tuple(shapes[0])]
+
+
+def topk_shape(op, shapes, attrs):
+    x = shapes[0]
+    if len(x) == 0:
+        return [(), ()]
+    d = norm_dim(op, "dim", attrs["dim"], len(x))
+    k = attrs["k"]
+    if k is not None and x[d] is not None and not 0 <= k <= x[d]:
+        raise DefinitionError(f"{op}: k must be in [0, {x[d]}] (the extent of dim {d}), got {k}")
+    out = tuple(x[:d]) + (k,) + tuple(x[d + 1:])
+    return [out, out]
+
+
+def scatter_shape(op, shapes, attrs):
+    x, idx = shapes[0], shapes[1]
+    ranks = [len(s) for s in shapes]
+    if len(set(ranks)) != 1:
+        raise DefinitionError(f"{op}: arg, index and src must have the same rank, got ranks {ranks}")
+    norm_dim(op, "dim", attrs["dim"], len(x))
+    for i, (a, b) in enumerate(zip(x, idx)):
+        if a is not None and b is not None and b > a:
+            raise DefinitionError(f"{op}: index {list(idx)} must not exceed arg {list(x)} in dim {i}")
+    return [tuple(x)]
+
+
+# --- complex numbers: torch, since Triton has no complex type ------------------------
+
+
+def complex_ref(real, imag):
+    return torch.complex(real, imag)
+
+
+def broadcast_shape(op, shapes, attrs):
+    return [broadcast_shapes(op, *shapes)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from . import shapes as S
 from .extents import known, resolve_shape
 from .ops import OPS, OpKind
-from .values import Expr
+from .values import Expr, ScalarVal
 
 
 def output_shapes(e: Expr, in_shapes: list, value_of=known) -> list[tuple]:
@@ -23,7 +23,7 @@ def output_shapes(e: Expr, in_shapes: list, value_of=known) -> list[tuple]:
         return [S.reduce_shape(in_shapes[0], a["dims"], a["keepdim"])]
     if kind is OpKind.VAR_MEAN:
         out = S.reduce_shape(in_shapes[0], a["dims"], a["keepdim"])
-        return [out, out]
+        return [out, out, out] if e.op == "welford" else [out, out]  # (avg, var_sum, n) / (var, mean)
     if kind is OpKind.BROADCAST_IN_DIM:
         return [S.broadcast_in_dim_shape(e.op, in_shapes[0], shape_arg("shape", True), a["broadcast_dims"])]
     if kind is OpKind.RESHAPE:
@@ -57,5 +57,6 @@ def output_shapes(e: Expr, in_shapes: list, value_of=known) -> list[tuple]:
             return [in_shapes[0]]
         return [shape_arg("shape")]
     if kind in (OpKind.HOST, OpKind.GATHER):
+        a = {k: value_of(x) if isinstance(x, ScalarVal) else x for k, x in a.items()}  # topk's k
         return [tuple(s) for s in OPS[e.op].shape(e.op, tensors, a)]
     raise AssertionError(f"no shape rule for op kind {kind}")

@@ -36,7 +36,7 @@ from typing import Callable
 
 import torch
 
-from . import host_ops as H
+from . import host_ops as H, host_rows as HR
 from . import reductions as R
 
 # --- reference helpers --------------------------------------------------------
@@ -566,7 +566,7 @@ _ROWS = [
     OpDef("shape", OpKind.EXTENT, lambda shape: tuple(shape)),
     OpDef("at", OpKind.EXTENT, lambda vector, index: vector[index]),
     OpDef("define_vector", OpKind.EXTENT, lambda *values: tuple(values)),
-]
+] + HR.rows(OpDef, OpKind)  # welford, and the slow path's host rows: scans, sorts, complex, attention
 
 OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}
 
@@ -574,7 +574,7 @@ OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}
 def runs_on_host(e) -> bool:
     """Whether expr ``e`` is a host op: a torch call between kernels."""
     kind = OPS[e.op].kind
-    return kind is OpKind.HOST or (kind is OpKind.GATHER and not e.inputs[0].dtype.is_float)
+    return kind is OpKind.HOST or (kind is OpKind.GATHER and not e.inputs[0].dtype.is_float) or HR.touches_complex(e)
 
 
 ELEMENTWISE_KINDS = (OpKind.UNARY, OpKind.BINARY, OpKind.TERNARY, OpKind.CAST)

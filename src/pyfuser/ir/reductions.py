@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+
 from .dtypes import DataType
 
 
@@ -110,3 +112,24 @@ def _finish_var_mean(w, acc, attrs) -> list:
 
 VAR_ROW = Reduction(finish=_finish_var, welford=True)
 VAR_MEAN_ROW = Reduction(finish=_finish_var_mean, welford=True)
+
+
+def _finish_welford(w, acc, attrs) -> list:
+    """nvFuser's ``welford``: (avg, var_sum, n), the accumulators themselves: the mean,
+    M2 (the sum of squared deviations, var * n with correction 0) and the count, which
+    the finish casts to its Int output."""
+    n, mean, m2 = acc
+    return [mean, m2, n]
+
+
+def welford_ref(x, dims, correction=0, keepdim=False):
+    """The semantics of ``welford``: eager's var_mean with correction 0, var times the
+    count; the count is an Int tensor of the reduced shape (nvFuser's Index dtype)."""
+    var, mean = torch.var_mean(x, dims, correction=0, keepdim=keepdim)
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    return mean, var * n, torch.full(mean.shape, n, dtype=torch.int64, device=x.device)
+
+
+WELFORD_ROW = Reduction(finish=_finish_welford, welford=True)

@@ -9,6 +9,7 @@ import sys
 import warnings
 
 from ..errors import EagerFallbackWarning
+from ..ir.host_rows import slow_path_cause
 from ..ir.ops import runs_on_host
 from ..ir.values import TensorVal
 from .aliases import expanded_source, is_view_of_input
@@ -55,7 +56,8 @@ def make_plan(fd, b, schedule) -> Plan:
         for v in h.inputs:
             v, casts = narrow_source(v, cuts)
             run += [c for c in casts if c not in run]
-            if v not in cuts and nonempty(b, v) and v not in stages[level[v] + 1]:
+            # scalars (topk's k, scatter's value) are read as given, never stored
+            if isinstance(v, TensorVal) and v not in cuts and nonempty(b, v) and v not in stages[level[v] + 1]:
                 stages[level[v] + 1].append(v)
         host_runs.append(run + [h])
     for o in rest:
@@ -73,8 +75,12 @@ _WARNED: set = set()  # the causes (schedulers' rejection codes) already warned 
 
 def _warn_eager(fd, plan: Plan) -> Plan:
     """Warn, once per cause, about each segment that runs as torch ops because no
-    scheduler accepted it (host ops run in torch by design and are not warned about)."""
+    scheduler accepted it, and once per op about host steps on the slow path
+    (``ir.host_rows``: scans, sorts, complex values, ...); matmul-like host ops run in
+    torch by design and are not warned about."""
     for step in plan.steps:
+        if step.is_host:
+            _warn_slow_host(fd, step)
         if step.scheduler is not None or step.is_host:
             continue
         cause = tuple((r.scheduler, r.code) for r in step.declined)
@@ -87,6 +93,17 @@ def _warn_eager(fd, plan: Plan) -> Plan:
                       f"accepted it ({codes}); fd.explain(inputs) says why", EagerFallbackWarning,
                       stacklevel=_caller_level())
     return plan
+
+
+def _warn_slow_host(fd, step) -> None:
+    for e in step.host:
+        cause = slow_path_cause(e)
+        if cause is None or ("host", cause) in _WARNED:
+            continue
+        _WARNED.add(("host", cause))
+        warnings.warn(f"pyfuser: fusion{fd.id}: {cause} runs in torch between kernels (no generated kernel "
+                      f"computes it; the segment is split around it): docs/SEGMENTATION.md, \"Slow-path host ops\"",
+                      EagerFallbackWarning, stacklevel=_caller_level())
 
 
 def _caller_level() -> int:

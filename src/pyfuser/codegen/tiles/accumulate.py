@@ -18,7 +18,7 @@ class Accumulators:
     ``shape``, ``ref_index``, ``row_shape``, ``row_reduce``)."""
 
     def acc_dtype(self, e) -> DataType:
-        out = e.outputs[-1].dtype  # var_mean's mean / the reduction's result
+        out = e.outputs[0].dtype  # the reduction's result; var_mean's var, welford's avg (not its Int count)
         return compute_dtype(out)
 
     def init(self, low, e):
