@@ -1,0 +1,190 @@
+"""Rules for views, copies, concatenation, padding, creation and random numbers.
+
+Views and identities compute nothing (``view_rule``): a region of them alone stays
+in ATen, and the partitioner hands them back to ATen at a region's edges.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ir.dtypes import DataType
+from .rulebook import identity_rule, meta, rule, view_rule
+
+# --- views and layout ------------------------------------------------------------------
+
+
+@view_rule("view.default", "_unsafe_view.default", "reshape.default", ops=["reshape"])
+def _reshape(t, n, a):
+    return t.ops.reshape(a.self, t.shape(n))
+
+
+@view_rule("permute.default", ops=["permute"])
+def _permute(t, n, a):
+    return t.ops.permute(a.self, [d % max(a.self.rank, 1) for d in a.dims])
+
+
+@view_rule("transpose.int", ops=["permute"])
+def _transpose(t, n, a):
+    r = a.self.rank
+    dims = list(range(r))
+    if r:
+        i, j = a.dim0 % r, a.dim1 % r
+        dims[i], dims[j] = dims[j], dims[i]
+    return t.ops.permute(a.self, dims) if dims != list(range(r)) else a.self
+
+
+@view_rule("t.default", ops=["permute"])
+def _t(t, n, a):
+    return t.ops.permute(a.self, [1, 0]) if a.self.rank == 2 else a.self
+
+
+@view_rule("unsqueeze.default", ops=["broadcast_in_dim"])
+def _unsqueeze(t, n, a):
+    shape = t.shape(n)
+    d = a.dim % len(shape)
+    return t.ops.broadcast_in_dim(a.self, shape=shape, broadcast_dims=[i for i in range(len(shape)) if i != d])
+
+
+@view_rule("squeeze.dim", "squeeze.dims", "squeeze.default", ops=["squeeze"])
+def _squeeze(t, n, a):
+    x = a.self
+    dims = getattr(a, "dim", None)
+    dims = list(range(x.rank)) if dims is None else ([dims] if isinstance(dims, int) else list(dims))
+    dims = sorted({d % x.rank for d in dims if x.rank and x.shape[d % x.rank] == 1})
+    return t.ops.squeeze(x, dims) if dims else x
+
+
+@view_rule("expand.default", ops=["broadcast_in_dim"])
+def _expand(t, n, a):
+    shape = t.shape(n)
+    x = a.self
+    if list(x.shape) == shape:
+        return x
+    return t.ops.broadcast_in_dim(x, shape=shape, broadcast_dims=list(range(len(shape) - x.rank, len(shape))))
+
+
+def _slice_bounds(size, start, end, step):
+    return slice(start, end, step).indices(size)
+
+
+@view_rule("slice.Tensor", ops=["slice"])
+def _slice(t, n, a):
+    x = a.self
+    d = a.dim % x.rank
+    start, end, step = _slice_bounds(x.shape[d], a.start, a.end, a.step)
+    if (start, end, step) == (0, x.shape[d], 1):
+        return x
+    starts, ends, steps = [0] * x.rank, list(x.shape), [1] * x.rank
+    starts[d], ends[d], steps[d] = start, max(end, start), step
+    return t.ops.slice(x, starts, ends, steps)
+
+
+@view_rule("select.int", ops=["slice", "squeeze"])
+def _select(t, n, a):
+    x = a.self
+    d = a.dim % x.rank
+    i = a.index % x.shape[d]
+    starts, ends = [0] * x.rank, list(x.shape)
+    starts[d], ends[d] = i, i + 1
+    return t.ops.squeeze(t.ops.slice(x, starts, ends, [1] * x.rank), [d])
+
+
+identity_rule("alias.default", "detach.default", aten_view=True)
+identity_rule("lift_fresh_copy.default", aten_view=False)
+
+
+@rule("clone.default", ops=["set"], compute=False)
+def _clone(t, n, a):
+    """A copy (``ops.set``): a region that is only a clone of a transposed tensor
+    (attention heads made contiguous for a bmm) becomes one copy kernel."""
+    return t.ops.set(a.self)
+
+
+def is_layout_copy(node) -> bool:
+    """A clone of a non-contiguous tensor: worth a kernel of its own (see partition)."""
+    if node.op != "call_function" or str(node.target) != "aten.clone.default":
+        return False
+    x = meta(node.args[0])
+    return isinstance(x, torch.Tensor) and not x.is_contiguous() and x.numel() >= LAYOUT_COPY_MIN_NUMEL
+
+
+def _cat_check(n, a):
+    if len({meta(x).dtype for x in n.args[0]}) != 1:
+        return "mixed dtypes"
+    if any(meta(x).dim() == 1 and meta(x).shape[0] == 0 for x in n.args[0]):
+        return "empty legacy operand"
+    return None
+
+
+rule("cat.default", ops=["cat"], check=_cat_check)(lambda t, n, a: t.ops.cat(list(a.tensors), a.dim))
+
+
+def _pad_check(n, a):
+    return "negative padding" if any(p < 0 for p in a.pad) else None
+
+
+rule("constant_pad_nd.default", ops=["pad"], check=_pad_check)(
+    lambda t, n, a: t.ops.pad(a.self, list(a.pad), a.value))
+
+
+# --- creation and random numbers ----------------------------------------------------
+
+
+def _creation_check(n, a):
+    layout = getattr(a, "layout", None)
+    return "changes layout" if layout not in (None, torch.strided) else None
+
+
+@rule("full.default", ops=["full"], check=_creation_check)
+def _full(t, n, a):
+    dt = t.dtype(n)
+    value = a.fill_value
+    value = bool(value) if dt is DataType.Bool else (float(value) if dt.is_float else int(value))
+    return t.ops.full(t.shape(n), value, dt)
+
+
+@rule("scalar_tensor.default", ops=["full"], check=_creation_check)
+def _scalar_tensor(t, n, a):
+    dt = t.dtype(n)
+    value = bool(a.s) if dt is DataType.Bool else (float(a.s) if dt.is_float else int(a.s))
+    return t.ops.full([], value, dt)
+
+
+LAYOUT_COPY_MIN_NUMEL = 1 << 16
+
+
+def _arange_check(n, a):
+    if meta(n).dtype not in (torch.int64, torch.int32):
+        return "non-integer arange"  # float steps accumulate differently
+    return _creation_check(n, a)
+
+
+@rule("arange.default", "arange.start", "arange.start_step", ops=["iota"], check=_arange_check)
+def _arange(t, n, a):
+    return t.ops.iota(t.shape(n)[0], int(getattr(a, "start", 0)), int(getattr(a, "step", 1)), t.dtype(n))
+
+
+def _gather_check(n, a):
+    if not meta(n.args[0]).dtype.is_floating_point:
+        return "gather of a non-float tensor"  # pyfuser reads float gathers in kernels only
+    if getattr(a, "sparse_grad", False):
+        return "sparse gradient"
+    return None
+
+
+@rule("gather.default", ops=["gather"], check=_gather_check)
+def _gather(t, n, a):
+    """Read inside the kernel at the index's coordinates (NaN where out of range)."""
+    return t.ops.gather(a.self, a.index, a.dim)
+
+
+def _random_check(n, a):
+    if not meta(n).dtype.is_floating_point:
+        return "non-float dtype"
+    return _creation_check(n, a)
+
+
+rule("rand_like.default", "rand.default", ops=["uniform"], check=_random_check)(
+    lambda t, n, a: t.ops.uniform(0.0, 1.0, t.shape(n), t.dtype(n)))
+rule("randn_like.default", "randn.default", ops=["normal"], check=_random_check)(
+    lambda t, n, a: t.ops.normal(0.0, 1.0, t.shape(n), t.dtype(n)))
