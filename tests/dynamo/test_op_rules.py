@@ -69,6 +69,14 @@ def aranges(x):
             torch.gather(x.exp(), 1, idx) * 2)
 
 
+def legacy_and_backward(x):
+    empty = torch.tensor([])  # a key/value cache's start: torch.cat skips a 1-D empty operand
+    y = x.exp()
+    g = torch.ops.aten.slice_backward(y[:, :3], [4, 6], 1, 1, 4, 1) + torch.ops.aten.slice_backward(
+        y[:, 3:], [4, 6], -1, 3, 9223372036854775807, 1)  # RoPE's halves, as autograd emits them
+    return torch.cat([empty, y * 2], dim=-2) + 1, torch.cat([y, empty, y], dim=0) - 1, g * 2
+
+
 GROUPS = {
     "unary": (unary, lambda g: [torch.randn(3, 4, generator=g), torch.rand(3, 4, generator=g) > 0.5],
               _ops("abs", "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal",
@@ -91,6 +99,8 @@ GROUPS = {
     "casts_and_fills": (casts_and_fills, lambda g: [torch.randn(3, 4, generator=g),
                                                      torch.randn(3, 4, generator=g).half()],
                         _ops("_to_copy", "full", "rand_like", "randn_like")),
+    "legacy_and_backward": (legacy_and_backward, lambda g: [torch.randn(4, 6, generator=g)],
+                            _ops("slice_backward", "cat")),
     "aranges": (aranges, lambda g: [torch.randn(3, 4, generator=g)], _ops("arange.default", "arange.start", "arange.start_step", "gather")),
 }
 

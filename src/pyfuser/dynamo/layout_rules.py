@@ -108,15 +108,45 @@ def is_layout_copy(node) -> bool:
     return isinstance(x, torch.Tensor) and not x.is_contiguous() and x.numel() >= LAYOUT_COPY_MIN_NUMEL
 
 
+def _legacy_empty(v) -> bool:
+    """A 1-D tensor of no elements: ``torch.cat`` skips it whatever the others' shapes
+    (the ``torch.tensor([])`` a key/value cache starts from)."""
+    return v.dim() == 1 and v.shape[0] == 0
+
+
 def _cat_check(n, a):
     if len({meta(x).dtype for x in n.args[0]}) != 1:
         return "mixed dtypes"
-    if any(meta(x).dim() == 1 and meta(x).shape[0] == 0 for x in n.args[0]):
-        return "empty legacy operand"
+    if all(_legacy_empty(meta(x)) for x in n.args[0]):
+        return "only empty operands"
     return None
 
 
-rule("cat.default", ops=["cat"], check=_cat_check)(lambda t, n, a: t.ops.cat(list(a.tensors), a.dim))
+@rule("cat.default", ops=["cat"], check=_cat_check)
+def _cat(t, n, a):
+    """The empty legacy operands dropped (ATen skips them; ``dim`` counts in the rank of
+    the others); one operand left is the result itself."""
+    kept = [x for x, node in zip(a.tensors, n.args[0]) if not _legacy_empty(meta(node))]
+    if len(kept) == 1:
+        return kept[0]
+    return t.ops.cat(kept, a.dim)
+
+
+def _slice_backward_check(n, a):
+    return None if a.step == 1 else f"step={a.step}"
+
+
+@rule("slice_backward.default", ops=["pad"], check=_slice_backward_check)
+def _slice_backward(t, n, a):
+    """The gradient of ``x[..., start:end]``: zeros of the input's size with the slice's
+    gradient at ``start``: a pad of ``start`` zeros before and the rest after, along
+    ``dim`` (RoPE's ``rotate_half`` halves, added back together in one region)."""
+    sizes = t.shape(n)
+    d = a.dim % len(sizes)
+    start, end, _ = slice(a.start, a.end, 1).indices(sizes[d])
+    end = max(end, start)
+    widths = [0, 0] * (len(sizes) - 1 - d) + [start, sizes[d] - end]
+    return t.ops.pad(a.grad_output, widths, 0) if any(widths) else a.grad_output
 
 
 def _pad_check(n, a):
