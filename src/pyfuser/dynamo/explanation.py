@@ -8,8 +8,9 @@
     e.rejections                                   # (region, segment, scheduler, code) run as torch ops
     print(e)                                       # the TORCH_LOGS="pyfuser" text
 
-The model is compiled with ``backend="pyfuser"`` afresh (a backend of its own, so
-Dynamo compiles it again even if it was compiled before) and called once with the
+The model is compiled with ``backend="pyfuser"`` and ``dynamic=False`` afresh (a
+backend of its own, so Dynamo compiles it again even if it was compiled before; static
+shapes, which the backend fuses) and called once with the
 inputs; when the result has a loss that requires grad (a tensor, or a ``.loss``
 attribute as ``transformers`` outputs have), its backward runs too and the backward
 graph is explained beside the forward.  Gradients the call accumulates are put back
@@ -84,7 +85,7 @@ def explain(model, *inputs, run_backward: bool | None = None, **kwargs) -> Expla
     def backend(gm, example_inputs, **kw):  # a new backend: Dynamo compiles the model again
         return pyfuser_backend(gm, example_inputs, **kw)
 
-    compiled = torch.compile(model, backend=backend)
+    compiled = torch.compile(model, backend=backend, dynamic=False)  # the backend fuses static shapes
     leaves = [p for p in (model.parameters() if isinstance(model, torch.nn.Module) else ())]
     leaves += [x for x in list(inputs) + list(kwargs.values()) if isinstance(x, torch.Tensor) and x.requires_grad]
     grads = [p.grad for p in leaves]

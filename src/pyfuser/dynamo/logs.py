@@ -75,9 +75,15 @@ def collecting():
         _collectors.remove(found)
 
 
+def _progress() -> dict:
+    return {"regions": STATS.get("regions", 0), "fusions_created": STATS.get("fusions_created", 0),
+            "kernels_compiled": cache_info()["kernels_compiled"]}
+
+
 def _progress_line() -> str:
-    return (f"{STATS.get('regions', 0)} regions, {STATS.get('fusions_created', 0)} FusionDefinitions translated, "
-            f"{cache_info()['kernels_compiled']} kernels compiled so far")
+    p = _progress()
+    return (f"{p['regions']} regions, {p['fusions_created']} FusionDefinitions translated, "
+            f"{p['kernels_compiled']} kernels compiled so far")
 
 
 @contextlib.contextmanager
@@ -91,7 +97,8 @@ def progress(what: str):
 
     def beat():
         while not done.wait(HEARTBEAT_S):
-            log.info("pyfuser: still %s after %.0f s: %s", what, time.perf_counter() - start, _progress_line())
+            log.info("pyfuser: still %s after %.0f s: %s", what, time.perf_counter() - start, _progress_line(),
+                     extra={"pyfuser_progress": _progress()})
 
     thread = threading.Thread(target=beat, name="pyfuser-progress", daemon=True)
     thread.start()
@@ -120,10 +127,10 @@ def graph_compiled(gm, name: str, kind: str, seconds: float):
     for found in _collectors:
         found.append((rep, gm))
     if log.isEnabledFor(logging.INFO):
-        log.info("%s", "\n".join(summary_lines(rep, seconds)))
+        log.info("%s", "\n".join(summary_lines(rep, seconds)), extra={"pyfuser_report": rep})
     if fusions_log.isEnabledFor(logging.DEBUG):
         for region in rep.regions:
-            fusions_log.debug("%s", "\n".join(_fusion_text(gm, region)))
+            fusions_log.debug("%s", "\n".join(_fusion_text(gm, region)), extra={"pyfuser_region": region})
     if dump.enabled_dumps():
         for region in rep.regions:
             ids = ", ".join(f"fusion{i}" for i in region.fusion_ids)
@@ -188,8 +195,9 @@ def first_run_logged(fn, gm, name: str):
         before, start = cache_info()["kernels_compiled"], time.perf_counter()
         with progress(f"running {name} for the first time (building the kernels of {len(regions)} regions)"):
             out = fn(*args)
-        log.info("pyfuser: %s: first run built %d kernels in %.2f s", name,
-                 cache_info()["kernels_compiled"] - before, time.perf_counter() - start)
+        built = cache_info()["kernels_compiled"] - before
+        log.info("pyfuser: %s: first run built %d kernels in %.2f s", name, built, time.perf_counter() - start,
+                 extra={"pyfuser_progress": dict(_progress(), graph=name, kernels_built=built)})
         _log_segments(gm, name)
         return out
 
@@ -206,12 +214,13 @@ def _log_segments(gm, name):
                 lines.append(f"  {r.name}: segment {s.index} of fusion {s.fusion_id} (outputs {', '.join(s.outputs)}) "
                              f"runs as torch ops: {codes}")
     if lines:
-        log.info("pyfuser: %s: segments no scheduler takes:\n%s", name, "\n".join(lines))
+        log.info("pyfuser: %s: segments no scheduler takes:\n%s", name, "\n".join(lines),
+                 extra={"pyfuser_report": rep})
     if kernels_log.isEnabledFor(logging.DEBUG):
         for r in rep.regions:
             mod = getattr(gm, r.module)
             for entry in mod.entries.values():
                 for kname, sched, src in kernel_sources(entry.fd) if hasattr(entry, "fd") else ():
                     kernels_log.debug("pyfuser: region %s, fusion %d, kernel %s (%s):\n%s", r.name, entry.fd.id,
-                                      kname, sched, src)
+                                      kname, sched, src, extra={"pyfuser_region": r, "pyfuser_kernel": kname})
 
