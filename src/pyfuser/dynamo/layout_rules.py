@@ -149,6 +149,66 @@ def _slice_backward(t, n, a):
     return t.ops.pad(a.grad_output, widths, 0) if any(widths) else a.grad_output
 
 
+@rule("select_backward.default", ops=["broadcast_in_dim", "pad"])
+def _select_backward(t, n, a):
+    """The gradient of ``x.select(dim, index)``: the gradient given back its dim, then
+    padded with zeros to the input's size (ViT's [CLS] token read from the sequence)."""
+    sizes = t.shape(n)
+    d = a.dim % len(sizes)
+    i = a.index % sizes[d]
+    g = t.ops.broadcast_in_dim(a.grad_output, shape=[1 if k == d else s for k, s in enumerate(sizes)],
+                               broadcast_dims=[k for k in range(len(sizes)) if k != d])
+    widths = [0, 0] * (len(sizes) - 1 - d) + [i, sizes[d] - 1 - i]
+    return t.ops.pad(g, widths, 0) if any(widths) else g
+
+
+def _broadcast_cast(t, n, x):
+    """``x`` (a tensor) broadcast to ``n``'s shape, as ATen aligns trailing dims, in its dtype."""
+    shape, out = t.shape(n), t.dtype(n)
+    if x.dtype is not out:
+        x = t.ops.cast(x, out)
+    if list(x.shape) != shape:
+        x = t.ops.broadcast_in_dim(x, shape=shape, broadcast_dims=list(range(len(shape) - x.rank, len(shape))))
+    return x
+
+
+def _copy_check(n, a):
+    src, dst = meta(n.args[1]), meta(n.args[0])
+    return "changes device" if src.device != dst.device else None
+
+
+@rule("copy.default", ops=["cast", "broadcast_in_dim"], check=_copy_check)
+def _copy(t, n, a):
+    """Functional ``self.copy_(src)``: ``src`` in ``self``'s dtype and shape."""
+    return _broadcast_cast(t, n, a.src)
+
+
+@rule("fill.Tensor", ops=["cast", "broadcast_in_dim"])
+def _fill_tensor(t, n, a):
+    """Functional ``self.fill_(value)`` with a 0-d tensor value."""
+    return _broadcast_cast(t, n, a.value)
+
+
+def _fill_value(dt, value):
+    return bool(value) if dt is DataType.Bool else (float(value) if dt.is_float else int(value))
+
+
+def _like_check(n, a):
+    if getattr(a, "memory_format", None) not in (None, torch.preserve_format, torch.contiguous_format):
+        return f"memory_format={a.memory_format}"
+    return _creation_check(n, a)
+
+
+@rule("full_like.default", ops=["full"], check=_like_check)
+def _full_like(t, n, a):
+    return t.ops.full(t.shape(n), _fill_value(t.dtype(n), a.fill_value), t.dtype(n))
+
+
+@rule("fill.Scalar", ops=["full"])
+def _fill_scalar(t, n, a):
+    return t.ops.full(t.shape(n), _fill_value(t.dtype(n), a.value), t.dtype(n))
+
+
 def _pad_check(n, a):
     return "negative padding" if any(p < 0 for p in a.pad) else None
 
