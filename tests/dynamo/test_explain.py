@@ -79,8 +79,8 @@ def test_fused_share_by_graph_kind():
 # scalars, lone ops (a region of one computing op: a small clone, a bias-gradient sum).
 # Floors a little under what the models reach, so a rule or partitioning change that
 # leaves more outside fails here.
-FLOORS = {"bert": (0.80, 0.80), "gpt2": (0.80, 0.80), "llama": (0.85, 0.80), "t5": (0.85, 0.85),
-          "vit": (0.85, 0.85)}
+FLOORS = {"bert": (0.80, 0.80), "gpt2": (0.83, 0.78), "llama": (0.88, 0.83), "t5": (0.82, 0.75),
+          "vit": (0.87, 0.87)}
 
 
 @pytest.mark.parametrize("name", sorted(FLOORS))

@@ -24,6 +24,10 @@ too, next to the dumps.
 While a graph is partitioned and translated, and while its first run builds kernels,
 a heartbeat logs progress (regions translated, kernels compiled) every
 ``HEARTBEAT_S`` seconds at INFO, so a long compile is never a silent minute.
+
+Records carry their data for tools and tests: ``record.pyfuser_report`` (a
+``report.GraphReport``), ``pyfuser_region`` (a ``report.RegionReport``),
+``pyfuser_progress`` (counts) and ``pyfuser_kernel`` (a kernel's name).
 """
 from __future__ import annotations
 
