@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .region import FusedRegion
-from .rules import ATEN_ONLY, ATEN_VIEWS, Reason, meta, why_not
+from .rules import ATEN_ONLY, ATEN_VIEWS, LAYOUT_COPY_MIN_NUMEL, Reason, meta, why_not
 
 aten = torch.ops.aten
 # ATen ops that run in ATen by design (cuBLAS / cuDNN): not counted in the fused share.
@@ -151,6 +151,9 @@ def _outside_reason(node) -> Reason:
         return why
     if node.target in ATEN_VIEWS:
         return Reason("view_at_edge", "a view at a region's edge")
+    if str(node.target) == "aten.clone.default":
+        return Reason("lone_op", "a clone alone: a copy kernel of its own only for a non-contiguous tensor of "
+                                 f"{LAYOUT_COPY_MIN_NUMEL}+ elements")
     return Reason("lone_op", "in a region of fewer than two computing ops")
 
 
