@@ -25,6 +25,10 @@ Accessor: the API behind it; its users; what runs where it is missing.
   runtime/probe.py; None (the dumps say no kernel was found).
 - ``registers``: ``CompiledKernel.n_regs``, ``.n_spills``; runtime/probe.py; None.
 - ``torch_ptxas_path``: torch's bundled ``torch/bin/ptxas``; runtime/toolchain.py; a path only.
+- ``register_torch_logs``, ``artifact_logger``: ``torch._logging._internal`` (``register_log``,
+  ``register_artifact``, ``getArtifactLogger``, ``log_registry``); dynamo/logs.py; plain
+  ``logging`` loggers (``TORCH_LOGS`` does not name pyfuser's; ``logging`` still does).
+- ``compile_id``: ``torch._guards.CompileContext.current_compile_id``; dynamo/logs.py; None.
 
 Still reached directly, to move here (their modules are kept as they are for now):
 
@@ -82,6 +86,47 @@ current_cuda_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.c
 def torch_ptxas_path() -> str:
     """Where torch keeps the ptxas it ships (``torch/bin/ptxas``)."""
     return os.path.realpath(os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas"))
+
+
+def register_torch_logs(alias: str, qnames: list, artifacts: dict) -> bool:
+    """Make ``TORCH_LOGS=alias`` (and ``torch._logging.set_logs``) set the level of loggers
+    ``qnames``, and each of ``artifacts`` (name -> description) a name of its own;
+    False where this torch lacks the registry."""
+    try:
+        from torch._logging import _internal
+    except ImportError:
+        return False
+    if not all(hasattr(_internal, n) for n in ("register_log", "register_artifact", "getArtifactLogger")):
+        return False
+    _internal.register_log(alias, qnames)
+    for name, description in artifacts.items():
+        if not _internal.log_registry.is_artifact(name):
+            _internal.register_artifact(name, description)
+    return True
+
+
+def artifact_logger(module_qname: str, artifact: str):
+    """torch's logger for ``artifact`` under ``module_qname``: it logs at DEBUG, and is on
+    when the artifact is named or its ancestor logger is at DEBUG (``+alias``)."""
+    import logging
+
+    try:
+        from torch._logging import getArtifactLogger
+
+        return getArtifactLogger(module_qname, artifact)
+    except (ImportError, ValueError):
+        return logging.getLogger(f"{module_qname}.__{artifact}")
+
+
+def compile_id() -> str | None:
+    """Dynamo's id of the frame being compiled ("0/0": frame 0, first compile), or None."""
+    try:
+        from torch._guards import CompileContext
+
+        cid = CompileContext.current_compile_id()
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+    return None if cid is None else str(cid)
 
 
 # -- Triton ----------------------------------------------------------------------------------

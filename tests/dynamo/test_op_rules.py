@@ -69,6 +69,23 @@ def aranges(x):
             torch.gather(x.exp(), 1, idx) * 2)
 
 
+def legacy_and_backward(x):
+    empty = torch.tensor([])  # a key/value cache's start: torch.cat skips a 1-D empty operand
+    y = x.exp()
+    g = torch.ops.aten.slice_backward(y[:, :3], [4, 6], 1, 1, 4, 1) + torch.ops.aten.slice_backward(
+        y[:, 3:], [4, 6], -1, 3, 9223372036854775807, 1)  # RoPE's halves, as autograd emits them
+    return torch.cat([empty, y * 2], dim=-2) + 1, torch.cat([y, empty, y], dim=0) - 1, g * 2
+
+
+def fills_and_copies(x, h):
+    y = x.exp()
+    a = torch.ops.aten.select_backward(y[:, 1], [4, 6], 1, 2) * 2  # a [CLS] token's gradient
+    b = torch.full_like(y, 3.0) * y + torch.ops.aten.fill(y, 0.5)
+    c = torch.ops.aten.copy(h, y) + torch.ops.aten.copy(h, y[0] * 2)  # into float16, broadcast
+    d = torch.ops.aten.fill(y, y.sum()) - y
+    return a, b, c, d
+
+
 GROUPS = {
     "unary": (unary, lambda g: [torch.randn(3, 4, generator=g), torch.rand(3, 4, generator=g) > 0.5],
               _ops("abs", "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal",
@@ -91,6 +108,11 @@ GROUPS = {
     "casts_and_fills": (casts_and_fills, lambda g: [torch.randn(3, 4, generator=g),
                                                      torch.randn(3, 4, generator=g).half()],
                         _ops("_to_copy", "full", "rand_like", "randn_like")),
+    "legacy_and_backward": (legacy_and_backward, lambda g: [torch.randn(4, 6, generator=g)],
+                            _ops("slice_backward", "cat")),
+    "fills_and_copies": (fills_and_copies, lambda g: [torch.randn(4, 6, generator=g),
+                                                       torch.randn(4, 6, generator=g).half()],
+                         _ops("select_backward", "full_like", "copy", "fill.Tensor", "fill.Scalar")),
     "aranges": (aranges, lambda g: [torch.randn(3, 4, generator=g)], _ops("arange.default", "arange.start", "arange.start_step", "gather")),
 }
 

@@ -12,6 +12,8 @@ Files, in processing order:
 * ``translate.py``: a region's graph -> FusionDefinition, checked against ATen's shapes and dtypes;
 * ``region.py``: a region at run time, its translation cache and ATen fallback;
 * ``graphs.py``: a backward graph replayed as one CUDA graph when that is safe;
+* ``report.py``, ``logs.py``, ``explanation.py``: what was fused and why not, as data
+  (``explain(model, *inputs)``) and in ``TORCH_LOGS="pyfuser"``;
 * ``accuracy.py``: the accuracy mode (``PYFUSER_CHECK=1``, ``check_accuracy()``): regions,
   fast-path views and rewritten graphs checked against ATen as they run;
 * the BERT training-step benchmark is ``pyfuser.bench.bert_bench``.
@@ -25,6 +27,7 @@ from __future__ import annotations
 from ..errors import AccuracyError
 from .accuracy import TOLERANCES, check_accuracy, set_tolerance
 from .backend import pyfuser_backend
+from .explanation import Explanation, explain, fused_share
 from .region import FallbackWarning, reset, stats
 
 BACKEND_NAMES = ("pyfuser", "nvprims_nvfuser")
@@ -52,4 +55,4 @@ def _register():
 _register()
 
 __all__ = ["pyfuser_backend", "stats", "reset", "FallbackWarning", "BACKEND_NAMES", "check_accuracy", "set_tolerance",
-           "TOLERANCES", "AccuracyError"]
+           "TOLERANCES", "AccuracyError", "explain", "Explanation", "fused_share"]

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections import Counter
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from . import accuracy, graphs
+from . import accuracy, graphs, logs
 from .decompositions import decomposition_table
 from .in_place import index_add_in_place
 from .one_hot import one_hot_sums
@@ -99,21 +100,28 @@ def _rewritten(gm):
     return gm
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, check=None):
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, check=None, kind=None):
     """AOTAutograd's forward / backward / inference compiler; a ``backward`` graph that
     can be replayed as a CUDA graph is (``graphs.py``).  ``check``: the accuracy mode
-    (``accuracy.py``; None: as it is now)."""
+    (``accuracy.py``; None: as it is now).  ``kind`` names the graph in the logs
+    (``logs.py``; default "backward" or "forward")."""
     from functorch.compile import make_boxed_func
 
     traced = gm
+    kind = kind or ("backward" if backward else "forward")
+    name, start = logs.graph_name(kind), time.perf_counter()
     try:
-        with _unfaked():
+        with _unfaked(), logs.compiling(gm, name):
             gm = fuse_regions(_rewritten(_padded(gm)))
     except Exception as err:  # never fail the user's compile: run the graph as it is
         msg = str(err).splitlines()[0] if str(err) else ""
         warn_once(f"partition: {type(err).__name__}", f"partitioning the graph failed ({type(err).__name__}: {msg}); "
                                                       "the whole graph runs in ATen")
         return make_boxed_func(gm.forward)
+    try:
+        logs.graph_compiled(gm, name, kind, time.perf_counter() - start)
+    except Exception as err:  # a report: never fail the user's compile for it
+        warn_once(f"logs: {type(err).__name__}", f"reporting {name} failed ({type(err).__name__}: {err})")
     fast = _copy(gm)
     try:
         fast_views(fast)
@@ -122,12 +130,15 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, chec
         warn_once(f"views: {type(err).__name__}", f"rewriting views failed ({type(err).__name__}); ATen takes them")
     if accuracy.enabled() if check is None else check:
         return _checked(traced, gm, "backward graph" if backward else "forward graph")
+    forward = gm.forward
+    if logs.log.isEnabledFor(logging.INFO):  # the first run's kernels and segments, logged
+        forward = logs.first_run_logged(forward, gm, name)
     if backward and graphs.enabled():
         why_not = graphs.not_graphable(gm)
         if why_not is None:
-            return graphs.GraphedBackward(gm.forward)
+            return graphs.GraphedBackward(forward)
         _log.debug("backward graph not captured: %s", why_not)
-    return make_boxed_func(gm.forward)
+    return make_boxed_func(forward)
 
 
 def _checked(traced, gm, kind):
@@ -175,7 +186,7 @@ def _aot_backend(check: bool):
     the mode was switched, and it must be checked as its forward is."""
     compiler = functools.partial(compile_graph, check=check)
     return aot_autograd(fw_compiler=compiler, bw_compiler=functools.partial(compiler, backward=True),
-                        inference_compiler=compiler,
+                        inference_compiler=functools.partial(compiler, kind="inference"),
                         partition_fn=partition_joint, decompositions=decomposition_table())
 
 

@@ -146,6 +146,7 @@ class FusedRegion(torch.nn.Module):
         self.copies: dict = {}  # input strides -> output positions to copy (see _copies)
         self.fast: dict = {}  # input strides -> (Translation, Prepared, device, copies, restride)
         self.broken = False
+        self.fallback_cause = None  # why it runs in ATen (the warning's message), once broken
         placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
         examples = [meta(n) for n in placeholders]
         STATS["regions"] += 1
@@ -190,6 +191,7 @@ class FusedRegion(torch.nn.Module):
 
     def _give_up(self, cause: str, message: str):
         self.broken = True
+        self.fallback_cause = message
         STATS["fallbacks"] += 1
         warn_once(cause, f"{self.name}: {message}; the region runs in ATen")
 

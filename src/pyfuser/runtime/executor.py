@@ -153,6 +153,18 @@ def explain(fd, inputs, device=None) -> Explanation:
         return explain_plan(rt, plan, b, params)
 
 
+def kernel_sources(fd) -> list:
+    """(name, scheduler NAME, Triton source) of every kernel ``fd`` has built so far, in
+    the order they were built (the ``PYFUSER_DUMP=kernel_code`` text, kept)."""
+    rt = fd._runtime
+    if rt is None:
+        return []
+    with rt.lock:
+        built = sorted(((rt.kernel_info[src.name], src) for src, _ in rt.kernels.values()
+                        if src.name in rt.kernel_info), key=lambda p: p[0].number)
+    return [(info.name, info.scheduler, src.source) for info, src in built]
+
+
 def _execute_slow(fd, rt, inputs, device, active, profile):
     ir = fd.ir
     rt.events.clear()
