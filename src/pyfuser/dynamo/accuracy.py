@@ -44,6 +44,7 @@ import os
 
 import torch
 
+from ..compat import mark_boxed, share_codegen
 from ..errors import AccuracyError
 from . import views
 from .region import STATS
@@ -358,7 +359,7 @@ class CheckedGraph:
     handed it), both in ATen on the same inputs; returns ``run``'s outputs."""
 
     def __init__(self, name: str, traced, rewritten, run):
-        self._boxed_call = True
+        mark_boxed(self)
         self.name, self.traced, self.rewritten, self.run = name, traced, rewritten, run
         self.skip = random_outputs(traced.graph)
         self.random = draws_random(traced.graph)
@@ -381,7 +382,7 @@ class CheckedGraph:
 def with_regions_in_aten(gm: torch.fx.GraphModule, region_type) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose ``region_type`` children are their ATen submodules."""
     graph = torch.fx.Graph()
-    graph._codegen = gm.graph._codegen
+    share_codegen(graph, gm.graph)
     graph.output(graph.graph_copy(gm.graph, {}))
     out = torch.fx.GraphModule(gm, graph)
     for name, mod in list(out.named_children()):
