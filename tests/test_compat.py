@@ -124,12 +124,21 @@ def test_fx_accessors():
 
     compat.mark_boxed(fn)
     assert fn._boxed_call is True
-    assert not compat.module_hooks_or_tracing()
+    m = torch.nn.Linear(2, 2)
+    assert not compat.module_call_hooked(m)
     handle = torch.nn.modules.module.register_module_forward_hook(lambda *a: None)
     try:
-        assert compat.module_hooks_or_tracing()
+        assert compat.module_call_hooked(m)
     finally:
         handle.remove()
+    handle = m.register_forward_pre_hook(lambda *a: None)
+    try:
+        assert compat.module_call_hooked(m)
+    finally:
+        handle.remove()
+    assert not compat.module_call_hooked(m)
+    assert [a.name for a in compat.op_schema(torch.ops.aten.add.Tensor).arguments] == ["self", "other", "alpha"]
+    assert compat.op_schema(len) is None
 
 
 def test_storage_accessors():

@@ -51,8 +51,11 @@ Accessor: the API behind it; its users; what runs where it is missing.
 - ``mark_boxed``: AOTAutograd's ``_boxed_call`` convention; dynamo/graphs.py, dynamo/accuracy.py.
 - ``qualified_name``: ``torch.fx.node._get_qualified_name``; dynamo/partition.py; none.
 - ``OpOverload``: ``torch._ops.OpOverload``; dynamo/sink_views.py; none.
-- ``module_hooks_or_tracing``: ``torch.nn.modules.module._global_*_hooks``,
-  ``torch._C._get_tracing_state``; dynamo/region.py; none.
+- ``module_call_hooked``: ``nn.Module._forward_hooks`` and the other hook dicts,
+  ``torch.nn.modules.module._global_*_hooks``, ``torch._C._get_tracing_state``;
+  dynamo/region.py; none.
+- ``op_schema``: ``OpOverload._schema``; dynamo/accuracy.py; none (dynamo/rules.py still reads
+  ``target._schema``: its module is at its line ceiling).
 - ``reinterpret_tensor``: ``torch._C._dynamo.guards._reinterpret_tensor``; dynamo/views.py,
   dynamo/graphs.py; ``Tensor.as_strided``.
 - ``storage_use_count``, ``storage_id``: ``torch._C._storage_Use_Count``,
@@ -69,6 +72,7 @@ from __future__ import annotations
 import os
 
 import torch
+from torch.nn.modules import module as _nn_module
 
 from .errors import ToolchainError
 
@@ -351,14 +355,20 @@ def qualified_name(op) -> str:
 OpOverload = torch._ops.OpOverload  # the type of ``torch.ops.aten.<op>.<overload>``
 
 
-def module_hooks_or_tracing() -> bool:
-    """Whether a global ``nn.Module`` hook is installed or a JIT trace runs: then a
-    module call must go through ``nn.Module.__call__``."""
-    from torch.nn.modules import module
-
-    return bool(module._global_forward_hooks or module._global_forward_pre_hooks
-                or module._global_backward_hooks or module._global_backward_pre_hooks
+def module_call_hooked(m) -> bool:
+    """Whether a call of ``nn.Module`` ``m`` must go through ``nn.Module.__call__``: a
+    hook of its own or a global one is installed, or a JIT trace runs."""
+    g = _nn_module
+    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                or g._global_forward_hooks or g._global_forward_pre_hooks
+                or g._global_backward_hooks or g._global_backward_pre_hooks
                 or torch._C._get_tracing_state())
+
+
+def op_schema(op):
+    """The ``torch.FunctionSchema`` of an OpOverload (its arguments, names, defaults);
+    None for a callable without one."""
+    return getattr(op, "_schema", None)
 
 
 def _as_strided_from(x, size, stride, delta):

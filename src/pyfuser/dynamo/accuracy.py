@@ -44,7 +44,7 @@ import os
 
 import torch
 
-from ..compat import mark_boxed, share_codegen
+from ..compat import mark_boxed, op_schema, share_codegen
 from ..errors import AccuracyError
 from . import views
 from .region import STATS
@@ -207,7 +207,7 @@ def _target(node) -> str:
 
 
 def _aliases_input(node) -> bool:
-    schema = getattr(node.target, "_schema", None)
+    schema = op_schema(node.target)
     return bool(schema and schema.returns and schema.returns[0].alias_info is not None and schema.arguments
                 and node.args and isinstance(node.args[0], torch.fx.Node))
 
@@ -217,7 +217,7 @@ def written_inputs(graph) -> frozenset:
     placeholders = {n: i for i, n in enumerate(n for n in graph.nodes if n.op == "placeholder")}
     written = set()
     for node in graph.nodes:
-        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        schema = op_schema(node.target) if node.op == "call_function" else None
         if schema is None:
             continue
         for i, arg in enumerate(schema.arguments):

@@ -24,7 +24,7 @@ from collections import Counter
 import torch
 from torch.fx.node import Node
 
-from ..compat import module_hooks_or_tracing
+from ..compat import module_call_hooked
 from ..runtime.executor import fast_path_allowed, prepared_for, run_prepared
 from .rules import Unsupported, meta
 from .translate import InputSpec, Translation, translate
@@ -197,8 +197,7 @@ class FusedRegion(torch.nn.Module):
     def __call__(self, *args):
         """``forward`` without ``nn.Module.__call__``'s dispatch (a few microseconds per
         region call) when no hook or JIT trace needs it; with any, the usual path."""
-        if (self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks
-                or module_hooks_or_tracing()):
+        if module_call_hooked(self):
             return super().__call__(*args)
         return self.forward(*args)
 
