@@ -33,10 +33,7 @@ UPWARD = {
 }
 
 # (importer, module, name): a private name imported from another module
-PRIVATE = {
-    ("pyfuser.dynamo.graphs", "pyfuser.dynamo.views", "_reinterpret"):
-        "torch's private reinterpret entry point, to move to compat",
-}
+PRIVATE: dict = {}
 
 # sets of modules that import each other (strongly connected components)
 CYCLES: dict = {}

@@ -30,28 +30,53 @@ Accessor: the API behind it; its users; what runs where it is missing.
   ``logging`` loggers (``TORCH_LOGS`` does not name pyfuser's; ``logging`` still does).
 - ``compile_id``: ``torch._guards.CompileContext.current_compile_id``; dynamo/logs.py; None.
 
-Still reached directly, to move here (their modules are kept as they are for now):
+- ``load_handles``: ``CompiledKernel._init_handles``; runtime/spills.py, bench/kernel_stats.py;
+  None (registers unknown until the first launch).
+- ``compiled_kernels``: ``JITFunction.device_caches``; bench/kernel_stats.py; an empty list.
+- ``ptxas_command``: ``triton.knobs.compilation``/``knobs.nvidia``,
+  ``triton.backends.nvidia.compiler`` (``get_ptxas``, ``sm_arch_from_capability``) and the
+  compiled kernel's metadata; runtime/spills.py; none (the driver's local-memory count).
+- ``compile_offline``: ``triton.backends.compiler.GPUTarget``, ``triton.compiler``
+  (``ASTSource``, ``compile``, ``make_backend``), ``triton.runtime.jit.create_function_from_signature``,
+  ``JITFunction._pack_args``; runtime/spills.py; none (``benchmarks/regcheck.py`` needs it).
+- ``interpreter_module``, ``tensor_handle``, ``argument_conversion``/``set_argument_conversion``,
+  ``interpreted_function_base``: ``triton.runtime.interpreter`` (``TensorHandle``,
+  ``InterpretedFunction``, ``InterpreterBuilder``, ``ReduceOps``, ``_implicit_cvt``);
+  runtime/interpreter.py; none (CPU tensors need the interpreter).
+- ``dynamo_backend_taken``, ``register_dynamo_backend``: ``torch._dynamo.backends.registry``
+  (``_COMPILER_FNS``, ``_BACKENDS``, ``register_backend``); dynamo/__init__.py; none.
+- ``aot_autograd``, ``min_cut_partition``, ``functorch_config``, ``fx_graph_cse``:
+  ``torch._dynamo.backends.common``, ``torch._functorch`` (``partitioners``, ``config``,
+  ``compile_utils``); dynamo/backend.py; none.
+- ``unset_fake_temporarily``, ``detect_fake_mode``: ``torch._subclasses.fake_tensor``,
+  ``torch._guards``; dynamo/backend.py, dynamo/pad_matmuls.py; a null context, none.
+- ``get_decompositions``: ``torch._decomp``; dynamo/decompositions.py; none.
+- ``share_codegen``: ``torch.fx.Graph._codegen``; dynamo/backend.py, dynamo/accuracy.py; none.
+- ``mark_boxed``: AOTAutograd's ``_boxed_call`` convention; dynamo/graphs.py, dynamo/accuracy.py.
+- ``qualified_name``: ``torch.fx.node._get_qualified_name``; dynamo/partition.py; none.
+- ``OpOverload``: ``torch._ops.OpOverload``; dynamo/sink_views.py; none.
+- ``module_call_hooked``: ``nn.Module._forward_hooks`` and the other hook dicts,
+  ``torch.nn.modules.module._global_*_hooks``, ``torch._C._get_tracing_state``;
+  dynamo/region.py; none.
+- ``op_schema``: ``OpOverload._schema``; dynamo/accuracy.py; none (dynamo/rules.py still reads
+  ``target._schema``: its module is at its line ceiling).
+- ``reinterpret_tensor``: ``torch._C._dynamo.guards._reinterpret_tensor``; dynamo/views.py,
+  dynamo/graphs.py; ``Tensor.as_strided``.
+- ``storage_use_count``, ``storage_id``: ``torch._C._storage_Use_Count``,
+  ``UntypedStorage._cdata``; dynamo/graphs.py; none.
+- ``foreach_copy_``: ``torch._foreach_copy_``; dynamo/graphs.py; ``Tensor.copy_`` per pair.
 
-- runtime/spills.py: ``CompiledKernel._init_handles``, ``.n_regs``, ``.n_spills``;
-  ``triton.knobs.compilation``/``knobs.nvidia``; ``triton.backends.nvidia.compiler``
-  (``get_ptxas``, ``sm_arch_from_capability``); ``triton.backends.compiler.GPUTarget``;
-  ``triton.compiler`` (``ASTSource``, ``compile``, ``make_backend``);
-  ``triton.runtime.jit.create_function_from_signature``.
-- runtime/interpreter.py: ``triton.runtime.interpreter`` (``TensorHandle``,
-  ``InterpretedFunction``, ``InterpreterBuilder``, ``ReduceOps.apply_impl``).
-- dynamo/: ``torch._dynamo.backends`` (``registry``, ``common.aot_autograd``),
-  ``torch._functorch`` (``partitioners``, ``config``, ``compile_utils.fx_graph_cse``),
-  ``torch._subclasses.fake_tensor.unset_fake_temporarily``, ``torch._guards.detect_fake_mode``,
-  ``torch._decomp.get_decompositions``, ``torch._ops.OpOverload``,
-  ``torch._C._dynamo.guards._reinterpret_tensor``, ``torch._C._storage_Use_Count``,
-  ``torch._C._get_tracing_state``.
-- bench/harness.py: ``CompiledKernel._init_handles``, ``.n_regs``, ``.n_spills``.
+Left where they are: ATen op names with a leading underscore (``aten._to_copy``,
+``aten._unsafe_view``) are ops of ATen's public op set, not private APIs; pyfuser's
+own private attributes (``fd._runtime``, ``ExecutorCache._current_sig``) are not
+torch's or Triton's.
 """
 from __future__ import annotations
 
 import os
 
 import torch
+from torch.nn.modules import module as _nn_module
 
 from .errors import ToolchainError
 
@@ -187,6 +212,236 @@ def newest_compiled(fn):
 
     kernels = fn.device_caches[driver.active.get_current_device()][0]
     return next(reversed(kernels.values()), None)
+
+
+def compiled_kernels(fn, device: int) -> list:
+    """Every CompiledKernel JIT function ``fn`` holds for CUDA device ``device``, oldest
+    first (Triton 3.6: ``device_caches[device]`` is (kernels, keys, target, backend,
+    binder)); an empty list for none."""
+    caches = getattr(fn, "device_caches", {})
+    return list(caches[device][0].values()) if device in caches else []
+
+
+def load_handles(ck) -> None:
+    """Load compiled kernel ``ck``'s module now, so that its ``n_regs`` and ``n_spills``
+    are known before the first launch (Triton loads it lazily)."""
+    init = getattr(ck, "_init_handles", None)
+    if init is not None:
+        init()
+
+
+def ptxas_command(ck, ptx: str, cubin: str) -> list:
+    """The ptxas command line that Triton's ``make_cubin`` ran for compiled kernel
+    ``ck``, on the files ``ptx`` and ``cubin``, with ``-v`` (the register report)."""
+    from triton import knobs
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    md = ck.metadata
+    arch = md.target.arch
+    if knobs.compilation.disable_line_info:
+        debug = ["-lineinfo", "-suppress-debug-info"]
+    elif knobs.nvidia.disable_ptxas_opt:
+        debug = ["-g"]
+    else:
+        debug = ["-lineinfo"]
+    flags = debug + ([] if md.enable_fp_fusion else ["--fmad=false"]) + ["-v"]
+    flags += (["--opt-level", "0"] if knobs.nvidia.disable_ptxas_opt else [])
+    flags += md.ptx_options.split(" ") if md.ptx_options else []
+    return [get_ptxas(arch).path, *flags, f"--gpu-name={sm_arch_from_capability(arch)}", ptx, "-o", cubin]
+
+
+def compile_offline(fn, args, kw, arch: int):
+    """JIT function ``fn`` compiled for CUDA sm_<arch> without a GPU, its arguments
+    specialised by Triton's launch binder as a launch on that GPU would."""
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    kw = dict(kw, debug=kw.get("debug", fn.debug) or knobs.runtime.debug,
+              instrumentation_mode=knobs.compilation.instrumentation_mode)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, specialization, options = binder(*args, **kw)
+    options, signature, constexprs, attrs = fn._pack_args(backend, kw, bound, specialization, options)
+    return compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+
+
+# -- Triton's interpreter (CPU tensors) ------------------------------------------------------
+_INTERPRETER: list = []  # the checked module, once imported
+_INTERPRETER_NAMES = ("TensorHandle", "InterpretedFunction", "InterpreterBuilder", "ReduceOps", "_implicit_cvt")
+
+
+def interpreter_module():
+    """``triton.runtime.interpreter``, whose classes ``runtime.interpreter`` extends
+    (``InterpreterBuilder``'s casts and binary ops, ``ReduceOps.apply_impl``); a
+    ToolchainError where one of them is gone.  Checked once per process."""
+    if not _INTERPRETER:
+        from triton.runtime import interpreter
+
+        for name in _INTERPRETER_NAMES:
+            if not hasattr(interpreter, name):
+                raise missing(f"triton.runtime.interpreter.{name}", "running kernels on CPU tensors")
+        _INTERPRETER.append(interpreter)
+    return _INTERPRETER[0]
+
+
+def tensor_handle(data, dtype):
+    """The interpreter's value of a numpy array ``data`` of Triton dtype ``dtype``."""
+    return interpreter_module().TensorHandle(data, dtype)
+
+
+def interpreted_function_base():
+    """The class of an interpreted ``@triton.jit`` function."""
+    return interpreter_module().InterpretedFunction
+
+
+def argument_conversion():
+    """The interpreter's conversion of a launch argument to its value."""
+    return interpreter_module()._implicit_cvt
+
+
+def set_argument_conversion(fn) -> None:
+    interpreter_module()._implicit_cvt = fn
+
+
+# -- torch.compile: Dynamo, AOTAutograd, FX ---------------------------------------------------
+def dynamo_backend_taken(name: str) -> bool:
+    """Whether Dynamo has a backend ``name`` already: registered, or named by an entry
+    point it has discovered (a second registration would be an error)."""
+    from importlib.metadata import EntryPoint
+
+    from torch._dynamo.backends import registry
+
+    return name in getattr(registry, "_COMPILER_FNS", {}) \
+        or isinstance(getattr(registry, "_BACKENDS", {}).get(name), EntryPoint)
+
+
+def register_dynamo_backend(name: str, fn) -> None:
+    from torch._dynamo.backends import registry
+
+    registry.register_backend(compiler_fn=fn, name=name)
+
+
+def aot_autograd(**kwargs):
+    """Dynamo's AOTAutograd backend factory (``fw_compiler=``, ``partition_fn=``, ...)."""
+    from torch._dynamo.backends.common import aot_autograd as make
+
+    return make(**kwargs)
+
+
+def min_cut_partition(joint_module, joint_inputs, **kwargs):
+    """AOTAutograd's min-cut rematerialization partitioner."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+
+
+def functorch_config():
+    """AOTAutograd's config module (``cse``, ``patch``)."""
+    from torch._functorch import config
+
+    return config
+
+
+def fx_graph_cse(graph):
+    """AOTAutograd's common-subexpression pass over an FX graph."""
+    from torch._functorch.compile_utils import fx_graph_cse as cse
+
+    return cse(graph)
+
+
+def unset_fake_temporarily():
+    """A context without the active fake-tensor mode (a null context where this torch
+    has no such helper)."""
+    try:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily as unset
+    except ImportError:  # pragma: no cover - older torch
+        import contextlib
+
+        return contextlib.nullcontext()
+    return unset()
+
+
+def detect_fake_mode(values):
+    """The fake-tensor mode of ``values`` (or the active one), None for none."""
+    from torch._guards import detect_fake_mode as detect
+
+    return detect(values)
+
+
+def get_decompositions(ops):
+    """torch's decomposition table for the OpOverloads or packets ``ops``."""
+    from torch._decomp import get_decompositions as table
+
+    return table(ops)
+
+
+def share_codegen(graph, source) -> None:
+    """Give FX ``graph`` the code generator of ``source`` (its inputs' and outputs'
+    pytree specs), as a copy of ``source`` needs."""
+    graph.set_codegen(source._codegen)
+
+
+def mark_boxed(fn) -> None:
+    """Mark callable ``fn`` as taking its arguments as one list (AOTAutograd's boxed
+    calling convention), so that AOTAutograd's wrappers call it so."""
+    fn._boxed_call = True
+
+
+def qualified_name(op) -> str:
+    """The dotted name FX prints for a callable (``torch.ops.aten.view.default``)."""
+    from torch.fx.node import _get_qualified_name
+
+    return _get_qualified_name(op)
+
+
+OpOverload = torch._ops.OpOverload  # the type of ``torch.ops.aten.<op>.<overload>``
+
+
+def module_call_hooked(m) -> bool:
+    """Whether a call of ``nn.Module`` ``m`` must go through ``nn.Module.__call__``: a
+    hook of its own or a global one is installed, or a JIT trace runs."""
+    g = _nn_module
+    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                or g._global_forward_hooks or g._global_forward_pre_hooks
+                or g._global_backward_hooks or g._global_backward_pre_hooks
+                or torch._C._get_tracing_state())
+
+
+def op_schema(op):
+    """The ``torch.FunctionSchema`` of an OpOverload (its arguments, names, defaults);
+    None for a callable without one."""
+    return getattr(op, "_schema", None)
+
+
+def _as_strided_from(x, size, stride, delta):
+    return x.as_strided(size, stride, x.storage_offset() + delta)
+
+
+# ``reinterpret_tensor(x, size, stride, delta)``: a view of ``x``'s storage whose offset
+# is ``delta`` past ``x``'s own (torch's C++ helper, without ``as_strided``'s Python
+# argument parsing; the helper takes the offset relative to its input).
+reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or _as_strided_from
+
+# The number of references to a storage (a tensor's storage is free to reuse at 1).
+storage_use_count = torch._C._storage_Use_Count
+
+
+def storage_id(t: torch.Tensor) -> int:
+    """An id of ``t``'s storage, the same for every view of it while it lives."""
+    return t.untyped_storage()._cdata
+
+
+def foreach_copy_(dst, src) -> None:
+    """``d.copy_(s)`` for each pair, in one call where torch has the foreach kernel."""
+    fn = getattr(torch, "_foreach_copy_", None)
+    if fn is not None:
+        fn(dst, src)
+        return
+    for d, s in zip(dst, src):  # pragma: no cover - a torch without it
+        d.copy_(s)
 
 
 def registers(ck) -> tuple:

@@ -1,5 +1,5 @@
 """tanh in fp32 (``ops.TANH_FP32``: both halves computed, one selected) and ``1 + tanh(u)``
-/ ``1 - tanh(u)`` as ``2 / (1 + e^-+2u)`` (``Lowering._shifted_tanh``), against the
+/ ``1 - tanh(u)`` as ``2 / (1 + e^-+2u)`` (``ir.peephole.shifted_tanh``), against the
 reference executor and against float64."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Run benchmark cases: check pyfuser against eager, then time pyfuser, eager and
 torch.compile (Inductor) with the L2 flushed, and read registers/spills of the
-kernels pyfuser launched.
+kernels pyfuser launched (``kernel_stats.py``).
 
 Timing is ``triton.testing.do_bench(fn, warmup, rep, return_mode="median")``: it
 zeroes a 256 MB buffer before every repetition (the L2 flush) and times each call
@@ -25,9 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..runtime import executor
-from ..runtime.cache import COUNTERS
 from .cases import HOST_TARGET_US, SHORT, Case
+from .kernel_stats import execute_recorded, fallback_kernel_stats, host_segments, kernel_stats
 
 # (rtol, atol) per output dtype: about two units in the last place of the stored
 # dtype for fp16/bf16 (pyfuser and eager may round a different fp32 value), fp32
@@ -156,119 +155,6 @@ def compare(case: Case, outs, refs) -> tuple[bool, str]:
     return ok, "; ".join(notes)
 
 
-# --- launches, registers, spills -------------------------------------------------------------
-
-
-def execute_recorded(fd, inputs):
-    """One ``fd.execute`` recording its launches: (outputs, [(fn, grid, args, kwargs)], launches)."""
-    rec: list = []
-    had = hasattr(executor, "RECORD_LAUNCHES")
-    old = getattr(executor, "RECORD_LAUNCHES", None)
-    executor.RECORD_LAUNCHES = rec
-    before = COUNTERS["launches"]
-    try:
-        outs = fd.execute(inputs)
-    finally:
-        if had:
-            executor.RECORD_LAUNCHES = old
-        else:
-            del executor.RECORD_LAUNCHES
-    launches = COUNTERS["launches"] - before
-    return outs, (rec if had else []), launches
-
-
-def host_segments(fd) -> int:
-    """Segments of the plan that run as torch ops on the host (not a generated kernel)."""
-    plans = getattr(getattr(fd, "_runtime", None), "plans", None) or {}
-    if not plans:
-        return 0
-    plan = list(plans.values())[-1]
-    return sum(1 for s in getattr(plan, "steps", []) if getattr(s, "scheduler", "x") is None)
-
-
-def _compiled_kernel(fn, grid, args, kw):
-    """The triton CompiledKernel that ``fn[grid](*args, **kw)`` launched.
-
-    ``JITFunction.run(..., warmup=True)`` looks the kernel up in its cache for these
-    arguments (compiling only on a miss) and returns it without launching.  Failing
-    that, take the newest entry of ``fn.device_caches[device][0]`` (triton 3.6:
-    ``device_caches[device] = (kernel_cache, kernel_key_cache, target, backend, binder)``).
-    """
-    k = None
-    try:
-        k = fn.run(*args, grid=grid, warmup=True, **kw)
-    except Exception:
-        k = None
-    if k is None:
-        try:
-            caches = fn.device_caches
-            dev = torch.cuda.current_device()
-            entries = list(caches[dev][0].values()) if dev in caches else []
-            k = entries[-1] if entries else None
-        except Exception:
-            k = None
-    if k is not None and hasattr(k, "result") and not hasattr(k, "n_regs"):
-        k = k.result()
-    if k is not None and getattr(k, "n_regs", None) is None and hasattr(k, "_init_handles"):
-        try:
-            k._init_handles()
-        except Exception:
-            pass
-    return k
-
-
-def kernel_stats(records) -> list[dict]:
-    out = []
-    for fn, grid, args, kw in records:
-        inner = getattr(fn, "fn", None)
-        info = {"name": getattr(inner, "__name__", None) or getattr(fn, "__name__", "?"),
-                "grid": [int(g) for g in grid] if isinstance(grid, (tuple, list)) else str(grid),
-                "num_warps": kw.get("num_warps"), "regs": None, "spills": None, "local": None, "shared": None}
-        if hasattr(fn, "device_caches"):  # a compiled (CUDA) JITFunction, not the interpreter
-            k = _compiled_kernel(fn, grid, args, kw)
-            if k is not None:
-                info["regs"] = getattr(k, "n_regs", None)
-                info["spills"] = info["local"] = getattr(k, "n_spills", None)
-                if info["local"]:  # local memory is not only spills (spills.ptxas_usage): ask ptxas
-                    try:
-                        info["spills"] = ptxas_usage(k).spills
-                    except Exception:
-                        pass
-                md = getattr(k, "metadata", None)
-                info["shared"] = getattr(md, "shared", None)
-                info["num_warps"] = getattr(md, "num_warps", info["num_warps"])
-        out.append(info)
-    return out
-
-
-def ptxas_usage(k):
-    from ..runtime.spills import ptxas_usage as usage
-
-    return usage(k)
-
-
-def _fallback_kernel_stats(fd) -> list[dict]:
-    """Without RECORD_LAUNCHES: every kernel this definition built (fd._runtime.kernels)."""
-    out = []
-    prefix = f"pyfuser_f{fd.id}_"
-    table = getattr(getattr(fd, "_runtime", None), "kernels", None) or {}
-    for src, fn in list(table.values()):
-        if not getattr(src, "name", "").startswith(prefix):
-            continue
-        info = {"name": src.name, "regs": None, "spills": None}
-        try:
-            dev = torch.cuda.current_device()
-            entries = list(fn.device_caches[dev][0].values())
-            regs = [getattr(k, "n_regs", None) for k in entries]
-            spills = [getattr(k, "n_spills", None) for k in entries]
-            info["regs"] = max((r for r in regs if r is not None), default=None)
-            info["spills"] = max((s for s in spills if s is not None), default=None)
-        except Exception:
-            pass
-        out.append(info)
-    return out
-
-
 # --- one case ------------------------------------------------------------------------------
 
 
@@ -298,7 +184,7 @@ def _free(device):
 def _reset_compiled_state(dynamo: bool):
     if dynamo:
         try:
-            torch._dynamo.reset()
+            torch.compiler.reset()
         except Exception:
             pass
 
@@ -306,7 +192,7 @@ def _reset_compiled_state(dynamo: bool):
 def _compile_inductor(case: Case, tensors, sizes, device, row):
     """torch.compile (default mode) of the case's eager code, from a fresh dynamo
     state; the first call (compile + run) is recorded as ``inductor_compile_s``."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     compiled = torch.compile(lambda *ts: case.eager(list(ts), sizes))
     t0 = time.perf_counter()
     compiled(*tensors)
@@ -344,7 +230,7 @@ def run_case(case: Case, opts: Options, copy_gbps: float | None, skip_compile_re
         _, records, launches = execute_recorded(fd, inputs)
         row["kernels"] = launches
         row["host_segments"] = host_segments(fd)
-        stats = kernel_stats(records) if records else _fallback_kernel_stats(fd)
+        stats = kernel_stats(records) if records else fallback_kernel_stats(fd)
         row["kernel_info"] = stats
         row["regs"] = [s["regs"] for s in stats]
         row["spills"] = [s["spills"] for s in stats]
@@ -413,7 +299,7 @@ def run_case(case: Case, opts: Options, copy_gbps: float | None, skip_compile_re
             row["errors"]["inductor"] = _err(e)
         del compiled
         try:
-            torch._dynamo.reset()
+            torch.compiler.reset()
         except Exception:
             pass
         _free(device)
@@ -494,7 +380,7 @@ def _time_host_case(case, opts, row, fd, inputs, tensors, sizes, skip_compile_re
         try:
             compiled = _compile_inductor(case, tensors, sizes, device, row)
             row["inductor_ms"] = wall_per_call_us(lambda: compiled(*tensors), calls, device) / 1000
-            torch._dynamo.reset()
+            torch.compiler.reset()
         except Exception as e:
             row["errors"]["inductor"] = _err(e)
     elif skip_compile_reason:

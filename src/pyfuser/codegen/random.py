@@ -13,6 +13,7 @@ import torch
 
 from .. import rng as R
 from ..ir.dtypes import TRITON_NAME, DataType
+from .dtype_policy import scalar_cast
 
 
 def philox_words(w, sub: str, seed_lo: str, seed_hi: str, off_lo: str, off_hi: str):
@@ -160,3 +161,38 @@ def integer_comparison(op: str, ints: str, constant: float, random_left: bool) -
     bound = min(max(bound, -1), 2**24 + 1)  # the same truth for every n in range
     sym = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}[op]
     return f"({ints} {sym} {bound})"
+
+
+def lower_random(low, e, v, idx):
+    """The value of random op ``e`` (output ``v``) at ``idx`` for lowering ``low``: its
+    seed and offset (arguments, or the generator's words), the draw at the element's
+    logical index, and the distribution's parameters (``distribution``)."""
+    w = low.w
+    a = e.attrs
+    lin = low.linear_of(v, idx)
+    rest = e.inputs[1:] if a.get("like") else e.inputs[2:]
+    if a.get("like"):
+        p0, p1 = 0.0, 1.0
+    else:
+        p0, p1 = (float(p.value) if p.is_constant else low.scalar(p)[0] for p in e.inputs[:2])
+    if a["has_seed"]:
+        seed, off = (low.scalar(s)[0] for s in rest)
+        seed, off = scalar_cast(seed, DataType.Int), scalar_cast(off, DataType.Int)
+        seed_lo = w.tmp(f"{seed} & 0xFFFFFFFF", "s")
+        seed_hi = w.tmp(f"({seed} >> 32) & 0xFFFFFFFF", "s")
+        off_lo = w.tmp(f"{off} & 0xFFFFFFFF", "s")
+        off_hi = w.tmp(f"({off} >> 32) & 0xFFFFFFFF", "s")
+    else:
+        # Seed and offset arrive as eight 16-bit pieces: Triton types a Python int
+        # argument by its range, so full 32-bit words would change the signature
+        # (and recompile) as the generator's state moves.
+        p = [w.arg(f"rng{v.index}_{i}", "rng", ("rng", e, i)) for i in range(8)]
+        seed_lo, seed_hi, off_lo, off_hi = (
+            w.tmp(f"({p[2 * i]}.to(tl.uint32) << 16) | {p[2 * i + 1]}.to(tl.uint32)", "s") for i in range(4))
+    quads = low.tile.quads(lin)
+    if quads is not None:
+        sub, shape = quads
+        z = random_quads(w, a["dist"], sub, shape, seed_lo, seed_hi, off_lo, off_hi, low.random_ints)
+    else:
+        z = random_value(w, a["dist"], lin.code, seed_lo, seed_hi, off_lo, off_hi, low.random_ints)
+    return distribution(w, a["dist"], z, p0, p1, v.dtype), lin.axes

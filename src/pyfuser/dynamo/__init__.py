@@ -40,16 +40,12 @@ def _register():
     registers the name itself right after the import, and a second registration
     would be an error; so a name whose entry point Dynamo has already discovered is
     left to Dynamo."""
-    from importlib.metadata import EntryPoint
-
-    from torch._dynamo.backends import registry
+    from ..compat import dynamo_backend_taken, register_dynamo_backend
 
     for name in BACKEND_NAMES:
-        if name in getattr(registry, "_COMPILER_FNS", {}):
+        if dynamo_backend_taken(name):
             continue
-        if isinstance(getattr(registry, "_BACKENDS", {}).get(name), EntryPoint):
-            continue
-        registry.register_backend(compiler_fn=pyfuser_backend, name=name)
+        register_dynamo_backend(name, pyfuser_backend)
 
 
 _register()

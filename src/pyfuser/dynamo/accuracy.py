@@ -44,6 +44,7 @@ import os
 
 import torch
 
+from ..compat import mark_boxed, op_schema, share_codegen
 from ..errors import AccuracyError
 from . import views
 from .region import STATS
@@ -206,7 +207,7 @@ def _target(node) -> str:
 
 
 def _aliases_input(node) -> bool:
-    schema = getattr(node.target, "_schema", None)
+    schema = op_schema(node.target)
     return bool(schema and schema.returns and schema.returns[0].alias_info is not None and schema.arguments
                 and node.args and isinstance(node.args[0], torch.fx.Node))
 
@@ -216,7 +217,7 @@ def written_inputs(graph) -> frozenset:
     placeholders = {n: i for i, n in enumerate(n for n in graph.nodes if n.op == "placeholder")}
     written = set()
     for node in graph.nodes:
-        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        schema = op_schema(node.target) if node.op == "call_function" else None
         if schema is None:
             continue
         for i, arg in enumerate(schema.arguments):
@@ -358,7 +359,7 @@ class CheckedGraph:
     handed it), both in ATen on the same inputs; returns ``run``'s outputs."""
 
     def __init__(self, name: str, traced, rewritten, run):
-        self._boxed_call = True
+        mark_boxed(self)
         self.name, self.traced, self.rewritten, self.run = name, traced, rewritten, run
         self.skip = random_outputs(traced.graph)
         self.random = draws_random(traced.graph)
@@ -381,7 +382,7 @@ class CheckedGraph:
 def with_regions_in_aten(gm: torch.fx.GraphModule, region_type) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose ``region_type`` children are their ATen submodules."""
     graph = torch.fx.Graph()
-    graph._codegen = gm.graph._codegen
+    share_codegen(graph, gm.graph)
     graph.output(graph.graph_copy(gm.graph, {}))
     out = torch.fx.GraphModule(gm, graph)
     for name, mod in list(out.named_children()):

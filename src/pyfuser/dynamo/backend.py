@@ -26,9 +26,9 @@ import time
 from collections import Counter
 
 import torch
-from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+from ..compat import (aot_autograd, functorch_config, fx_graph_cse, min_cut_partition, share_codegen,
+                      unset_fake_temporarily)
 from . import accuracy, graphs, logs
 from .decompositions import decomposition_table
 from .in_place import index_add_in_place
@@ -44,12 +44,6 @@ from .views import fast_views
 
 def _unfaked():
     """Translation probes dtypes with small real tensors: leave any fake mode first."""
-    try:
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-    except ImportError:  # pragma: no cover - older torch
-        import contextlib
-
-        return contextlib.nullcontext()
     return unset_fake_temporarily()
 
 
@@ -57,7 +51,7 @@ def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A GraphModule sharing ``gm``'s attributes with a copy of its graph (node meta
     shallow-copied), so a partitioning that fails half-way leaves ``gm`` runnable."""
     graph = torch.fx.Graph()
-    graph._codegen = gm.graph._codegen
+    share_codegen(graph, gm.graph)
     out = graph.graph_copy(gm.graph, {})
     graph.output(out)
     return torch.fx.GraphModule(gm, graph)
@@ -162,10 +156,7 @@ def partition_joint(joint_module, joint_inputs, **kwargs):
     from scalars alone copied per reader and marked for recomputation first
     (``remat.py``).  The partitioner's own common-subexpression pass would merge the
     copies again, so it runs here, before them, and not in the partitioner."""
-    from torch._functorch import config as functorch_config
-    from torch._functorch.compile_utils import fx_graph_cse
-
-    if functorch_config.cse:
+    if functorch_config().cse:
         joint_module.graph = fx_graph_cse(joint_module.graph)
         joint_module.recompile()
     work = _copy(joint_module)
@@ -175,8 +166,8 @@ def partition_joint(joint_module, joint_inputs, **kwargs):
     except Exception as err:  # an optimization: the cut is still valid without it
         warn_once(f"remat: {type(err).__name__}", f"copying scalar-derived tensors for recomputation failed "
                                                   f"({type(err).__name__}); min-cut partitions as it would")
-    with functorch_config.patch(cse=False):
-        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+    with functorch_config().patch(cse=False):
+        return min_cut_partition(joint_module, joint_inputs, **kwargs)
 
 
 @functools.lru_cache(maxsize=None)

@@ -118,7 +118,7 @@ def _alias(x):
 @functools.lru_cache(maxsize=None)
 def decomposition_table() -> dict:
     """OpOverload -> decomposition, for ``aot_autograd(decompositions=...)``."""
-    from torch._decomp import get_decompositions
+    from ..compat import get_decompositions
 
     packets = [getattr(aten, name) for name in DECOMPOSED if hasattr(aten, name)]
     table = get_decompositions(packets)

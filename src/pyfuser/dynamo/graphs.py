@@ -48,16 +48,16 @@ import os
 
 import torch
 
+from ..compat import foreach_copy_, mark_boxed, reinterpret_tensor as _reinterpret, storage_id, storage_use_count
 from ..runtime.executor import fast_path_allowed
 from .region import STATS, capturing, warn_once
-from .views import _reinterpret
 
 SMALL_INPUT_BYTES = 1 << 20
 WARMUP_CALLS = 2
 MISSES_BEFORE_RECAPTURE = 2
 MAX_CAPTURES = 4
 
-_use_count = torch._C._storage_Use_Count
+_use_count = storage_use_count
 
 
 def enabled() -> bool:
@@ -97,7 +97,7 @@ def not_graphable(gm: torch.fx.GraphModule) -> str | None:
 
 
 def _storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+    return storage_id(t)
 
 
 class _Capture:
@@ -145,7 +145,7 @@ class GraphedBackward:
     graph (tests pass their own)."""
 
     def __init__(self, fn, capture=_cuda_capture):
-        self._boxed_call = True  # an instance attribute: Dynamo's wrappers copy __dict__
+        mark_boxed(self)  # an instance attribute: Dynamo's wrappers copy __dict__
         self.fn = fn
         self._capture_fn = capture
         self.calls = 0
@@ -239,7 +239,7 @@ class GraphedBackward:
                 return None
         self.misses_in_row = 0
         if cap.copied:
-            torch._foreach_copy_(cap.buffers, [args[i] for i in cap.copied])
+            foreach_copy_(cap.buffers, [args[i] for i in cap.copied])
         cap.graph.replay()
         STATS["graph_replays"] += 1
         outs = []

@@ -221,7 +221,7 @@ def _permutation(node, rank):
 
 
 def propagate_meta(gm):
-    from torch._guards import detect_fake_mode
+    from ..compat import detect_fake_mode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]

@@ -32,10 +32,10 @@ import inspect
 import logging
 
 import torch
-from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from ..compat import qualified_name
 from .region import FusedRegion, warn_once
 from .rules import (ATEN_ONLY, ATEN_VIEWS, RESHAPES, is_compute, is_layout_copy, meta, reduction_kind,
                     unsupported_reason)
@@ -56,7 +56,7 @@ class PyfuserSupport(OperatorSupportBase):
 def _view_names():
     """Ops handed back to ATen at a region's edges: views (clone is not one: at an edge
     it would make ATen copy what the fusion has just written)."""
-    return sorted(_get_qualified_name(op) for op in ATEN_VIEWS)
+    return sorted(qualified_name(op) for op in ATEN_VIEWS)
 
 
 def _partitioner(gm):

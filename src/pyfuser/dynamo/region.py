@@ -23,8 +23,8 @@ from collections import Counter
 
 import torch
 from torch.fx.node import Node
-from torch.nn.modules import module as _module
 
+from ..compat import module_call_hooked
 from ..runtime.executor import fast_path_allowed, prepared_for, run_prepared
 from .rules import Unsupported, meta
 from .translate import InputSpec, Translation, translate
@@ -199,10 +199,7 @@ class FusedRegion(torch.nn.Module):
     def __call__(self, *args):
         """``forward`` without ``nn.Module.__call__``'s dispatch (a few microseconds per
         region call) when no hook or JIT trace needs it; with any, the usual path."""
-        if (self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks
-                or _module._global_forward_hooks or _module._global_forward_pre_hooks
-                or _module._global_backward_hooks or _module._global_backward_pre_hooks
-                or torch._C._get_tracing_state()):
+        if module_call_hooked(self):
             return super().__call__(*args)
         return self.forward(*args)
 

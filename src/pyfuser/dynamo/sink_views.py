@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from ..compat import OpOverload
 from .rules import RESHAPES, meta, reduction_kind, unsupported_reason
 
 aten = torch.ops.aten
@@ -85,7 +86,7 @@ def _sinkable(n, after_row) -> bool:
 def _pointwise_over(user, view) -> bool:
     """Whether ``user`` is a pointwise op of ``view`` whose other tensor operands have
     the view's shape and are contiguous (so viewing them back costs nothing)."""
-    if user.op != "call_function" or not isinstance(user.target, torch._ops.OpOverload):
+    if user.op != "call_function" or not isinstance(user.target, OpOverload):
         return False
     if torch.Tag.pointwise not in user.target.tags or user.kwargs:
         return False

@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import torch
 
+from ..compat import reinterpret_tensor
 from .rules import ATEN_VIEWS
 
 aten = torch.ops.aten
 
 # ``_reinterpret(x, size, stride, delta)``: a view of ``x``'s storage whose offset is
 # ``delta`` past ``x``'s own (torch's helper takes the offset relative to its input).
-try:
-    _reinterpret = torch._C._dynamo.guards._reinterpret_tensor
-except AttributeError:  # pragma: no cover - a torch without it
-    def _reinterpret(x, size, stride, delta):
-        return x.as_strided(size, stride, x.storage_offset() + delta)
+_reinterpret = reinterpret_tensor
 
 # The ops with a view rule (``rules.ATEN_VIEWS``), but reshape, which copies when the
 # input's strides do not allow a view.

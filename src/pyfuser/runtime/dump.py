@@ -37,8 +37,9 @@ _KEYS: dict[str, object] = {}
 
 
 def getenv(name: str) -> str:
-    """``os.environ.get(name, "")`` in ~0.2 us instead of ~1.5 us (a missing key costs
-    os.environ a KeyError): every execute reads PYFUSER_DUMP and PYFUSER_PROF."""
+    """``os.environ.get(name, "")``, several times faster (a missing key costs
+    os.environ a KeyError; docs/TUNING.md#host-time): every execute reads PYFUSER_DUMP
+    and PYFUSER_PROF."""
     if _ENV_DATA is None:
         return os.environ.get(name, "")
     key = _KEYS.get(name)

@@ -361,8 +361,8 @@ def fast_path_allowed() -> bool:
 
     The torch.compile backend asks at every region call, between ATen ops whose work
     evicts the host's caches: there, the general check (``dump.enabled_dumps`` and
-    ``profiler.printing``, four functions and as many modules' dicts) took 9.6 us a
-    call in a CPU training step, against 0.3 us in a loop.  This one reads the two
+    ``profiler.printing``, four functions and as many modules' dicts) cost many times
+    what it costs in a loop (docs/TUNING.md#region-call-host).  This one reads the two
     variables' raw values straight from the environment's dict: set to anything but
     "" (and ``profiler.OFF`` for PYFUSER_PROF), the call takes ``execute``, which
     validates them."""

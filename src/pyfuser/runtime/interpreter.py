@@ -49,6 +49,8 @@ import threading
 
 import numpy as np
 
+from ..compat import (argument_conversion, interpreted_function_base, interpreter_module, set_argument_conversion,
+                      tensor_handle)
 from ..ir.reductions import HELPERS
 
 # The op table's combine helpers with a numpy equivalent, by the name kernels call them.
@@ -66,7 +68,6 @@ def _torch_fn(fn, numpy=False):
 
     def shim(*args, _semantic=None):
         import torch
-        from triton.runtime.interpreter import TensorHandle
 
         # the result takes the type of the largest tensor argument (others broadcast)
         first = max((a for a in args if hasattr(a, "handle")), key=lambda a: np.size(a.handle.data))
@@ -75,7 +76,7 @@ def _torch_fn(fn, numpy=False):
         arrays = [np.ascontiguousarray(np.asarray(d, dtype=dtype)) for d in datas]
         with np.errstate(all="ignore"):  # masked-off lanes hold anything
             out = (fn(*arrays) if numpy else fn(*map(torch.from_numpy, arrays)).numpy()).astype(dtype)
-        return type(first)(TensorHandle(out, first.handle.dtype), first.type)
+        return type(first)(tensor_handle(out, first.handle.dtype), first.type)
 
     return shim
 
@@ -99,9 +100,8 @@ def _float_argument(arg):
     if not isinstance(arg, float):
         return arg
     import triton.language as tl
-    from triton.runtime.interpreter import TensorHandle
 
-    return tl.tensor(TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+    return tl.tensor(tensor_handle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
 
 
 class _Libdevice:
@@ -119,9 +119,7 @@ class _Libdevice:
 def _interpreted_function_type():
     global _INTERPRETED
     if _INTERPRETED is None:
-        from triton.runtime.interpreter import InterpretedFunction
-
-        class Interpreted(InterpretedFunction):
+        class Interpreted(interpreted_function_base()):
             def rewrite(self):
                 fn = self.__dict__.get("_rewritten")
                 if fn is None:
@@ -185,12 +183,11 @@ class InterpretedKernel:
 def _tensor_range(*bounds):
     """``range`` whose indices are scalar tensors: int64 when a bound is, else int32."""
     import triton.language as tl
-    from triton.runtime.interpreter import TensorHandle
 
     wide = any(getattr(b, "dtype", None) in (tl.int64, tl.uint64) for b in bounds)
     ty, np_ty = (tl.int64, np.int64) if wide else (tl.int32, np.int32)
     for i in range(*(int(_data(b).reshape(-1)[0]) if hasattr(b, "handle") else int(b) for b in bounds)):
-        yield tl.tensor(TensorHandle(np.array([i], dtype=np_ty), ty), ty)
+        yield tl.tensor(tensor_handle(np.array([i], dtype=np_ty), ty), ty)
 
 
 def _version(text: str) -> tuple:
@@ -221,8 +218,7 @@ def install_fast_paths():
     global _installed
     if _installed:
         return
-    from triton.runtime import interpreter
-
+    interpreter = interpreter_module()
     original = interpreter.ReduceOps.apply_impl
 
     def apply_impl(self, input):
@@ -279,14 +275,14 @@ def _install_bf16_rounding(interpreter):
 def _install_bool_arguments(interpreter):
     import triton.language as tl
 
-    convert = interpreter._implicit_cvt
+    convert = argument_conversion()
 
     def implicit_cvt(arg):
         if isinstance(arg, bool):
             return tl.tensor(interpreter.TensorHandle(np.array([arg], dtype=np.bool_), tl.int1), tl.int1)
         return convert(arg)
 
-    interpreter._implicit_cvt = implicit_cvt
+    set_argument_conversion(implicit_cvt)
 
 
 def _install_ordered_zeros(interpreter):

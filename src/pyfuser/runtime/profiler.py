@@ -44,8 +44,8 @@ def copy_bandwidth(device: torch.device) -> float | None:
         return None
     key = device.index if device.index is not None else torch.cuda.current_device()
     if key not in _COPY_GBPS:
-        # 1 GiB each way, as the benchmark harness measures it (128 MiB read 14% low on
-        # an H200: 3663 vs 4236 GB/s); less where the device has not that much free.
+        # 1 GiB each way, as the benchmark harness measures it (a smaller copy reads low:
+        # docs/TUNING.md#copy-bandwidth); less where the device has not that much free.
         free = torch.cuda.mem_get_info(device)[0]
         n = 1 << 30 if free > 8 * (1 << 30) else 1 << 27
         src = torch.empty(n, dtype=torch.uint8, device=device)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..compat import compile_offline, load_handles, ptxas_command
 from ..schedulers.base import Reject, current_choices
 
 
@@ -37,9 +38,7 @@ def compiled_usage(src, fn, args, grid, kw) -> tuple:
     code declares (``ptxas_usage``); when it is not 0, ptxas says how much is spills."""
     try:
         k = fn.warmup(*args, grid=grid, **kw)
-        init = getattr(k, "_init_handles", None)
-        if init is not None:
-            init()
+        load_handles(k)
         local = int(getattr(k, "n_spills", 0) or 0)
         regs = getattr(k, "n_regs", None)
     except Exception:  # the launch itself will report a real problem
@@ -140,26 +139,11 @@ def ptxas_usage(kernel) -> Usage:
     their argument reduction (huge arguments), so every kernel calling them reports
     8 "spills" (RoPE on the H200: 128 registers, 8 spills; ptxas: 0 bytes of spill
     stores, a 32-byte stack frame)."""
-    from triton import knobs
-    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
-
-    md = kernel.metadata
-    arch = md.target.arch
-    if knobs.compilation.disable_line_info:
-        debug = ["-lineinfo", "-suppress-debug-info"]
-    elif knobs.nvidia.disable_ptxas_opt:
-        debug = ["-g"]
-    else:
-        debug = ["-lineinfo"]
-    flags = debug + ([] if md.enable_fp_fusion else ["--fmad=false"]) + ["-v"]
-    flags += (["--opt-level", "0"] if knobs.nvidia.disable_ptxas_opt else [])
-    flags += md.ptx_options.split(" ") if md.ptx_options else []
     with tempfile.TemporaryDirectory() as d:
         ptx = os.path.join(d, "k.ptx")
         with open(ptx, "w") as f:
             f.write(kernel.asm["ptx"])
-        cmd = [get_ptxas(arch).path, *flags, f"--gpu-name={sm_arch_from_capability(arch)}", ptx,
-               "-o", os.path.join(d, "k.cubin")]
+        cmd = ptxas_command(kernel, ptx, os.path.join(d, "k.cubin"))
         log = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
     return parse_ptxas_log(log)
 
@@ -184,16 +168,4 @@ def compiled_offline(fn, args, kw, arch: int = H200):
     launch on that GPU would: tensors by dtype and 16-byte alignment of ``data_ptr()``
     (meta tensors: address 0, aligned), ints by width, divisibility by 16 and equality
     to 1.  ``kw``: constexprs and ``num_warps``."""
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile, make_backend
-    from triton.runtime.jit import create_function_from_signature
-
-    target = GPUTarget("cuda", arch, 32)
-    backend = make_backend(target)
-    kw = dict(kw, debug=kw.get("debug", fn.debug) or knobs.runtime.debug,
-              instrumentation_mode=knobs.compilation.instrumentation_mode)
-    binder = create_function_from_signature(fn.signature, fn.params, backend)
-    bound, specialization, options = binder(*args, **kw)
-    options, signature, constexprs, attrs = fn._pack_args(backend, kw, bound, specialization, options)
-    return compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+    return compile_offline(fn, args, kw, arch)

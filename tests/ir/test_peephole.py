@@ -1,0 +1,90 @@
+"""The peephole passes (``ir.peephole``) find their sites from the IR alone, before
+lowering: the sites they must take, and the look-alikes they must leave."""
+from __future__ import annotations
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.ir import peephole
+
+
+def _outputs(build):
+    with FusionDefinition() as fd:
+        for o in build(fd):
+            fd.add_output(o)
+    return fd.ir.outputs
+
+
+def _x(fd, dtype=DataType.Float):
+    return fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dtype)
+
+
+def _sites(build, which):
+    return getattr(peephole.find(_outputs(build)), which)
+
+
+def test_one_plus_tanh_is_found_in_either_order_and_one_minus_tanh_too():
+    for op, order, sign in (("add", 0, 1), ("add", 1, 1), ("sub", 0, -1)):
+        def build(fd, op=op, order=order):
+            u = fd.ops.mul(_x(fd), 0.5)
+            t = fd.ops.tanh(u)
+            args = (1.0, t) if order == 0 else (t, 1.0)
+            return [getattr(fd.ops, op)(*args)]
+        (site,) = _sites(build, "shifted_tanh").values()
+        assert site.sign == sign and site.tanh.definition.op == "tanh" and site.u.definition.op == "mul"
+
+
+def test_tanh_minus_one_a_tanh_read_twice_and_fp16_are_left_alone():
+    def minus_one(fd):
+        return [fd.ops.sub(fd.ops.tanh(_x(fd)), 1.0)]
+
+    def read_twice(fd):
+        t = fd.ops.tanh(_x(fd))
+        return [fd.ops.add(t, 1.0), t]
+
+    def half(fd):
+        return [fd.ops.add(fd.ops.tanh(_x(fd, DataType.Half)), 1.0)]
+
+    def two(fd):
+        return [fd.ops.add(fd.ops.tanh(_x(fd)), 2.0)]
+
+    for build in (minus_one, read_twice, half, two):
+        assert _sites(build, "shifted_tanh") == {}, build.__name__
+
+
+def test_a_unit_draw_compared_with_a_constant_is_found_through_layout_ops():
+    def dropout(fd):
+        x = _x(fd)
+        keep = fd.ops.lt(fd.ops.rand_like(x), 0.9)
+        return [fd.ops.where(keep, x, 0.0)]
+
+    def flipped(fd):
+        u = fd.ops.permute(fd.ops.uniform(0.0, 1.0, [4, 8]), [1, 0])
+        return [fd.ops.ge(0.25, u)]
+
+    (site,) = _sites(dropout, "draw_comparisons").values()
+    assert site == peephole.DrawComparison(0, 0.9)
+    (site,) = _sites(flipped, "draw_comparisons").values()
+    assert site == peephole.DrawComparison(1, 0.25)
+
+
+def test_other_draws_and_constants_are_left_to_the_float_comparison():
+    def scaled(fd):
+        return [fd.ops.lt(fd.ops.uniform(0.0, 2.0, [4, 8]), 0.5)]
+
+    def normal(fd):
+        return [fd.ops.lt(fd.ops.randn_like(_x(fd)), 0.5)]
+
+    def half(fd):
+        return [fd.ops.lt(fd.ops.rand_like(_x(fd, DataType.Half)), 0.5)]
+
+    def infinite(fd):
+        return [fd.ops.lt(fd.ops.rand_like(_x(fd)), float("inf"))]
+
+    def through_math(fd):
+        return [fd.ops.lt(fd.ops.mul(fd.ops.rand_like(_x(fd)), 1.0), 0.5)]
+
+    for build in (scaled, normal, half, infinite, through_math):
+        assert _sites(build, "draw_comparisons") == {}, build.__name__
+
+
+def test_a_walk_without_outputs_rewrites_nothing():
+    assert peephole.find(()) == peephole.Rewrites()
