@@ -227,9 +227,12 @@ class Choices:
         return registry if not self.disable else tuple(s for s in registry if s.NAME not in self.disable)
 
     def apply(self, params):
-        """``params`` with the chosen fields it has replaced."""
+        """``params`` with the chosen fields it has replaced; params that come in forms
+        (``reduction_params``) move to the form the choices name (``choose``)."""
         if not self.fields:
             return params
+        if hasattr(type(params), "choose"):
+            return params.choose(self.fields)
         names = {f.name for f in dataclasses.fields(params)}
         chosen = {k: v for k, v in self.fields.items() if k in names}
         return dataclasses.replace(params, **chosen) if chosen else params
@@ -240,10 +243,12 @@ class Choices:
 _REGISTERED = {"names": (), "fields": frozenset()}
 
 
-def register(schedulers, params_classes):
-    """Record the registry's scheduler names and every field of their params classes."""
+def register(schedulers, params_classes, switches=()):
+    """Record the registry's scheduler names, every field of their params classes and
+    the ``switches``: names that pick a params form rather than set a field."""
     _REGISTERED["names"] = tuple(s.NAME for s in schedulers)
-    _REGISTERED["fields"] = frozenset(f.name for cls in params_classes for f in dataclasses.fields(cls))
+    _REGISTERED["fields"] = frozenset([f.name for cls in params_classes for f in dataclasses.fields(cls)]
+                                      + list(switches))
 
 
 def _param_fields() -> frozenset:
