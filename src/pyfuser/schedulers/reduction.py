@@ -12,6 +12,11 @@ ones) and differ in what they accept and how they size the tile:
 * outer reduction: the innermost dim is kept (bias gradients: sum over dim 0), so
   the tile is laid out with kept elements along the contiguous axis.
 
+This module holds what they share: the analysis, the row heuristics (persistent,
+chunked, peeled, prefetched rows), the spill fallbacks, the run-time check, emission
+and the grid.  The column strips' sizes live in ``reduction_outer``; the params, one
+frozen dataclass per form of the tile, in ``reduction_params``.
+
 Worked example: log-softmax over [8192, 30522] fp16.  J = 30522 pads to 32768 per
 row; persistent with one row per program, 32768 / (32 warps * 32 lanes) = 32
 elements per thread held as fp16: the row is read once and written once.  On the
@@ -131,7 +136,7 @@ PREFETCH_ROW_BYTES = 1 << 16
 
 def prefetch_pays(seg: Segment, ref, J: int, p: ReductionParams) -> bool:
     """Whether rows are walked by one program per SM with the next row loaded ahead
-    (``ReductionParams.prefetch``): normalizations over rows that pad to 32768 lanes
+    (``PrefetchRows``): normalizations over rows that pad to 32768 lanes
     (one row fills an SM, so nothing else overlaps its phases), peeled (the carried
     loads are each row's head, tail and aligned body), reading nothing but contiguous rows (a weight
     loaded in the loop would wait behind the next row's loads), whose two rows' loads fit
