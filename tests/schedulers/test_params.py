@@ -29,6 +29,8 @@ FL = DataType.Float
     (OuterPersistent(8, 64, 4, False, contig_multiple=3), ["contig_multiple=3"]),
     (PrefetchRows(128, 4, False, align=1), ["align=1 must be a power of 2 > 1"]),
     (InnerOuterParams(2, 96, 4, 0, 0, 0, False), ["block_j=96", "nprog=0"]),
+    (InnerOuterParams(2, 128, 64, 8, 3, 4, False), ["num_warps=64 exceeds 32"]),
+    (PointwiseParams(4096, 64, False), ["num_warps=64 exceeds 32"]),
 ])
 def test_validate_names_every_bad_field(params, fields):
     with pytest.raises(ChoicesError) as err:

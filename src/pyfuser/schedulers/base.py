@@ -324,6 +324,11 @@ def powers_of_2(params, *names) -> list:
                     and getattr(params, n) & (getattr(params, n) - 1) == 0)]
 
 
+def too_many_warps(params) -> list:
+    """A problem when ``params.num_warps`` exceeds a thread block's 1024 threads."""
+    return [f"num_warps={params.num_warps} exceeds 32 (1024 threads)"] if params.num_warps > 32 else []
+
+
 def invalid_params(params, scheduler: str) -> Reject | None:
     """The run-time check's first step: ``params.validate()`` as a rejection."""
     try:

@@ -48,7 +48,7 @@ from ..codegen.writer import KernelWriter
 from ..ir.ops import OPS, OpKind
 from ..errors import Unsupported
 from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
-                   next_pow2, powers_of_2, require_valid)
+                   next_pow2, powers_of_2, require_valid, too_many_warps)
 
 NAME = "pointwise"
 
@@ -64,7 +64,7 @@ class PointwiseParams:
 
     def validate(self) -> PointwiseParams:
         """Raise ``ChoicesError`` for combinations no kernel takes; returns self."""
-        bad = powers_of_2(self, "block", "num_warps", "block_outer", "contig_multiple")
+        bad = powers_of_2(self, "block", "num_warps", "block_outer", "contig_multiple") + too_many_warps(self)
         if self.block_outer > self.block:
             bad.append(f"block_outer={self.block_outer} exceeds block={self.block}")
         if self.block_outer > 1 and not self.outer:

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import ChoicesError
-from .base import powers_of_2, require_valid
+from .base import powers_of_2, require_valid, too_many_warps
 
 # What every attribute reads where no form carries it as a field.
 _DEFAULTS = dict(block_k=1, quad_rng=False, align=1, aligned_rows=False, contig_multiple=1, online=False,
@@ -77,10 +77,7 @@ class ReductionParams:
         return require_valid(self, self._problems())
 
     def _problems(self) -> list:
-        bad = powers_of_2(self, "block_j", "num_warps", *self.NUMBERS)
-        if self.num_warps > 32:
-            bad.append(f"num_warps={self.num_warps} exceeds 32 (1024 threads)")
-        return bad
+        return powers_of_2(self, "block_j", "num_warps", *self.NUMBERS) + too_many_warps(self)
 
     def values(self) -> dict:
         """Every attribute: the fields and what the form fixes."""
