@@ -1,6 +1,6 @@
-"""The reduction params' forms: each prints its form and its own fields only, reads
-what it fixes as an attribute, and moves to the form a choice names (``recast``,
-``choose``); ``prefetch`` is a choice like the fields."""
+"""The params' forms (reduction tiles, pointwise tiles): each prints its form and its
+own fields only, reads what it fixes as an attribute, and moves to the form a choice
+names (``recast``, ``choose``); ``prefetch`` is a choice like the fields."""
 import dataclasses
 
 import pytest
@@ -9,6 +9,7 @@ import torch
 from pyfuser import DataType, FusionDefinition
 from pyfuser.errors import ChoicesError
 from pyfuser.schedulers import Choices
+from pyfuser.schedulers.pointwise import BroadcastParams, FlatParams
 from pyfuser.schedulers.reduction_params import (FORMS, InnerChunked, InnerPersistent, OuterChunked,
                                                   OuterPersistent, PrefetchRows)
 
@@ -77,3 +78,12 @@ def test_prefetch_is_a_choice_of_its_own_plan():
     assert isinstance(p, PrefetchRows) and p.align == 8
     assert q == fd.explain([x]).segments[0].params and not q.prefetch
     assert Choices(prefetch=False) != Choices()
+
+
+def test_pointwise_forms_follow_outer():
+    flat = FlatParams(2048, 4, False)
+    assert repr(flat) == "FlatParams(block=2048, num_warps=4, int64=False)"
+    assert (flat.outer, flat.block_outer, flat.contig_multiple) == ((), 1, 1)
+    tile = flat.choose({"outer": (0,), "block_outer": 8, "split": 4})
+    assert tile == BroadcastParams(2048, 4, False, (0,), 8)
+    assert tile.choose({"outer": ()}) == flat and flat.choose({"block_j": 16}) is flat

@@ -32,7 +32,7 @@ for _sched in SCHEDULERS:
                                 "fallbacks", "max_registers") if not hasattr(_sched, m)]
         raise TypeError(f"scheduler module {_sched.__name__} lacks {', '.join(_missing)} (schedulers.base.Scheduler)")
 
-base.register(SCHEDULERS, (pointwise.PointwiseParams, *reduction_params.FORMS, inner_outer.InnerOuterParams),
+base.register(SCHEDULERS, (*pointwise.FORMS, *reduction_params.FORMS, inner_outer.InnerOuterParams),
               reduction_params.SWITCHES)
 
 __all__ = ["SCHEDULERS", "Choices", "Reject", "Rejection", "Scheduler", "Segment", "current_choices"]

@@ -166,9 +166,9 @@ class Choices:
     expressions (``re.sub``) to every kernel source the schedulers generate, so a
     code generator idea can be timed before it is written (the results may change).
     For tests that must exercise every variant on small shapes, and for the
-    benchmarks' variant sweeps.  Params that come in forms (the reduction tiles,
-    ``reduction_params``) also take the names of their switches (``persistent``,
-    ``prefetch``), which move them to the form named.
+    benchmarks' variant sweeps.  Params that come in forms (``reduction_params``, the
+    pointwise ``FlatParams`` and ``BroadcastParams``) move to the form the choices
+    name: ``persistent`` and ``prefetch`` (switches, no field) or ``outer``.
 
     Nested blocks combine (the inner one wins a field both set).  The choices in force
     are part of every cache key (``key``: the plan's signature, the prepared launches'
@@ -200,7 +200,8 @@ class Choices:
         self.spill_check = bool(spill_check)
         self.edits = _checked_edits(edits)
         self.key = () if not (fields or disable or not spill_check or self.edits) else (
-            tuple(sorted(fields.items())), tuple(sorted(self.disable)), self.spill_check, self.edits)
+            tuple(sorted(fields.items())), tuple(sorted(self.disable)), self.spill_check) + (
+            (self.edits,) if self.edits else ())
         self._tokens = []
 
     def __bool__(self):
