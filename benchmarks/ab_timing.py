@@ -16,8 +16,7 @@ import torch
 import triton
 
 from pyfuser.bench.cases import select
-from pyfuser.bench.harness import moved_bytes
-from pyfuser.runtime import executor
+from pyfuser.bench.harness import execute_recorded, moved_bytes
 
 
 def main():
@@ -36,9 +35,7 @@ def main():
         fd = case.define(sizes)
         inputs = list(case.make_inputs(sizes, "cuda", None))
         fd.execute(inputs)
-        executor.RECORD_LAUNCHES = []
-        out = fd.execute(inputs)
-        rec, executor.RECORD_LAUNCHES = executor.RECORD_LAUNCHES, None
+        out, rec, _ = execute_recorded(fd, inputs)
 
         def replay(rec=rec):
             for fn, grid, a, kw in rec:

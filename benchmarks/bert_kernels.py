@@ -61,35 +61,6 @@ def col_sum(rows, cols):
     return build
 
 
-def outer_rule_rows():
-    """Outer tiles under candidate rules (base warps, fewest chunk rows, values per
-    thread), on BERT's outer reductions and plain column sums."""
-    import contextlib
-
-    from variants import bench_build, run
-
-    from pyfuser.schedulers import reduction as R
-
-    @contextlib.contextmanager
-    def rule(warps, rows, values):
-        old = R.OUTER_WARPS, R.OUTER_MIN_ROWS, R.OUTER_VALUES_PER_THREAD
-        R.OUTER_WARPS, R.OUTER_MIN_ROWS, R.OUTER_VALUES_PER_THREAD = warps, rows, values
-        try:
-            yield
-        finally:
-            R.OUTER_WARPS, R.OUTER_MIN_ROWS, R.OUTER_VALUES_PER_THREAD = old
-
-    rules = [(4, 32, 64), (2, 16, 128), (2, 32, 128), (2, 16, 64), (4, 16, 128), (2, 16, 96)]
-    rows = []
-    for name, build in (("qkv_bias", qkv_bias), ("gelu_bias", gelu_bias),
-                        ("bias_grad_sum_dim0_fp16", bench_build("bias_grad_sum_dim0_fp16")),
-                        ("col sum [8192,768]", col_sum(8192, 768)), ("col sum [8192,3072]", col_sum(8192, 3072)),
-                        ("col sum [65536,1024]", col_sum(65536, 1024))):
-        rows += run(name, build, [(f"warps {w}, rows >= {r}, values {v}", {}, [], rule(w, r, v))
-                                  for w, r, v in rules])
-    return rows
-
-
 def main():
     import sys
 
@@ -101,9 +72,6 @@ def main():
         for _ in range(3):
             fd.execute(inputs)
         torch.cuda.synchronize()
-        return
-    if sys.argv[1:] == ["rule"]:
-        print("\n".join(outer_rule_rows()))
         return
     if sys.argv[1:] == ["online"]:
         print("\n".join(online_rows()))

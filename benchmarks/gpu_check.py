@@ -18,8 +18,8 @@ import pyfuser
 from pyfuser import DataType, FusionDefinition
 from pyfuser.bench.seeds import SEEDS
 from pyfuser.reference import run_reference
+from pyfuser.bench.harness import execute_recorded, kernel_stats
 from pyfuser.runtime import executor
-from pyfuser.runtime.cache import COUNTERS
 
 
 def copy_gbps():
@@ -33,17 +33,6 @@ def nbytes(ts):
     return sum(t.numel() * t.element_size() for t in ts)
 
 
-def kernel_stats(fd):
-    out = []
-    for key, (src, fn) in fd._runtime.kernels.items():
-        if not src.name.startswith(f"pyfuser_f{fd.id}_"):
-            continue
-        for dev_cache in getattr(fn, "device_caches", {}).values():
-            for k in dev_cache[0].values():
-                out.append((src.name, getattr(k, "n_regs", "?"), getattr(k, "n_spills", "?")))
-    return out
-
-
 def main():
     copy = copy_gbps()
     print(f"device {torch.cuda.get_device_name()} copy {copy:.0f} GB/s", flush=True)
@@ -54,12 +43,8 @@ def main():
         inputs = case.make_inputs(case.full_sizes, "cuda")
         torch.manual_seed(1)
         out = fd.execute(inputs)
-        before = COUNTERS["launches"]
         torch.manual_seed(1)
-        executor.RECORD_LAUNCHES = []
-        out = fd.execute(inputs)
-        recorded, executor.RECORD_LAUNCHES = executor.RECORD_LAUNCHES, None
-        launches = COUNTERS["launches"] - before
+        out, recorded, launches = execute_recorded(fd, inputs)
         torch.manual_seed(1)
         rs, _ = executor.make_rng_state(fd.ir, torch.device("cuda"))
         ref = run_reference(fd.ir, inputs, rng_state=rs)
@@ -81,7 +66,8 @@ def main():
         ms = triton.testing.do_bench(replay, return_mode="median")
         eager_ms = triton.testing.do_bench(lambda: case.eager(*inputs, *case.full_sizes), return_mode="median")
         gbps = moved / ms / 1e6
-        rows.append((name, launches, ms, gbps, 100 * gbps / copy, eager_ms, ok, errs, kernel_stats(fd), exec_ms))
+        ks = [(k["name"], k["regs"], k["spills"]) for k in kernel_stats(recorded)]
+        rows.append((name, launches, ms, gbps, 100 * gbps / copy, eager_ms, ok, errs, ks, exec_ms))
         print(rows[-1], flush=True)
     # RNG: CPU interpreter vs GPU, explicit seed
     with FusionDefinition() as fd:

@@ -10,9 +10,8 @@ import torch
 import triton
 
 from pyfuser import FusionDefinition
-from pyfuser.bench.harness import moved_bytes
+from pyfuser.bench.harness import execute_recorded, moved_bytes
 from pyfuser.bench.seeds import SEEDS
-from pyfuser.runtime import executor
 from pyfuser.schedulers import Choices
 
 
@@ -34,9 +33,7 @@ def run_case(name, sizes, variants):
             case.build(fd, *sizes)
         with Choices(**ov):
             fd.execute(inputs)
-            executor.RECORD_LAUNCHES = []
-            out = fd.execute(inputs)
-            rec, executor.RECORD_LAUNCHES = executor.RECORD_LAUNCHES, None
+            out, rec, _ = execute_recorded(fd, inputs)
         if nbytes is None:
             nbytes = sum(t.numel() * t.element_size() for t in inputs)
             nbytes += sum(o.numel() * o.element_size() for o in out if o.data_ptr() != inputs[0].data_ptr())
@@ -120,9 +117,7 @@ def measure(build, ov):
         inputs = build(fd)
     with Choices(**ov):
         fd.execute(inputs)
-        executor.RECORD_LAUNCHES = []
-        out = fd.execute(inputs)
-        rec, executor.RECORD_LAUNCHES = executor.RECORD_LAUNCHES, None
+        out, rec, _ = execute_recorded(fd, inputs)
     nbytes = moved_bytes(inputs, out)  # the bench's count: an expanded or aliased output moves its storage only
 
     def replay():

@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import re
 
 import torch
 
-from pyfuser.runtime import plan as plan_mod
 from pyfuser.schedulers import Choices
 
 from sweep import dropout_only, measure, softmax_only, stats
@@ -80,21 +80,10 @@ WINDOW_STORES = [(r"tl\.store\((T\d+_out) \+ \(k \* J \+ j\), (\w+), mask=mask\)
                   r"tl.store(\1 + (w0 + jw), \2, mask=lmask)")]
 
 
-@contextlib.contextmanager
-def patched(obj, name: str, value):
-    """``obj.name`` replaced by ``value`` inside the block."""
-    original = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, original)
-
-
 def without_prefetch():
-    """Plan as if no row paid for prefetching (``reduction.prefetch_pays``)."""
-    from pyfuser.schedulers import reduction
-    return patched(reduction, "prefetch_pays", lambda *a: False)
+    """Plan each row one at a time where the heuristics would prefetch it
+    (``reduction.prefetch_pays``)."""
+    return Choices(prefetch=False)
 
 
 def spills_allowed():
@@ -105,10 +94,10 @@ def spills_allowed():
 
 def prefetch_variants():
     """The tile as chosen, the tile without prefetching, and each form of the
-    prefetching tile (``ReductionParams.rewiden``), timed even where it spills."""
-    from pyfuser.schedulers.reduction import REWIDEN_ORDER
+    prefetching tile (``PrefetchRows.rewiden``, in the spill check's order,
+    ``reduction.REWIDEN_ORDER``), timed even where it spills."""
     return [("base", {}, []), ("without prefetch", {}, [], without_prefetch())] + [
-        (f"rewiden {k} (spills allowed)", dict(rewiden=k), [], spills_allowed()) for k in REWIDEN_ORDER]
+        (f"rewiden {k} (spills allowed)", dict(rewiden=k), [], spills_allowed()) for k in (1, 2, 0)]
 
 
 def pipelined(stages):
@@ -157,25 +146,31 @@ PASS1_PIPELINED = (r"for j0 in range\((.*), BLOCK_J\):(\n(?:\s+\w+ = [^\n]*\n){4
 # Every exponential dropped (timing only: the results are wrong): what the MUFU costs.
 NO_EXP = (r"tl\.exp\(", "(")
 
-_SOURCES: list = []
+def edited(edits):
+    """Apply ``edits`` to every kernel source generated inside the block."""
+    return Choices(edits=tuple(edits)) if edits else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
-def edited(edits):
-    """Apply ``edits`` to every kernel source compiled inside the block."""
-    original = plan_mod.load_kernel
-
-    def load(name, source, device_type):
-        for pat, rep in edits:
-            source = re.sub(pat, rep, source)
-        _SOURCES.append((name, source))
-        return original(name, source, device_type)
-
-    plan_mod.load_kernel = load
+def built_sources(dump):
+    """The sources of the kernels built inside the block (``PYFUSER_DUMP=kernel_code``,
+    read from stdout), appended to the list it yields; nothing where ``dump`` is unset."""
+    sources: list = []
+    if not dump:
+        yield sources
+        return
+    old = os.environ.get("PYFUSER_DUMP")
+    os.environ["PYFUSER_DUMP"] = "kernel_code"
+    out = io.StringIO()
     try:
-        yield
+        with contextlib.redirect_stdout(out):
+            yield sources
     finally:
-        plan_mod.load_kernel = original
+        if old is None:
+            del os.environ["PYFUSER_DUMP"]
+        else:
+            os.environ["PYFUSER_DUMP"] = old
+        sources += re.split(r"(?m)^===== kernel \S+ \(\w+\) =====\n", out.getvalue())[1:]
 
 
 def bench_build(name):
@@ -199,14 +194,13 @@ def run(name, build, variants, dump=None):
     """Time each variant: (label, overrides, edits[, context manager to plan under])."""
     rows = []
     for label, ov, edits, *ctx in variants:
-        n0 = len(_SOURCES)
-        with edited(edits), (ctx[0] if ctx else contextlib.nullcontext()):
+        with built_sources(dump) as sources, edited(edits), (ctx[0] if ctx else contextlib.nullcontext()):
             ms, nbytes, rec = measure(build, ov)
         row = f"| {name} | {label} | {ms * 1e3:.1f} | {nbytes / ms / 1e6:.0f} | {stats(rec)} |"
         print(row, flush=True)
         rows.append(row)
         if dump:
-            for i, (kname, src) in enumerate(_SOURCES[n0:]):
+            for i, src in enumerate(sources):
                 with open(os.path.join(dump, f"{name}-{label}-{i}.py".replace(" ", "_")), "w") as f:
                     f.write(src)
     return rows
@@ -253,7 +247,6 @@ def window(dump):
     its aligned window (``WINDOW_LOADS``), and the stores too (wrong results: the
     ceiling 16-byte stores would give)."""
     from pyfuser import DataType
-    from pyfuser.schedulers.base import contiguous_multiple, next_pow2
 
     H, BF = DataType.Half, DataType.BFloat16
     rows = []
@@ -261,10 +254,10 @@ def window(dump):
                            (524288, 100, H, "log_softmax"), (524288, 129, H, "softmax"),
                            (131072, 385, BF, "softmax"), (131072, 500, H, "softmax"),
                            (131072, 300, H, "layer_norm"), (65536, 777, BF, "softmax")):
-        bj = next_pow2(W)
+        bj = _next_pow2(W)
         bk = min(64, 1024 // bj)
         warps = max(1, bk * bj // (32 * (8 if bj <= 256 else 16)))
-        old = dict(align=1, block_k=bk, block_j=bj, num_warps=warps, contig_multiple=contiguous_multiple(W))
+        old = dict(align=1, block_k=bk, block_j=bj, num_warps=warps, contig_multiple=_contiguous_multiple(W))
         more = dict(old, block_k=2 * bk, num_warps=2 * warps)
         rows += run(f"{kind} [{R}, {W}] {dt.name}", _rows_fusion(R, W, dt, kind), [
             ("old", old, []), ("window loads", old, WINDOW_LOADS), ("window loads + stores", old,
@@ -278,10 +271,9 @@ def padded(dump):
     planned against the rows per program and warps of unpadded rows (``before``), twice
     the rows on those warps, half the warps, and one more step each way."""
     from pyfuser import DataType
-    from pyfuser.schedulers.base import next_pow2
 
     def before(W):
-        bj = next_pow2(W)
+        bj = _next_pow2(W)
         bk = max(1, min(64, 1024 // bj))
         return bk, max(1, bk * bj // (32 * (8 if bj <= 256 else 16)))
 
@@ -305,7 +297,6 @@ def half_warps(dump):
     """Persistent rows without padding (the suite's and the held-out ones): as planned
     against half the warps (what ``_padded_warps`` does to padded rows)."""
     from pyfuser.bench import cases
-    from pyfuser.schedulers.reduction import ReductionParams
 
     rows = []
     for name in ("softmax_128_fp16", "softmax_1024_fp32", "layer_norm_1024_bf16", "softmax_backward_fp16",
@@ -313,7 +304,7 @@ def half_warps(dump):
                  "rms_norm_4096_bf16", "softmax_2000_fp32", "rms_norm_2048_fp16", "softmax_backward_1000_bf16",
                  "rms_norm_8192_bf16"):
         c = cases.BY_NAME[name]
-        p = [p for p in _planned(c) if isinstance(p, ReductionParams)][0]
+        p = _planned(c)
         rows += run_overrides(name, [dict(block_k=p.block_k, num_warps=max(1, p.num_warps // 2))], dump, again=True)
     return rows
 
@@ -323,8 +314,6 @@ def peel_width(dump):
     program, head, tail and aligned body), the same tile unpeeled, and two rows per
     program unpeeled on the same and on twice the warps."""
     from pyfuser import DataType
-    from pyfuser.schedulers.base import contiguous_multiple
-    from pyfuser.schedulers.reduction import ReductionParams
 
     H, BF = DataType.Half, DataType.BFloat16
     rows = []
@@ -334,8 +323,8 @@ def peel_width(dump):
                         (16001, BF, "layer_norm")):
         R = (1 << 25) // W
         build = _rows_fusion(R, W, dt, kind)
-        p = [q for q in _planned_rows(R, W, dt, kind) if isinstance(q, ReductionParams)][0]
-        flat = dict(align=1, contig_multiple=contiguous_multiple(W))
+        p = _planned_rows(R, W, dt, kind)
+        flat = dict(align=1, contig_multiple=_contiguous_multiple(W))
         rows += run_overrides(f"{kind} [{R}, {W}] {dt.name} ({p.block_k}, {p.num_warps})", [
             dict(flat), dict(flat, block_k=2 * p.block_k), dict(flat, block_k=2 * p.block_k, num_warps=2 * p.num_warps),
             dict(num_warps=2 * p.num_warps)], dump, build, again=True)
@@ -365,14 +354,12 @@ def peel_rules(dump):
 def _peeled_and_unpeeled(W, dt, kind, dump):
     """``_rows_fusion`` over 128 MB of [R, W] rows as planned, then unpeeled; the label
     carries the plan's (persistent, block_k, block_j, num_warps)."""
-    from pyfuser.schedulers.base import contiguous_multiple
-    from pyfuser.schedulers.reduction import ReductionParams
 
     R = (1 << 27) // (W * dt.torch.itemsize)
     build = _rows_fusion(R, W, dt, kind)
-    p = [q for q in _planned_rows(R, W, dt, kind) if isinstance(q, ReductionParams)][0]
+    p = _planned_rows(R, W, dt, kind)
     label = f"{kind} [{R}, {W}] {dt.name} ({int(p.persistent)}, {p.block_k}, {p.block_j}, {p.num_warps})"
-    return run_overrides(label, [dict(align=1, contig_multiple=contiguous_multiple(W))], dump, build, again=True)
+    return run_overrides(label, [dict(align=1, contig_multiple=_contiguous_multiple(W))], dump, build, again=True)
 
 
 def peel_rules2(dump):
@@ -380,14 +367,13 @@ def peel_rules2(dump):
     peeled, prefetched as planned), fp32 rows of odd length, 16-bit rows 4-byte
     aligned that take chunks."""
     from pyfuser import DataType
-    from pyfuser.schedulers.base import contiguous_multiple
 
     rows = []
     for name in ("log_softmax_full", "log_softmax_sub", "log_softmax_logsum", "softmax_30522_bf16",
                  "log_softmax_backward_bf16", "log_softmax_257_fp16", "softmax_777_bf16"):
         from pyfuser.bench import cases
         W = [x for x in cases.BY_NAME[name].sizes(1.0) if isinstance(x, int)][-1]
-        rows += run_overrides(name, [dict(align=1, contig_multiple=contiguous_multiple(W))], dump, again=True)
+        rows += run_overrides(name, [dict(align=1, contig_multiple=_contiguous_multiple(W))], dump, again=True)
     H, BF, F = DataType.Half, DataType.BFloat16, DataType.Float
     for W, dt, kind in ((1001, F, "softmax"), (3001, F, "log_softmax"), (1537, F, "layer_norm"),
                         (1026, BF, "layer_norm"), (4098, H, "softmax"), (50258, H, "log_softmax"),
@@ -456,27 +442,35 @@ def rows_last(dump):
 
 
 def _planned_rows(R, W, dt, kind):
-    """The params of each kernel ``_rows_fusion(R, W, dt, kind)`` is planned with
-    (offline: meta inputs)."""
+    """The params of the reduction kernel ``_rows_fusion(R, W, dt, kind)`` is planned with."""
     from pyfuser import FusionDefinition
     with FusionDefinition() as fd:
-        inputs = _rows_fusion(R, W, dt, kind, device="meta")(fd)
-    return _plan_params(fd, inputs)
+        inputs = _rows_fusion(R, W, dt, kind)(fd)
+    return _row_params(fd, inputs)
 
 
 def _planned(case):
-    """The params of each kernel the case's fusion is planned with (offline)."""
-    from regcheck import meta_inputs
+    """The params of the case's reduction kernel."""
     sizes = case.sizes(1.0)
-    return _plan_params(case.define(sizes), meta_inputs(case, sizes))
+    return _row_params(case.define(sizes), list(case.make_inputs(sizes, "cuda", None)))
 
 
-def _plan_params(fd, inputs):
-    """The params of each kernel of ``fd``'s plan for ``inputs``, as the CUDA
-    heuristics choose them (``regcheck.plan_offline``)."""
-    from regcheck import plan_offline
-    rt, b, plan = plan_offline(fd, inputs)
-    return [s.scheduler.heuristics(rt.segment(b, s.outputs)) for s in plan.steps if s.scheduler is not None]
+def _row_params(fd, inputs):
+    """The params of the first reduction kernel of ``fd``'s plan for ``inputs``
+    (``fd.explain``: after the spill check); every reduction form says whether it is
+    persistent, the other schedulers' params do not."""
+    return next(s.params for s in fd.explain(inputs).segments if hasattr(s.params, "persistent"))
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _contiguous_multiple(n: int) -> int:
+    """What the heuristics tell the compiler a row length is a multiple of
+    (``schedulers.base.contiguous_multiple``): the largest power of 2 below 16 dividing
+    ``n`` when 16 does not, else 1."""
+    return 1 if n % 16 == 0 else n & -n
 
 
 def _rows_fusion(R, W, dt, kind, device="cuda"):

@@ -1,5 +1,5 @@
 """Rows walked by one program per SM with the next row's body loaded ahead
-(``ReductionParams.prefetch``, ``codegen.tiles.rows`` docstring).  The kernels are checked
+(``PrefetchRows``, ``codegen.tiles.rows`` docstring).  The kernels are checked
 against the reference executor on CPU (more rows than programs, so programs walk
 several rows, and fewer); the CUDA heuristics and the registers of the chosen kernels
 offline on the bench cases (meta tensors, Triton's ptxas for sm_90)."""

@@ -123,7 +123,7 @@ def test_scheduler_params_names_the_choice_and_every_decline(dumps, capsys):
     lines = out.splitlines()
     assert lines[0] == f"Scheduler params for fusion{fd.id}:"
     assert lines[1] == "  segment 0 (outputs T11, T24, T27, T33): inner_normalization"
-    assert lines[2].startswith("    params: ReductionParams(") and "persistent=" in lines[2]
+    assert re.match(r"    params: Inner(Persistent|Chunked)\(block_k=", lines[2]), lines[2]
     assert "    pointwise: declined: has_reduction: 2 reduction(s) in the segment" in lines
     assert any(line.startswith("    inner_reduction: declined: normalization: ") for line in lines)
     assert any(line.startswith("    outer_reduction: declined: inner_axes: ") for line in lines)
@@ -133,7 +133,7 @@ def test_scheduler_params_for_a_pointwise_fusion(dumps, capsys):
     dumps("scheduler_params")
     fd = gelu_fd()
     _, out = run(capsys, fd, gelu_inputs())
-    assert re.search(r"  segment 0 \(outputs T\d+, T\d+\): pointwise\n    params: PointwiseParams\(block=", out), out
+    assert re.search(r"  segment 0 \(outputs T\d+, T\d+\): pointwise\n    params: FlatParams\(block=", out), out
     assert "    inner_normalization: declined: no_reduction: the segment has no reduction" in out
 
 
@@ -212,7 +212,7 @@ def test_cache_hits_misses_and_reasons(dumps, capsys):
     _, resized = run(capsys, fd, gelu_inputs(rows=40, cols=24))  # new size: heuristics pick a new block
     assert resized.startswith(f"cache fusion{fd.id}: miss: new input sizes, strides or parameter overrides "
                                "(signature known")
-    assert "new heuristics: params PointwiseParams(" in resized or "hit (same scheduler" in resized
+    assert "new heuristics: params FlatParams(" in resized or "hit (same scheduler" in resized
 
     _, new_sig = run(capsys, fd, gelu_inputs(rows=1, cols=24))  # a size-1 dim: a new signature
     assert "differs from the last one in: " in new_sig and "size-1 dims (False, False) -> (True, False)" in new_sig

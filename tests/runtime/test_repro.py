@@ -131,7 +131,7 @@ def test_a_scheduler_that_raises_while_emitting_is_a_compile_error(monkeypatch, 
 
     monkeypatch.setattr(pointwise, "emit", emit)
     with pytest.raises(CompileError, match=r"pointwise failed to generate kernel pyfuser_f\d+_k1 with "
-                                           r"PointwiseParams\(.*KeyError: 'lost a tensor'") as info:
+                                           r"FlatParams\(.*KeyError: 'lost a tensor'") as info:
         _pointwise_fd().execute([torch.randn(2, 2, device=device())])
     assert isinstance(info.value.__cause__, KeyError)
     assert os.path.exists(info.value.repro_path)

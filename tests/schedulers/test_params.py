@@ -10,23 +10,27 @@ from pyfuser import DataType, FusionDefinition
 from pyfuser.errors import ChoicesError
 from pyfuser.schedulers import Choices
 from pyfuser.schedulers.inner_outer import InnerOuterParams
-from pyfuser.schedulers.pointwise import PointwiseParams
-from pyfuser.schedulers.reduction import ReductionParams
+from pyfuser.schedulers.pointwise import BroadcastParams, FlatParams
+from pyfuser.schedulers.reduction_params import (InnerChunked, InnerPersistent, OuterChunked, OuterPersistent,
+                                                  PrefetchRows)
 
 FL = DataType.Float
 
 
 @pytest.mark.parametrize("params,fields", [
-    (PointwiseParams(1000, 4, False), ["block=1000"]),
-    (PointwiseParams(1024, 3, False), ["num_warps=3"]),
-    (PointwiseParams(1024, 4, False, (), 8), ["block_outer=8 needs a broadcast tile"]),
-    (PointwiseParams(16, 4, False, (0,), 32), ["block_outer=32 exceeds block=16"]),
-    (PointwiseParams(1024, 4, False, (0, 0), 8), ["outer=(0, 0)"]),
-    (ReductionParams(True, True, 1, 100, 4, False), ["block_j=100"]),
-    (ReductionParams(True, True, 1, 128, 64, False), ["num_warps=64 exceeds 32"]),
-    (ReductionParams(False, False, 8, 64, 4, False, split=0, stages=0), ["split=0", "stages=0"]),
-    (ReductionParams(True, False, 1, 128, 4, False, align=8, prefetch=True), ["prefetch=True needs"]),
+    (FlatParams(1000, 4, False), ["block=1000"]),
+    (FlatParams(1024, 3, False), ["num_warps=3"]),
+    (BroadcastParams(1024, 4, False, (), 8), ["outer=() is a flat tile"]),
+    (BroadcastParams(16, 4, False, (0,), 32), ["block_outer=32 exceeds block=16"]),
+    (BroadcastParams(1024, 4, False, (0, 0), 8), ["outer=(0, 0)"]),
+    (InnerPersistent(1, 100, 4, False), ["block_j=100"]),
+    (InnerChunked(3, 128, 64, False, align=6), ["block_k=3", "num_warps=64 exceeds 32", "align=6"]),
+    (OuterChunked(8, 64, 4, False, split=0, stages=0), ["split=0", "stages=0"]),
+    (OuterPersistent(8, 64, 4, False, contig_multiple=3), ["contig_multiple=3"]),
+    (PrefetchRows(128, 4, False, align=1), ["align=1 must be a power of 2 > 1"]),
     (InnerOuterParams(2, 96, 4, 0, 0, 0, False), ["block_j=96", "nprog=0"]),
+    (InnerOuterParams(2, 128, 64, 8, 3, 4, False), ["num_warps=64 exceeds 32"]),
+    (FlatParams(4096, 64, False), ["num_warps=64 exceeds 32"]),
 ])
 def test_validate_names_every_bad_field(params, fields):
     with pytest.raises(ChoicesError) as err:
@@ -37,7 +41,7 @@ def test_validate_names_every_bad_field(params, fields):
 
 
 def test_valid_params_validate_to_themselves():
-    for p in (PointwiseParams(1024, 4, False), ReductionParams(True, True, 1, 128, 4, False, align=8, prefetch=True),
+    for p in (FlatParams(1024, 4, False), BroadcastParams(1024, 4, False, (0,), 8), PrefetchRows(128, 4, False, align=8),
               InnerOuterParams(2, 128, 4, 8, 3, 4, False)):
         assert p.validate() is p
 

@@ -298,7 +298,7 @@ class _chunk_scope:
             backwards = self.tile.last_pass and self.tile.out_reversed
             if backwards:
                 # The first reads are the chunks the statistics pass loaded last, the
-                # likeliest to be still in L2 (``ReductionParams.out_reversed``).
+                # likeliest to be still in L2 (``InnerChunked.out_reversed``).
                 nb = w.tmp(f"({hi} - {lo} + BLOCK_J - 1) // BLOCK_J", "nb")
                 w.line(f"for i0 in range(0, {nb}):")
             elif self.tile.stages > 1:

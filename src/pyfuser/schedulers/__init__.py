@@ -21,7 +21,7 @@ run-time check walks the segment over that tile.
 ``fd.explain(inputs)`` shows the decision and every rejection on the way
 (docs/DEBUGGING.md).
 """
-from . import base, inner_normalization, inner_outer, inner_reduction, outer_reduction, pointwise, reduction
+from . import base, inner_normalization, inner_outer, inner_reduction, outer_reduction, pointwise, reduction_params
 from .base import Choices, Reject, Rejection, Scheduler, Segment, current_choices
 
 SCHEDULERS = (pointwise, inner_normalization, inner_reduction, outer_reduction, inner_outer)
@@ -32,6 +32,7 @@ for _sched in SCHEDULERS:
                                 "fallbacks", "max_registers") if not hasattr(_sched, m)]
         raise TypeError(f"scheduler module {_sched.__name__} lacks {', '.join(_missing)} (schedulers.base.Scheduler)")
 
-base.register(SCHEDULERS, (pointwise.PointwiseParams, reduction.ReductionParams, inner_outer.InnerOuterParams))
+base.register(SCHEDULERS, (*pointwise.FORMS, *reduction_params.FORMS, inner_outer.InnerOuterParams),
+              reduction_params.SWITCHES)
 
 __all__ = ["SCHEDULERS", "Choices", "Reject", "Rejection", "Scheduler", "Segment", "current_choices"]

@@ -22,7 +22,7 @@ from ..codegen.lower import compute_dtype
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS, REDUCTION_KINDS
 from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
-                   next_pow2, powers_of_2, require_valid, sm_count)
+                   next_pow2, powers_of_2, require_valid, sm_count, too_many_warps)
 from .reduction import kept_and_reduced
 
 NAME = "inner_outer"
@@ -41,13 +41,13 @@ class InnerOuterParams:
     group: int  # programs per level-1 fold
     fold_rows: int  # partial rows loaded at once by a fold
     int64: bool
-    quad_rng: bool = False
+    quad_rng: bool = False  # J % 4 == 0: random numbers one Philox call per 4 elements
     stages: int = 1  # the row loop's num_stages (tl.range): 2 loads the next block early
     contig_multiple: int = 1  # the row length is a multiple of this (``base.contiguous_multiple``)
 
     def validate(self) -> InnerOuterParams:
         """Raise ``ChoicesError`` for combinations no kernel takes; returns self."""
-        bad = powers_of_2(self, "block_k", "block_j", "num_warps", "contig_multiple")
+        bad = powers_of_2(self, "block_k", "block_j", "num_warps", "contig_multiple") + too_many_warps(self)
         bad += [f"{n}={getattr(self, n)} must be >= {lo}" for n, lo in (("nprog", 1), ("group", 0), ("fold_rows", 0),
                                                                         ("stages", 1)) if getattr(self, n) < lo]
         return require_valid(self, bad)

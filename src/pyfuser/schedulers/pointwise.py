@@ -38,8 +38,10 @@ dim is part of the plan's signature (``plan.unit_stride_dim``).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from ..codegen.emit import emit_kernel
 from ..codegen.lower import Lowering
@@ -48,30 +50,85 @@ from ..codegen.writer import KernelWriter
 from ..ir.ops import OPS, OpKind
 from ..errors import Unsupported
 from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
-                   next_pow2, powers_of_2, require_valid)
+                   next_pow2, powers_of_2, require_valid, too_many_warps)
 
 NAME = "pointwise"
 
 
 @dataclass(frozen=True)
 class PointwiseParams:
-    block: int  # elements per program (a power of 2)
-    num_warps: int  # warps per program (GPU)
-    int64: bool  # index arithmetic in int64 (tensors past 2**30 elements)
-    outer: tuple = ()  # reference dims on the broadcast tile's k axis; () = a flat tile
-    block_outer: int = 1  # of ``block``, elements along k (a power of 2)
-    contig_multiple: int = 1  # a broadcast tile's J is a multiple of it (``base.contiguous_multiple``)
+    """The base of the two forms (never built itself), as the reduction params'
+    (``reduction_params``): each form carries its own fields and reads what it fixes
+    (``FIXED``: a flat tile's ``outer`` is ``()``); ``outer`` picks the form."""
+
+    FIXED: ClassVar[dict] = {}
+
+    def __getattr__(self, name):
+        fixed = type(self).FIXED
+        if name in fixed:
+            return fixed[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     def validate(self) -> PointwiseParams:
         """Raise ``ChoicesError`` for combinations no kernel takes; returns self."""
-        bad = powers_of_2(self, "block", "num_warps", "block_outer", "contig_multiple")
+        return require_valid(self, powers_of_2(self, "block", "num_warps") + too_many_warps(self) + self._problems())
+
+    def _problems(self) -> list:
+        return []
+
+    def choose(self, chosen: dict) -> PointwiseParams:
+        """``Choices.apply``: the chosen fields, in the form ``outer`` names (``()``: flat)."""
+        v = {**type(self).FIXED, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+        mine = {k: x for k, x in chosen.items() if k in _FIELDS}
+        if not mine:
+            return self
+        v.update(mine)
+        form = BroadcastParams if v["outer"] else FlatParams
+        return form(**{f.name: v[f.name] for f in dataclasses.fields(form)})
+
+
+@dataclass(frozen=True)
+class FlatParams(PointwiseParams):
+    """The flat walk: ``x = pid * BLOCK + arange(BLOCK)`` over the reference."""
+
+    block: int  # elements per program (a power of 2)
+    num_warps: int  # warps per program (GPU)
+    int64: bool  # index arithmetic in int64 (tensors past 2**30 elements)
+
+    FIXED: ClassVar[dict] = dict(outer=(), block_outer=1, contig_multiple=1)
+
+
+@dataclass(frozen=True)
+class BroadcastParams(PointwiseParams):
+    """The 2-D tile (``tiles.flat.BroadcastTile``): the reference's ``outer`` dims on k."""
+
+    block: int  # elements per program (a power of 2)
+    num_warps: int  # warps per program (GPU)
+    int64: bool  # index arithmetic in int64 (tensors past 2**30 elements)
+    outer: tuple  # reference dims on the tile's k axis
+    block_outer: int = 1  # of ``block``, elements along k (a power of 2)
+    contig_multiple: int = 1  # J is a multiple of it (``base.contiguous_multiple``)
+
+    def _problems(self) -> list:
+        bad = powers_of_2(self, "block_outer", "contig_multiple")
         if self.block_outer > self.block:
             bad.append(f"block_outer={self.block_outer} exceeds block={self.block}")
-        if self.block_outer > 1 and not self.outer:
-            bad.append(f"block_outer={self.block_outer} needs a broadcast tile (outer=() is a flat one)")
+        if not self.outer:
+            bad.append("outer=() is a flat tile: a broadcast tile needs dims on k")
         if len(set(self.outer)) != len(self.outer) or any(not isinstance(d, int) or d < 0 for d in self.outer):
             bad.append(f"outer={self.outer!r} must be distinct dims >= 0")
-        return require_valid(self, bad)
+        return bad
+
+
+FORMS = (FlatParams, BroadcastParams)
+_FIELDS = frozenset(f.name for form in FORMS for f in dataclasses.fields(form))
+
+
+def _params(block: int, num_warps: int, int64: bool, outer=(), block_outer: int = 1, contig_multiple: int = 1):
+    """The form ``outer`` names."""
+    if outer:
+        return BroadcastParams(block, num_warps, int64, tuple(outer), block_outer, contig_multiple)
+    return FlatParams(block, num_warps, int64)
 
 
 def can_schedule(seg: Segment) -> Reject | None:
@@ -112,7 +169,7 @@ def heuristics(seg: Segment) -> PointwiseParams:
     int64 = seg.needs_int64()
     outer, bk, gpu_block = tile_choice(seg)
     # an override of ``outer`` (tests, variants) picks the tile; the sizes follow from it
-    forced = apply_overrides(PointwiseParams(0, 0, int64, outer, bk))
+    forced = apply_overrides(_params(0, 0, int64, outer, bk))
     if forced.outer != outer:
         outer, bk, gpu_block = forced.outer, BLOCK_OUTER, BROADCAST_BLOCK
     if outer:
@@ -121,19 +178,19 @@ def heuristics(seg: Segment) -> PointwiseParams:
         block = (1 << 14 if seg.device_type == "cpu" else gpu_block)
         block = max(bk * 16, min(block, bk * next_pow2(n // K)))
         if -(-K // bk) <= MAX_GRID_K:
-            return apply_overrides(PointwiseParams(block, 4, int64, outer, bk, contiguous_multiple(n // K) if K else 1))
+            return apply_overrides(_params(block, 4, int64, outer, bk, contiguous_multiple(n // K) if K else 1))
     if seg.device_type == "cpu":  # the interpreter runs programs one by one: few, large ones
         # Two block sizes only (masked lanes cost little there), so a new size does not
         # compile a new kernel for every power of 2.
         block = 1024 if n <= 1024 else 1 << 14
-        return apply_overrides(PointwiseParams(block, 4, int64))
+        return apply_overrides(FlatParams(block, 4, int64))
     # Large tensors: 16 elements per thread hides the latency of math-heavy bodies,
     # on 4 warps: 2048 per program (it beat 8 per thread and 4096 on 8 warps).  Small
     # ones: enough programs to cover the SMs.  docs/TUNING.md#pointwise-blocks
     if n >= 1 << 22:
-        return apply_overrides(PointwiseParams(2048, 4, int64))
+        return apply_overrides(FlatParams(2048, 4, int64))
     block = 1024 if n >= 1 << 20 else max(128, min(1024, next_pow2(n)))
-    return apply_overrides(PointwiseParams(block, 4, int64))
+    return apply_overrides(FlatParams(block, 4, int64))
 
 
 def tile_choice(seg: Segment) -> tuple:

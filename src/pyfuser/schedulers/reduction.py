@@ -12,6 +12,11 @@ ones) and differ in what they accept and how they size the tile:
 * outer reduction: the innermost dim is kept (bias gradients: sum over dim 0), so
   the tile is laid out with kept elements along the contiguous axis.
 
+This module holds what they share: the analysis, the row heuristics (persistent,
+chunked, peeled, prefetched rows), the spill fallbacks, the run-time check, emission
+and the grid.  The column strips' sizes live in ``reduction_outer``; the params, one
+frozen dataclass per form of the tile, in ``reduction_params``.
+
 Worked example: log-softmax over [8192, 30522] fp16.  J = 30522 pads to 32768 per
 row; persistent with one row per program, 32768 / (32 warps * 32 lanes) = 32
 elements per thread held as fp16: the row is read once and written once.  On the
@@ -20,72 +25,18 @@ next row's loads in flight while it reduces and stores this one (``prefetch_pays
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..codegen.emit import emit_kernel
 from ..codegen.tiles.reduction import ReductionTile
 from ..ir.analysis import is_reduction
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS, OpKind
-from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
-                   l2_bytes, next_pow2, powers_of_2, require_valid, sm_count)
-
-
-@dataclass(frozen=True)
-class ReductionParams:
-    inner: bool  # j (reduced) on the contiguous tile axis
-    persistent: bool  # the whole reduced extent in one block
-    block_k: int  # kept elements per program
-    block_j: int  # reduced elements per block (per pass chunk when not persistent)
-    num_warps: int
-    int64: bool
-    quad_rng: bool = False  # reduced extent % 4 == 0: one Philox call per 4 elements
-    align: int = 1  # elements per 16 bytes when rows start misaligned (peel head/tail; block_k 1)
-    # Multi-pass only: max and sum(exp(a - max)) in one pass with a rescaled running sum
-    # (one running max per 8 contiguous elements: ``ReductionTile.online_chunk``).  On
-    # for wide rows (``_wide_row_params``); a per-element rescale lost to separate
-    # passes (docs/TUNING.md#online-softmax).
-    online: bool = False
-    # Outer multi-pass only: programs along the reduced extent (codegen.tiles.split: partials
-    # folded by each column strip's last program); 1 = one program per strip.
-    split: int = 1
-    # Peeled rows only: the streamed input's rows start 16-byte aligned (a padded row
-    # stride), so the body starts at each row's first element (``aligned_rows``).
-    aligned_rows: bool = False
-    # Outer multi-pass only: the chunk loop's num_stages (``tl.range``): loads of the next
-    # chunks are issued before this one is summed.
-    stages: int = 1
-    # Inner multi-pass only: the output pass walks each row's chunks last to first, so
-    # it starts with those the statistics pass read last (``_wide_row_params``).
-    out_reversed: bool = False
-    # The extent along the tile's contiguous axis (J inner, K outer) is a multiple of
-    # this many elements, which the kernel tells the compiler (``contiguous_multiple``)
-    # where that extent is a runtime size: a row held in one wider block has a constant
-    # length, which says it by itself (``ReductionTile.constant_row``).
-    contig_multiple: int = 1
-    # Peeled persistent rows only: one program per SM walks rows pid, pid + G, ... and
-    # loads its next row (head, tail, body) before it reduces and stores this one, so
-    # the SM always has loads in flight (``codegen.tiles.rows`` docstring, ``prefetch_pays``).
-    prefetch: bool = False
-    # Prefetching fp16 rows only: the last ``rewiden`` passes widen the carried row for
-    # themselves rather than reuse the first pass's fp32 copy (``codegen.tiles.rows`` docstring).
-    rewiden: int = 0
-
-    def validate(self) -> ReductionParams:
-        """Raise ``ChoicesError`` for combinations no kernel takes; returns self.
-        Fields meaningful for one form only are ignored by the others (``split`` on an
-        inner or persistent tile, ``online`` and ``out_reversed`` on a persistent one),
-        as the heuristics' fallbacks rely on."""
-        bad = powers_of_2(self, "block_k", "block_j", "num_warps", "align", "contig_multiple")
-        bad += [f"{n}={getattr(self, n)} must be >= {lo}" for n, lo in (("split", 1), ("stages", 1), ("rewiden", 0))
-                if getattr(self, n) < lo]
-        if self.num_warps > 32:
-            bad.append(f"num_warps={self.num_warps} exceeds 32 (1024 threads)")
-        if self.prefetch and not (self.inner and self.persistent and self.block_k == 1 and self.align > 1
-                                  and not self.aligned_rows):
-            bad.append("prefetch=True needs a peeled persistent row: inner=True, persistent=True, block_k=1, "
-                       "align > 1, aligned_rows=False")
-        return require_valid(self, bad)
+from . import reduction_outer
+from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, current_choices, emitted,
+                   invalid_params, l2_bytes, next_pow2, sm_count)
+from .reduction_outer import OUTER_VALUES_PER_THREAD, outer_values  # noqa: F401  (the outer rules' budget)
+from .reduction_params import InnerChunked, InnerPersistent, PrefetchRows, ReductionParams
 
 
 def analyse(seg: Segment):
@@ -147,23 +98,29 @@ def kept_and_reduced(seg, ref, dims):
 
 
 def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
+    """The inner tile: rows prefetched where that pays (``prefetch_pays``) unless the
+    choices say ``prefetch=False``, else ``_one_row_at_a_time``."""
     p = _one_row_at_a_time(seg, ref, dims)
     J = kept_and_reduced(seg, ref, dims)[1]
-    if prefetch_pays(seg, ref, J, p):
-        p = replace(p, persistent=True, block_k=1, block_j=next_pow2(J), num_warps=PREFETCH_WARPS, online=False,
-                    out_reversed=False, prefetch=True,
-                    rewiden=REWIDEN_ORDER[0] if all(v.dtype is DataType.Half for v in seg.loads()) else 0)
+    if current_choices().fields.get("prefetch") is not False and prefetch_pays(seg, ref, J, p):
+        p = PrefetchRows(next_pow2(J), PREFETCH_WARPS, p.int64, p.align,
+                         REWIDEN_ORDER[0] if all(v.dtype is DataType.Half for v in seg.loads()) else 0)
     return apply_overrides(p)
 
 
-def _one_row_at_a_time(seg: Segment, ref, dims) -> ReductionParams:
+def _one_row_at_a_time(seg: Segment, ref, dims) -> InnerPersistent | InnerChunked:
     """The inner tile without prefetching: each program's rows loaded when it starts."""
     J = kept_and_reduced(seg, ref, dims)[1]
     p = replace(_inner_heuristics(seg, ref, dims), quad_rng=J % 4 == 0)
     align = row_alignment(seg, ref, J, p.persistent)
     peeled = align > 1 and p.block_k == 1  # each row's aligned body found in the kernel: no hint needed
-    return apply_overrides(replace(p, align=align, aligned_rows=align > 1 and strided_rows_dominate(seg, ref),
-                                   contig_multiple=1 if peeled else contiguous_multiple(J)))
+    return _chosen_rows(replace(p, align=align, aligned_rows=align > 1 and strided_rows_dominate(seg, ref),
+                                contig_multiple=1 if peeled else contiguous_multiple(J)))
+
+
+def _chosen_rows(p: InnerPersistent | InnerChunked) -> InnerPersistent | InnerChunked:
+    """``p`` with the choices in force but ``prefetch``, which ``inner_heuristics`` applies."""
+    return p.choose({k: v for k, v in current_choices().fields.items() if k != "prefetch"})
 
 
 # The spill check's order of ``rewiden`` forms (``prefetch_pays``); bf16 rows take 0
@@ -179,7 +136,7 @@ PREFETCH_ROW_BYTES = 1 << 16
 
 def prefetch_pays(seg: Segment, ref, J: int, p: ReductionParams) -> bool:
     """Whether rows are walked by one program per SM with the next row loaded ahead
-    (``ReductionParams.prefetch``): normalizations over rows that pad to 32768 lanes
+    (``PrefetchRows``): normalizations over rows that pad to 32768 lanes
     (one row fills an SM, so nothing else overlaps its phases), peeled (the carried
     loads are each row's head, tail and aligned body), reading nothing but contiguous rows (a weight
     loaded in the loop would wait behind the next row's loads), whose two rows' loads fit
@@ -277,8 +234,8 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     if seg.device_type == "cpu":
         if bj <= 1 << 16:
             bk = max(1, min(next_pow2(K), (1 << 14) // bj))
-            return apply_overrides(ReductionParams(True, True, bk, bj, 4, int64))
-        return apply_overrides(ReductionParams(True, False, 1, 4096, 4, int64))
+            return _chosen_rows(InnerPersistent(bk, bj, 4, int64))
+        return _chosen_rows(InnerChunked(1, 4096, 4, int64))
     if J > WIDE_ROW:
         wide = _wide_row_params(seg, ref, J, int64, persistent_fits=bj <= 1 << 15)
         if wide is not None:
@@ -298,8 +255,8 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
             return _padded_row_chunks(seg, int64)
         if 1 - J / bj >= PADDED_ROW_SHARE:
             warps = _padded_warps(warps)
-        return ReductionParams(True, True, bk, bj, warps, int64)
-    return ReductionParams(True, False, 1, 8192, 16, int64)
+        return InnerPersistent(bk, bj, warps, int64)
+    return InnerChunked(1, 8192, 16, int64)
 
 
 # The share of a row's lanes that padding to a power of 2 (a persistent row) or to
@@ -328,11 +285,11 @@ def _padded_warps(warps: int) -> int:
     return max(1, warps // 2)
 
 
-def _padded_row_chunks(seg: Segment, int64: bool) -> ReductionParams:
+def _padded_row_chunks(seg: Segment, int64: bool) -> InnerChunked:
     """A row whose power-of-2 padding would mask more than ``MAX_LANE_WASTE`` of a
     16- or 32-warp persistent tile: chunks of 1024 on 2 warps, many programs per SM
     (the layer norm measured above; softmax-like rows take the online pass)."""
-    return ReductionParams(True, False, 1, 1024, 2, int64, online=_has_online_pair(seg))
+    return InnerChunked(1, 1024, 2, int64, online=_has_online_pair(seg))
 
 
 def _has_online_pair(seg: Segment) -> bool:
@@ -352,7 +309,7 @@ def _fit_chunks(J: int, chunk: int, warps: int) -> tuple[int, int]:
 WIDE_ROW = 8192
 
 
-def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bool) -> ReductionParams | None:
+def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bool) -> InnerChunked | None:
     """Multi-pass chunks for a row too wide to hold with more than one program per SM.
 
     A persistent row of up to 32768 elements takes 32 warps, one program per SM: it
@@ -372,7 +329,7 @@ def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bo
     None: keep the persistent row."""
     online = _has_online_pair(seg)
     if not is_normalization(seg, ref):
-        return ReductionParams(True, False, 1, 2048, 4, int64, online=online)
+        return InnerChunked(1, 2048, 4, int64, online=online)
     n = seg.numel(ref)
     loaded = sum(v.dtype.itemsize for v in seg.loads() if seg.numel(v) == n)
     stored = sum(o.dtype.itemsize for o in seg.outputs if seg.numel(o) == n)
@@ -383,8 +340,8 @@ def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bo
     if not persistent_fits or (online and stored <= 2 * loaded) or _compares_integers_along_rows(seg, ref):
         in_flight = ROWS_IN_FLIGHT_PER_SM * sm_count() * J * loaded
         chunk, warps = _fit_chunks(J, 16384 if stored >= 2 * loaded else 8192, 16)
-        return ReductionParams(True, False, 1, chunk, warps, int64, online=online,
-                               out_reversed=in_flight > L2_SHARE_OF_ROWS * l2_bytes())
+        return InnerChunked(1, chunk, warps, int64, online=online,
+                            out_reversed=in_flight > L2_SHARE_OF_ROWS * l2_bytes())
     return None
 
 
@@ -396,125 +353,17 @@ ROWS_IN_FLIGHT_PER_SM = 4
 L2_SHARE_OF_ROWS = 0.75
 
 
-# 32-bit values each thread of an outer tile may hold: its elements of every tensor
-# streamed at full size and of every block accumulator.  Offline sm_90 counts
-# (benchmarks/regcheck.py) grow with elements per thread x values per element: 96
-# values took 96 registers, 128 took 148 (docs/TUNING.md#outer-tiles).
-OUTER_VALUES_PER_THREAD = 96
-# An outer tile starts from 2 warps and shrinks its chunk of rows down to 16 before it
-# adds warps: few threads, each holding a full budget (docs/TUNING.md#outer-tiles).
-OUTER_WARPS = 2
-OUTER_MIN_ROWS = 16
-
-
 def outer_heuristics(seg: Segment, ref, dims) -> ReductionParams:
-    K, J = kept_and_reduced(seg, ref, dims)
-    int64 = seg.needs_int64()
-    if seg.device_type == "cpu":
-        bk = min(next_pow2(K), 256)
-        bj = min(next_pow2(J), max(1, (1 << 14) // bk))
-        return apply_overrides(ReductionParams(False, J <= bj, bk, bj, 4, int64, contig_multiple=contiguous_multiple(K)))
-    # Each program starts from a 64-byte strip of kept columns and walks down the
-    # reduced rows a chunk at a time, 4 warps; the split (``outer_split``) supplies the
-    # programs that narrow strips alone would not (docs/TUNING.md#outer-tiles).
-    itemsize = min(v.dtype.itemsize for v in [ref] + list(seg.outputs))
-    bk = max(1, min(next_pow2(K), 64 // itemsize))
-    bj, warps, split = _outer_tile(seg, ref, dims, J, bk)
-    # Wider strips (up to OUTER_STRIP_BYTES of a row) while the grid keeps
-    # OUTER_MIN_PROGRAMS and the tile its warps (a wider strip walks fewer rows at a
-    # time instead), and the chunk loop pipelined OUTER_STAGES deep
-    # (docs/TUNING.md#outer-tiles).
-    while (bk * 2) * itemsize <= OUTER_STRIP_BYTES and bk * 2 <= next_pow2(K):
-        wider = _outer_tile(seg, ref, dims, J, bk * 2)
-        if -(-K // (bk * 2)) * wider[2] < OUTER_MIN_PROGRAMS or wider[1] > warps:
-            break
-        bk, (bj, warps, split) = bk * 2, wider
-    stages = OUTER_STAGES if J > bj and _chunk_bytes(seg, K, bk, bj) <= OUTER_STAGE_BYTES else 1
-    return apply_overrides(ReductionParams(False, J <= bj, bk, bj, warps, int64, split=split, stages=stages,
-                                           contig_multiple=contiguous_multiple(K)))
-
-
-def _chunk_bytes(seg: Segment, K: int, bk: int, bj: int) -> int:
-    """Bytes an outer tile's chunk loads: a [bj, bk] block of every input that varies
-    along the reduced rows (more elements than the kept ones)."""
-    return bk * bj * sum(v.dtype.itemsize for v in seg.loads() if seg.numel(v) > K)
-
-
-def _outer_tile(seg: Segment, ref, dims, J: int, bk: int):
-    """(rows per chunk, warps, split) of an outer tile ``bk`` columns wide over ``J``
-    reduced rows: the chunk shrinks to the register budget (``OUTER_VALUES_PER_THREAD``);
-    only a tile still over it at 32 rows gets more warps."""
-    bj = min(next_pow2(J), 512)
-    warps = OUTER_WARPS
-    per_thread = max(1, OUTER_VALUES_PER_THREAD // outer_values(seg, ref))
-    while bk * bj > 32 * warps * per_thread and bj > OUTER_MIN_ROWS:
-        bj //= 2
-    while bk * bj > 32 * warps * per_thread and warps < 16:
-        warps *= 2
-    return bj, warps, (outer_split(seg, ref, dims, bk, bj) if J > bj else 1)
-
-
-# Programs a split outer reduction aims for: 132 SMs x about 32 short-lived programs
-# (docs/TUNING.md#outer-tiles).
-SPLIT_TARGET_PROGRAMS = 4096
-MAX_SPLIT = 32
-# The most a kernel storing only its sums splits (no output per element): each
-# program then walks at least a 16th of the rows.  Column sums gained at 16 and lost
-# at 8; a kernel that also writes per element lost at 16, so it keeps ``MAX_SPLIT``.
-# docs/TUNING.md#outer-split
-MAX_SPLIT_SUMS_ONLY = 16
-OUTER_MIN_PROGRAMS = 768  # about 6 per SM: what a widened strip must still leave
-OUTER_STRIP_BYTES = 128  # the widest strip of a row one outer program sums
-OUTER_STAGES = 3  # num_stages of an outer tile's chunk loop
-# Bytes of one chunk's loads that may be pipelined: the pipeline keeps OUTER_STAGES - 1
-# chunks of every load in shared memory, so a tile streaming many tensors runs few
-# programs per SM: a tile streaming 8 tensors (BERT's position-embedding gradient)
-# holds about 20 times the shared memory pipelined and ran several times slower.  The
-# bias gradient's chunk is 4 KB (64 x 32 fp16).  docs/TUNING.md#outer-tiles
-OUTER_STAGE_BYTES = 4096
-
-
-def outer_split(seg: Segment, ref, dims, bk: int, bj: int) -> int:
-    """Programs along the reduced extent when the column strips alone are too few to
-    fill the GPU (bias gradient of [16384, 4096] fp16: 256 strips of 16 columns;
-    layer-norm backward's dw, db at hidden 1024: 64): a power of two that brings the
-    grid to ``SPLIT_TARGET_PROGRAMS``, at most ``MAX_SPLIT`` (``MAX_SPLIT_SUMS_ONLY``
-    where every output is smaller than the reduced tensor), each program walking at
-    least two chunks of rows.  1 when the segment cannot be split (``split_eligible``)."""
-    K, J = kept_and_reduced(seg, ref, dims)
-    strips = -(-K // bk)
-    if strips >= SPLIT_TARGET_PROGRAMS or not seg.analysis.split_eligible(ref, dims):
-        return 1
-    n = seg.numel(ref)
-    most = MAX_SPLIT if any(seg.numel(o) >= n for o in seg.outputs) else MAX_SPLIT_SUMS_ONLY
-    split = min(next_pow2(-(-SPLIT_TARGET_PROGRAMS // strips)), most)
-    while split > 1 and J < 2 * bj * split:
-        split //= 2
-    return split
+    return reduction_outer.outer_heuristics(seg, ref, dims, *kept_and_reduced(seg, ref, dims))
 
 
 def effective_split(seg: Segment, params: ReductionParams) -> int:
-    """The split the kernel is emitted with: ``params.split`` where the tile and the
-    segment allow one (an override may ask for any), else 1."""
-    if params.split <= 1 or params.inner or params.persistent:
+    """The split the kernel is emitted with: ``params.split`` (``OuterChunked`` only)
+    where the segment allows one (a choice may ask for any), else 1."""
+    if params.split <= 1:
         return 1
     ref, dims = analyse(seg)
     return params.split if seg.analysis.split_eligible(ref, dims) else 1
-
-
-def outer_values(seg: Segment, ref) -> int:
-    """32-bit values per tile element: every tensor loaded or stored at the reduced
-    tensor's size (in its compute dtype: 64-bit ones count twice), and the block
-    accumulator of every sum, prod, max and min (var_mean reduces each chunk into row
-    accumulators instead)."""
-    n = seg.numel(ref)
-    streamed = [v for v in seg.loads() + list(seg.outputs) if seg.numel(v) == n]
-    words = sum(max(1, v.dtype.itemsize // 4) for v in streamed)
-    for e in seg.reductions():
-        dt = e.outputs[-1].dtype
-        if not OPS[e.op].reduction.welford and dt is not DataType.Bool:
-            words += max(1, dt.itemsize // 4)
-    return max(1, words)
 
 
 def reduction_fallbacks(seg: Segment, params: ReductionParams) -> list:
@@ -526,20 +375,20 @@ def reduction_fallbacks(seg: Segment, params: ReductionParams) -> list:
         J = kept_and_reduced(seg, *analyse(seg))[1]
         out, bj = [], params.block_j // 2
         while params.block_k * bj >= 4 * 32 * params.num_warps:
-            out.append(replace(params, persistent=J <= bj, block_j=bj))
+            out.append(params.recast(persistent=J <= bj, block_j=bj))
             bj //= 2
         return out
     if params.prefetch:
-        plain = replace(_one_row_at_a_time(seg, *analyse(seg)), prefetch=False, rewiden=0)  # (overrides)
+        plain = _one_row_at_a_time(seg, *analyse(seg))  # (choices but prefetch)
         later = REWIDEN_ORDER[REWIDEN_ORDER.index(params.rewiden) + 1:] if params.rewiden in REWIDEN_ORDER else ()
         return [replace(params, rewiden=k) for k in later] + [plain] + reduction_fallbacks(seg, plain)
     out = []
     if params.persistent:
-        out.append(replace(params, persistent=False, block_k=1, block_j=min(params.block_j, 8192), num_warps=16))
+        out.append(params.recast(persistent=False, block_k=1, block_j=min(params.block_j, 8192), num_warps=16))
     bj, warps = (params.block_j if not params.persistent else min(params.block_j, 8192)), 16
     while bj > 1024:
         bj, warps = bj // 2, max(4, warps // 2)
-        out.append(replace(params, persistent=False, block_k=1, block_j=bj, num_warps=warps))
+        out.append(params.recast(persistent=False, block_k=1, block_j=bj, num_warps=warps))
     return out
 
 
@@ -563,11 +412,13 @@ def reduction_max_registers(seg: Segment, params: ReductionParams) -> None:
 
 def _generate(seg: Segment, params: ReductionParams, name: str, scheduler: str):
     ref, dims = analyse(seg)
-    tile = ReductionTile(ref, dims, params.inner, params.persistent, params.block_k, params.block_j, params.int64,
-                         params.quad_rng, params.align, params.online, effective_split(seg, params),
-                         params.aligned_rows, params.stages if not (params.inner or params.persistent) else 1,
-                         params.out_reversed and params.inner and not params.persistent, params.contig_multiple,
-                         params.prefetch, params.rewiden if seg.device_type == "cuda" else 0)  # (no PTX interpreted)
+    # Every form reads every attribute (``reduction_params``: what a form does not
+    # carry, it fixes), so the one constructor serves them all.
+    p = params
+    tile = ReductionTile(ref, dims, p.inner, p.persistent, p.block_k, p.block_j, p.int64, quad_rng=p.quad_rng,
+                         align=p.align, online=p.online, split=effective_split(seg, p), aligned_rows=p.aligned_rows,
+                         stages=p.stages, out_reversed=p.out_reversed, contig_multiple=p.contig_multiple,
+                         prefetch=p.prefetch, rewiden=p.rewiden if seg.device_type == "cuda" else 0)  # (no PTX interpreted)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
 
 
