@@ -16,6 +16,7 @@ from ..ir.infer import output_shapes
 from ..ir.ops import OPS, OpKind
 from ..ir.values import ScalarVal, TensorVal, Val
 from .builder import Builder
+from .composites import CompositeOps
 from .sizes import SizeOps
 
 
@@ -32,7 +33,7 @@ def fmt(x) -> str:
     return repr(x)
 
 
-class Operators(SizeOps):
+class Operators(SizeOps, CompositeOps):
     def __init__(self, builder: Builder):
         self._b = builder
 

@@ -152,6 +152,22 @@ _ROWS = [
     _u("logical_not", torch.logical_not, lambda b, a: f"({a} == 0)", "args"),
     _u("bitwise_not", torch.bitwise_not, E.bitwise_not),
     _u("set", torch.clone, lambda b, a: a, aten=False),  # a copy: the output is a new tensor (nvFuser's ops.set)
+    _u("acos", torch.acos, E.libdevice("acos"), heavy=True),
+    _u("acosh", torch.acosh, E.libdevice("acosh"), heavy=True),
+    _u("asin", torch.asin, E.libdevice("asin"), heavy=True),
+    _u("asinh", torch.asinh, E.libdevice("asinh"), heavy=True),
+    _u("atan", torch.atan, E.libdevice("atan"), heavy=True),
+    _u("atanh", torch.atanh, E.libdevice("atanh"), heavy=True),
+    _u("cosh", torch.cosh, E.libdevice("cosh"), heavy=True),
+    _u("sinh", torch.sinh, E.libdevice("sinh"), heavy=True),
+    _u("lgamma", torch.lgamma, E.libdevice("lgamma"), heavy=True),
+    _u("erfinv", torch.erfinv, E.libdevice("erfinv"), heavy=True),
+    _u("erfcinv", F.erfcinv_ref, E.libdevice("erfcinv"), heavy=True, aten=False),  # ATen has none
+    _u("frac", torch.frac, E.frac),
+    _u("signbit", torch.signbit, E.signbit, "args"),
+    _u("isposinf", torch.isposinf, E.equals_inf(""), "args"),
+    _u("isneginf", torch.isneginf, E.equals_inf("-"), "args"),
+    _u("isreal", torch.isreal, E.isreal, "args"),
     # binary
     # ATen's add and sub take an ``alpha`` (dynamo.rules); its div is truediv
     _b("add", lambda a, b: a + b, lambda b, x, y: f"({x} + {y})", aten=False),
@@ -176,12 +192,19 @@ _ROWS = [
     _b("bitwise_and", lambda a, b: a & b, lambda b, x, y: f"({x} & {y})"),
     _b("bitwise_or", lambda a, b: a | b, lambda b, x, y: f"({x} | {y})"),
     _b("bitwise_xor", lambda a, b: a ^ b, lambda b, x, y: f"({x} ^ {y})"),
+    _b("bitwise_left_shift", F.tensor_first(torch.bitwise_left_shift), E.shift_left),
+    _b("bitwise_right_shift", F.tensor_first(torch.bitwise_right_shift), E.shift_right),
+    _b("logical_right_shift", F.logical_right_shift_ref, E.logical_shift_right, aten=False),  # ATen has none
+    _b("gcd", F.tensor_first(torch.gcd), E.gcd),
+    _b("mod", F.mod_ref, E.fmod, aten=False),  # ATen's fmod is the fmod row
+    _b("nextafter", F.nextafter_ref, lambda b, x, y: E.ld(b, "nextafter", x, y)),
     # ternary
     OpDef("where", OpKind.TERNARY, torch.where, lambda b, c, x, y: f"tl.where({c}, {x}, {y})"),
     OpDef("lerp", OpKind.TERNARY, F.lerp_ref, E.lerp),
     OpDef("addcmul", OpKind.TERNARY, F.addcmul_ref,
           lambda b, t, t1, t2, value: f"({t} + {value} * {t1} * {t2})"),
     OpDef("clamp", OpKind.TERNARY, F.clamp_ref, E.clamp),
+    OpDef("threshold", OpKind.TERNARY, F.threshold_ref, E.threshold),
     # casts
     OpDef("cast", OpKind.CAST, lambda x, dtype: x.to(dtype) if isinstance(x, torch.Tensor) else x),
     # reductions
