@@ -258,3 +258,21 @@ def test_threshold(dtype):
         got, want = _run(build, [x], f"threshold({dtype}, {limit}, {value})")
         assert_matches(got, torch.threshold(x, limit, value), what=f"threshold({dtype}) vs eager",
                        tol=DEFAULT_TOL if dtype.is_floating_point else None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=lambda d: str(d)[6:])
+def test_nextafter_bits(dtype):
+    """Bit-equal to torch where one ulp matters: from zero to the smallest subnormal (of
+    either sign), between subnormals, to and from the largest finite value and the
+    infinities, and x == y (which returns y: nextafter(0.0, -0.0) is -0.0)."""
+    tiny = torch.finfo(dtype).smallest_normal
+    big = torch.finfo(dtype).max
+    inf = float("inf")
+    pairs = [(0.0, 1.0), (-0.0, -1.0), (0.0, -0.0), (-0.0, 0.0), (tiny, 0.0), (-tiny, 0.0), (tiny / 4, 1.0),
+             (big, inf), (inf, 0.0), (-inf, 0.0), (-big, -inf), (1.0, 1.0), (1.0, 2.0), (-1.0, 2.0), (1.0, -2.0)]
+    a = torch.tensor([p[0] for p in pairs], dtype=dtype)
+    b = torch.tensor([p[1] for p in pairs], dtype=dtype)
+    got = _run(lambda fd: fd.add_output(fd.ops.nextafter(define_input(fd, a), define_input(fd, b))), [a, b],
+               f"nextafter({dtype})")[0]
+    bits = torch.int64 if dtype == torch.float64 else torch.int32
+    assert torch.equal(got.view(bits), torch.nextafter(a, b).view(bits))

@@ -310,3 +310,18 @@ def gcd(b, x, y):
     steps = 95 if b.cdtype == "tl.int64" else 48
     name = f"_pyfuser_gcd{_width(b)}"
     return f"{b.helper(name, GCD.format(name=name, steps=steps))}({tensor_arg(b, x)}, {tensor_arg(b, y)})"
+
+
+def nextafter(b, x, y):
+    """The float after ``x`` toward ``y``, on the bits: one unit up or down in the last
+    place, the smallest subnormal (with ``y``'s sign) from zero, ``y`` when the two are
+    equal, NaN from NaN.  libdevice's nextafterf flushes subnormals (in Triton's build)
+    and returns the smallest normal from zero."""
+    tx, ty = b.tmp(tensor_arg(b, x)), b.tmp(tensor_arg(b, y))
+    n = 64 if b.cdtype == "tl.float64" else 32
+    bits = f"{tx}.to(tl.int{n}, bitcast=True)"
+    step = b.tmp(f"({bits} + tl.where(({ty} > {tx}) == ({tx} > 0), 1, -1)).to(tl.float{n}, bitcast=True)")
+    # the bits of the smallest subnormal, positive or negative (the sign bit and a 1)
+    tiny = f"tl.where({ty} > 0, 1, {1 - 2 ** (n - 1)}).to(tl.int{n}).to(tl.float{n}, bitcast=True)"
+    pick = f"tl.where({tx} == {ty}, {ty}, tl.where({tx} == 0, {tiny}, {step}))"
+    return f"tl.where(({tx} != {tx}) | ({ty} != {ty}), {tx} + {ty}, {pick})"

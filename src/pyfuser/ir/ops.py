@@ -197,7 +197,7 @@ _ROWS = [
     _b("logical_right_shift", F.logical_right_shift_ref, E.logical_shift_right, aten=False),  # ATen has none
     _b("gcd", F.tensor_first(torch.gcd), E.gcd),
     _b("mod", F.mod_ref, E.fmod, aten=False),  # ATen's fmod is the fmod row
-    _b("nextafter", F.nextafter_ref, lambda b, x, y: E.ld(b, "nextafter", x, y)),
+    _b("nextafter", F.nextafter_ref, E.nextafter),
     # ternary
     OpDef("where", OpKind.TERNARY, torch.where, lambda b, c, x, y: f"tl.where({c}, {x}, {y})"),
     OpDef("lerp", OpKind.TERNARY, F.lerp_ref, E.lerp),
