@@ -132,11 +132,11 @@ def _int_only(op, fn, what):
     """``fn`` where the promoted dtype is an integer one, else the error eager gives an op
     it has no kernel for (the dtype probe turns it into a DefinitionError)."""
 
-    def call(*args):
-        r = fn(*args)
-        if r.dtype.is_floating_point or r.dtype == torch.bool:
-            raise NotImplementedError(f"{op}: takes integer operands ({what}), got {r.dtype}")
-        return r
+    def call(a, b):
+        dtype = torch.result_type(a, b)
+        if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+            raise NotImplementedError(f"{op}: takes integer operands ({what}), got {dtype}")
+        return fn(a, b)
 
     return call
 
