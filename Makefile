@@ -5,7 +5,7 @@ STAMP := .venv/.stamp
 # numpy < 2.4: triton 3.6's interpreter turns loop bounds into Python ints in a way numpy 2.4 rejects.
 PACKAGES := torch==2.13.0 triton==3.6.0 pytest hypothesis pytest-xdist "numpy<2.4" matplotlib transformers
 
-.PHONY: venv test demo bench golden
+.PHONY: venv test demo bench golden ops-doc
 
 venv: $(STAMP)
 
@@ -30,3 +30,7 @@ bench: venv
 golden: venv
 	rm -f tests/golden/*.txt
 	CUDA_VISIBLE_DEVICES= PYTHONPATH=src $(PY) benchmarks/kernel_identity.py --out tests/golden
+
+# docs/OPS.md from the op table (tests/frontend/test_opdoc.py checks that it is current).
+ops-doc: venv
+	PYTHONPATH=src $(PY) -m pyfuser.frontend.opdoc docs/OPS.md

@@ -17,6 +17,9 @@ SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1.0, -1.0, 0.5,
            1e-7, -1e-7, 3e-4, 88.5, -88.5, 100.0, -100.0, 1e20, -1e20, 7.25, -0.75]
 
 OPS_REF = {name: OPS[name].ref for name in UNARY_OPS + BINARY_OPS}
+# Binary rows that take integers only (torch or nvFuser refuse floats)
+INT_ONLY = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
+            "logical_right_shift", "gcd", "mod")
 
 # fp32: 1e-5 relative and absolute.  Ops computed from several builtins (see the
 # op table's notes) get a modestly looser bound where they need it; listed here so a
@@ -123,8 +126,8 @@ def test_unary_int_bool(op, dtype):
 @pytest.mark.parametrize("op", BINARY_OPS)
 def test_binary_fp32(op):
     a, b = float_pair(gen_for("binary", op))
-    if op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
-        pytest.skip("bitwise ops take integers only")
+    if op in INT_ONLY:
+        pytest.skip(f"{op} takes integers only")
 
     def build(fd):
         fd.add_output(getattr(fd.ops, op)(define_input(fd, a), define_input(fd, b)))
@@ -135,8 +138,8 @@ def test_binary_fp32(op):
 @pytest.mark.parametrize("op", BINARY_OPS)
 def test_binary_fp32_broadcast_and_scalars(op):
     """[7, 129] with a [129] row (broadcast), a constant and a runtime scalar on the left."""
-    if op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
-        pytest.skip("bitwise ops take integers only")
+    if op in INT_ONLY:
+        pytest.skip(f"{op} takes integers only")
     gen = gen_for("binary_b", op)
     a = float_input(gen)
     row = float_input(gen, shape=(SHAPE[1],), special=False)
@@ -200,3 +203,76 @@ def test_binary_mixed_dtypes(op):
         got = fd.execute([a, b])[0]
         tol = None if not want.dtype.is_floating_point else (TOL.get(op) or DEFAULT_TOL)
         assert_matches(got, want, what=f"{op}({a.dtype}, {b.dtype})", tol=tol)
+
+
+# --- integer edge cases and threshold ------------------------------------------------
+
+
+def _int_pair_run(op, a, b):
+    fd = fusion(lambda fd: fd.add_output(getattr(fd.ops, op)(define_input(fd, a), define_input(fd, b))))
+    got, want = fd.execute([a, b])[0], fd.reference([a, b])[0]
+    assert_matches(got, want, what=f"{op}({a.dtype})")
+    return got
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("op", ["bitwise_left_shift", "bitwise_right_shift", "logical_right_shift"])
+def test_shifts_by_every_amount(op, dtype):
+    """Shifts by -3 .. width + 3 of negative and positive values: torch's answers past the
+    width (0, or the sign for >>), which C and LLVM leave undefined."""
+    width = torch.iinfo(dtype).bits
+    s = torch.arange(-3, width + 4, dtype=dtype)
+    x = torch.tensor([-7, 5, -1, torch.iinfo(dtype).min, torch.iinfo(dtype).max], dtype=dtype)
+    a, b = x.repeat_interleave(len(s)), s.repeat(len(x))
+    got = _int_pair_run(op, a, b)
+    if op != "logical_right_shift":
+        assert torch.equal(got, OPS_REF[op](a, b))
+    else:  # zeros shift in: the unsigned value's shift
+        u = a.numpy().view(f"uint{width}")
+        want = [int(v) >> int(k) if 0 <= k < width else 0 for v, k in zip(u, b.tolist())]
+        assert got.numpy().view(f"uint{width}").tolist() == want
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=lambda d: str(d)[6:])
+def test_gcd_longest_chains_and_signs(dtype):
+    """Consecutive Fibonacci numbers take Euclid the most steps; negative operands, zeros
+    and the most negative value (whose |x| wraps, as in torch) too."""
+    fib = [1, 2]
+    while fib[-1] + fib[-2] <= torch.iinfo(dtype).max:
+        fib.append(fib[-1] + fib[-2])
+    lo = torch.iinfo(dtype).min
+    a = torch.tensor([fib[-1], -fib[-2], fib[-3], 0, 0, -12, lo, 6, lo, 35], dtype=dtype)
+    b = torch.tensor([fib[-2], fib[-1], -fib[-2], 0, -5, 18, 6, lo, lo, 0], dtype=dtype)
+    got = _int_pair_run("gcd", a, b)
+    assert torch.equal(got, torch.gcd(a, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int32, torch.int64], ids=lambda d: str(d)[6:])
+def test_threshold(dtype):
+    gen = gen_for("threshold", str(dtype))
+    x = float_input(gen).to(dtype) if dtype.is_floating_point else int_input(gen, dtype)
+    for limit, value in ((0.5, -2.0), (-0.5, 7.0), (3, 0)):
+        def build(fd):
+            fd.add_output(fd.ops.threshold(define_input(fd, x), limit, value))
+
+        got, want = _run(build, [x], f"threshold({dtype}, {limit}, {value})")
+        assert_matches(got, torch.threshold(x, limit, value), what=f"threshold({dtype}) vs eager",
+                       tol=DEFAULT_TOL if dtype.is_floating_point else None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=lambda d: str(d)[6:])
+def test_nextafter_bits(dtype):
+    """Bit-equal to torch where one ulp matters: from zero to the smallest subnormal (of
+    either sign), between subnormals, to and from the largest finite value and the
+    infinities, and x == y (which returns y: nextafter(0.0, -0.0) is -0.0)."""
+    tiny = torch.finfo(dtype).smallest_normal
+    big = torch.finfo(dtype).max
+    inf = float("inf")
+    pairs = [(0.0, 1.0), (-0.0, -1.0), (0.0, -0.0), (-0.0, 0.0), (tiny, 0.0), (-tiny, 0.0), (tiny / 4, 1.0),
+             (big, inf), (inf, 0.0), (-inf, 0.0), (-big, -inf), (1.0, 1.0), (1.0, 2.0), (-1.0, 2.0), (1.0, -2.0)]
+    a = torch.tensor([p[0] for p in pairs], dtype=dtype)
+    b = torch.tensor([p[1] for p in pairs], dtype=dtype)
+    got = _run(lambda fd: fd.add_output(fd.ops.nextafter(define_input(fd, a), define_input(fd, b))), [a, b],
+               f"nextafter({dtype})")[0]
+    bits = torch.int64 if dtype == torch.float64 else torch.int32
+    assert torch.equal(got.view(bits), torch.nextafter(a, b).view(bits))

@@ -39,6 +39,15 @@ def binary(x, y, i, j, b):
     return z, c, k, i / j
 
 
+def special(x, i, j):
+    p = torch.sigmoid(x) * 0.9  # in (0, 0.9): inside every domain (eager's NaNs would fail the comparison)
+    s = (p.acos() + p.asin() + x.atan() + x.asinh() + (p + 1).acosh() + (p - 0.5).atanh() + x.cosh() + x.sinh()
+         + p.lgamma() + (p - 0.5).erfinv() + (x * 3).frac() + torch.nextafter(x, p))
+    flags = x.signbit() | (x / 0).isposinf() | (x / 0).isneginf()
+    k = torch.gcd(i, j) + torch.bitwise_left_shift(i, j) + torch.bitwise_right_shift(i * -1, j)
+    return s, flags, k
+
+
 def reductions(x):
     v, m = torch.var_mean(x, dim=1)
     return (x.sum(1, keepdim=True) + x.amax(0) + x.amin(1, keepdim=True) + x.mean(0) + x.std(1, keepdim=True),
@@ -99,6 +108,11 @@ GROUPS = {
                     "le.Tensor", "gt.Tensor", "ge.Tensor", "logical_and", "logical_or", "bitwise_and.Tensor",
                     "bitwise_or.Tensor", "bitwise_xor.Tensor", "pow.Tensor_Scalar", "pow.Tensor_Tensor",
                     "pow.Scalar")),
+    "special": (special, lambda g: [torch.randn(3, 4, generator=g), torch.randint(1, 9, (3, 4), generator=g),
+                                    torch.randint(0, 5, (3, 4), generator=g)],
+                _ops("acos", "asin", "atan", "asinh", "acosh", "atanh", "cosh", "sinh", "lgamma", "erfinv", "frac",
+                     "nextafter", "signbit", "isposinf", "isneginf", "gcd", "bitwise_left_shift.Tensor",
+                     "bitwise_right_shift.Tensor")),
     "reductions": (reductions, lambda g: [torch.randn(3, 5, generator=g)],
                    _ops("sum.dim_IntList", "amax", "amin", "mean.dim", "var_mean.correction",
                         "var.correction", "any.dim", "all.dim", "any.default", "all.default", "any.dims")),
@@ -124,7 +138,8 @@ NOT_COVERED = _ops("add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar", "div.
                    "where.ScalarSelf", "where.ScalarOther", "where.Scalar", "clamp_min", "clamp_max",
                    "isfinite", "silu", "_unsafe_view", "reshape", "squeeze.dims", "squeeze.default", "alias",
                    "detach", "lift_fresh_copy", "prims.convert_element_type", "scalar_tensor", "rand", "randn",
-                   "mean.default", "sum.default", "all.dims")
+                   "mean.default", "sum.default", "all.dims",
+                   "isreal")  # composite: decomposed before a graph reaches the backend
 
 
 def test_every_rule_is_covered():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,11 @@ UNARY_ORACLE = {
     "erfc": torch.erfc, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
     "sign": torch.sign, "isfinite": torch.isfinite, "isnan": torch.isnan, "isinf": torch.isinf,
     "logical_not": torch.logical_not, "bitwise_not": torch.bitwise_not, "set": torch.clone,
+    "acos": torch.acos, "acosh": torch.acosh, "asin": torch.asin, "asinh": torch.asinh, "atan": torch.atan,
+    "atanh": torch.atanh, "cosh": torch.cosh, "sinh": torch.sinh, "lgamma": torch.lgamma, "erfinv": torch.erfinv,
+    "erfcinv": lambda x: torch.erfinv(1 - x.double()).to(torch.erfinv(x).dtype),  # torch has no erfcinv
+    "frac": torch.frac, "signbit": torch.signbit, "isposinf": torch.isposinf, "isneginf": torch.isneginf,
+    "isreal": torch.isreal,
 }
 
 def _nvfuser_div(a, b):
@@ -44,6 +50,34 @@ def _nvfuser_div(a, b):
     if all(integral) and not (a.dtype == torch.bool and b.dtype == torch.bool):
         return torch.div(a, b, rounding_mode="trunc")
     return a / b
+
+
+def _integers_only(fn):
+    """nvFuser's integer ops that torch has no such refusal for (or no such op)."""
+    def call(a, b):
+        dtype = torch.result_type(a, b)
+        if dtype.is_floating_point or dtype == torch.bool:
+            raise TypeError(f"integers only, got {dtype}")
+        return fn(a.to(dtype), b.to(dtype))
+
+    return call
+
+
+def _logical_right_shift(a, b):
+    """Zeros shift in from the left; shifts below 0 or of the width or more give 0."""
+    a, b = torch.broadcast_tensors(a, b)
+    width = torch.iinfo(a.dtype).bits
+    u, k = a.numpy().view(f"uint{width}"), b.numpy()
+    inside = (k >= 0) & (k < width)
+    out = np.where(inside, u >> np.where(inside, k, 0).astype(f"uint{width}"), 0).astype(f"uint{width}")
+    return torch.from_numpy(out.view(f"int{width}").copy())
+
+
+def _full_precision_nextafter(a, b):
+    """pyfuser refuses fp16/bf16 nextafter, as nvFuser (its kernels compute in fp32)."""
+    if torch.result_type(a, b) in (torch.float16, torch.bfloat16):
+        raise TypeError("nextafter: Float or Double only")
+    return torch.nextafter(a, b)
 
 
 # True: a Python operator (accepts a Python number on either side);
@@ -58,6 +92,9 @@ BINARY_ORACLE = {
     "gt": (operator.gt, True), "ge": (operator.ge, True),
     "logical_and": (torch.logical_and, False), "logical_or": (torch.logical_or, False),
     "bitwise_and": (operator.and_, True), "bitwise_or": (operator.or_, True), "bitwise_xor": (operator.xor, True),
+    "bitwise_left_shift": (torch.bitwise_left_shift, False), "bitwise_right_shift": (torch.bitwise_right_shift, False),
+    "logical_right_shift": (_integers_only(_logical_right_shift), False), "gcd": (torch.gcd, False),
+    "mod": (_integers_only(torch.fmod), False), "nextafter": (_full_precision_nextafter, False),
 }
 
 SCALAR_FOR = {"float": -1.75, "int": 3, "bool": True}
@@ -109,7 +146,7 @@ def test_every_elementwise_op_has_an_oracle():
     assert set(UNARY_OPS) == set(UNARY_ORACLE)
     assert set(BINARY_OPS) == set(BINARY_ORACLE)
     ternary = {r.name for r in OPS.values() if r.kind == "ternary"}
-    assert ternary == {"where", "lerp", "addcmul", "clamp"}
+    assert ternary == {"where", "lerp", "addcmul", "clamp", "threshold"}
 
 
 # --- unary ------------------------------------------------------------------------
@@ -206,7 +243,7 @@ def test_binary_python_scalar(op, case, scalar_first):
                         positive=op == "pow" and not dtype.is_floating_point)
     if op == "pow" and not dtype.is_floating_point:
         t = t.clamp(max=4) if dtype != torch.bool else t
-    if op in ("fmod", "remainder", "div") and scalar_first and dtype == torch.bool and kind != "float":
+    if op in ("fmod", "remainder", "div", "mod") and scalar_first and dtype == torch.bool and kind != "float":
         t = torch.ones_like(t)  # an integer division or remainder by False (0) raises in eager
     _check_binary(op, *((s, t) if scalar_first else (t, s)))
 

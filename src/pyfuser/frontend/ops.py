@@ -17,6 +17,7 @@ from ..ir.ops import OPS, OpKind
 from ..ir.values import ScalarVal, TensorVal, Val
 from .builder import Builder
 from .host_builders import HostOps
+from .composites import CompositeOps
 from .sizes import SizeOps
 
 
@@ -33,7 +34,7 @@ def fmt(x) -> str:
     return repr(x)
 
 
-class Operators(SizeOps, HostOps):
+class Operators(SizeOps, HostOps, CompositeOps):
     def __init__(self, builder: Builder):
         self._b = builder
 

@@ -84,10 +84,15 @@ def _torch_fn(fn, numpy=False):
 def _libdevice_shims():
     import torch
 
+    from ..ir.op_refs import erfcinv
+
     return {"tanh": _torch_fn(torch.tanh), "expm1": _torch_fn(torch.expm1), "log1p": _torch_fn(torch.log1p),
             "erfc": _torch_fn(torch.erfc), "atan2": _torch_fn(torch.atan2), "pow": _torch_fn(torch.pow),
             "tan": _torch_fn(torch.tan), "rint": _torch_fn(torch.round), "trunc": _torch_fn(torch.trunc),
             "fast_dividef": _torch_fn(torch.div),
+            **{name: _torch_fn(getattr(torch, name)) for name in (
+                "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "lgamma", "erfinv")},
+            "erfcinv": _torch_fn(erfcinv),  # torch has none: the op table's reference
             # C's fmod, exact as libdevice's: torch's CPU fmod is a - trunc(a / b) * b in its
             # vectorized loop, NaN once a / b overflows
             "fmod": _torch_fn(np.fmod, numpy=True)}
