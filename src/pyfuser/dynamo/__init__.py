@@ -12,6 +12,8 @@ Files, in processing order:
 * ``translate.py``: a region's graph -> FusionDefinition, checked against ATen's shapes and dtypes;
 * ``region.py``: a region at run time, its translation cache and ATen fallback;
 * ``graphs.py``: a backward graph replayed as one CUDA graph when that is safe;
+* ``collectives.py``: communication ops in traced graphs, which regions never hold or span,
+  and whether distributed training runs (no CUDA-graph replay then);
 * ``accuracy.py``: the accuracy mode (``PYFUSER_CHECK=1``, ``check_accuracy()``): regions,
   fast-path views and rewritten graphs checked against ATen as they run;
 * the BERT training-step benchmark is ``pyfuser.bench.bert_bench``.
