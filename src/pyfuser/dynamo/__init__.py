@@ -14,6 +14,8 @@ Files, in processing order:
 * ``graphs.py``: a backward graph replayed as one CUDA graph when that is safe;
 * ``report.py``, ``logs.py``, ``explanation.py``: what was fused and why not, as data
   (``explain(model, *inputs)``) and in ``TORCH_LOGS="pyfuser"``;
+* ``collectives.py``: communication ops in traced graphs, which regions never hold or span,
+  and whether distributed training runs (no CUDA-graph replay then);
 * ``accuracy.py``: the accuracy mode (``PYFUSER_CHECK=1``, ``check_accuracy()``): regions,
   fast-path views and rewritten graphs checked against ATen as they run;
 * the BERT training-step benchmark is ``pyfuser.bench.bert_bench``.

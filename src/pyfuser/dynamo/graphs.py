@@ -39,7 +39,9 @@ stale or overwritten result:
 The first ``WARMUP_CALLS`` calls run as usual (kernels compile, launchers settle);
 the next is captured on a side stream and replayed.  While ``PYFUSER_DUMP`` or
 ``PYFUSER_PROF`` is set, or a scheduler override is on, calls run as usual, so the
-dumps and profiles see every region.  ``PYFUSER_CUDA_GRAPHS=0`` turns graphing
+dumps and profiles see every region.  Under distributed training (a process group
+of more than one rank, or a graph holding a collective) nothing is captured: see
+``collectives.py``.  ``PYFUSER_CUDA_GRAPHS=0`` turns graphing
 off, and so does the accuracy mode (``accuracy.py``).  ``stats()`` counts ``graph_captures``, ``graph_replays`` and ``graph_misses``.
 """
 from __future__ import annotations
@@ -50,6 +52,7 @@ import torch
 
 from ..compat import foreach_copy_, mark_boxed, reinterpret_tensor as _reinterpret, storage_id, storage_use_count
 from ..runtime.executor import fast_path_allowed
+from .collectives import distributed_world, first_communication
 from .region import STATS, capturing, warn_once
 
 SMALL_INPUT_BYTES = 1 << 20
@@ -72,7 +75,15 @@ def _vals(node):
 
 def not_graphable(gm: torch.fx.GraphModule) -> str | None:
     """Why ``gm`` cannot be replayed as a CUDA graph, or None.  Looks at its nodes and
-    those of its submodules (the fused regions' ATen graphs)."""
+    those of its submodules (the fused regions' ATen graphs).  Not under distributed
+    training (``collectives.py``): DDP's reducer and FSDP's hooks read and free the
+    backward's tensors on their own streams, outside what a replay checks."""
+    comm = first_communication(gm)
+    if comm is not None:
+        return f"{comm.name} communicates between ranks"
+    world = distributed_world()
+    if world > 1:
+        return f"a process group of {world} ranks is initialized (distributed training)"
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if not placeholders:
         return "no inputs"

@@ -15,6 +15,9 @@ accepts into acyclic regions.  Then:
   kernel, and the runtime would run it as host torch ops.  A column sum of rows'
   results (layer norm's backward feeding a bias gradient) stays: the inner-outer
   tile runs it in one kernel, or the planner in two;
+* a region never holds a communication op (``collectives.py``), nor nodes from
+  both sides of one in the graph's order (``split_at_communication``): the
+  distributed engine placed each collective to overlap it with computation;
 * a region with fewer than ``MIN_COMPUTE_OPS`` ops that compute stays in ATen: one
   op gains nothing from fusion and pays the fusion's host overhead.  Except a clone
   of a non-contiguous tensor (``rules.is_layout_copy``): ATen copies a transposed
@@ -36,6 +39,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..compat import qualified_name
+from .collectives import communication_epochs, is_communication
 from .region import FusedRegion, warn_once
 from .rules import (ATEN_ONLY, ATEN_VIEWS, RESHAPES, is_compute, is_layout_copy, meta, reduction_kind,
                     unsupported_reason)
@@ -48,7 +52,7 @@ class PyfuserSupport(OperatorSupportBase):
     """Accepts the nodes pyfuser translates with ATen's semantics."""
 
     def is_node_supported(self, submodules, node) -> bool:
-        if node.meta.get(ATEN_ONLY):
+        if node.meta.get(ATEN_ONLY) or is_communication(node):
             return False
         return unsupported_reason(node) is None
 
@@ -90,6 +94,7 @@ def fuse_regions(gm):
     partitions = regroup_along_data_flow(partitions, order)
     partitioner.remove_bookend_non_compute_ops(partitions)
     partitions = [q for p in partitions for q in split_mixed_reductions(p, order)]
+    partitions = split_at_communication(partitions, communication_epochs(gm.graph))
     partitioner.remove_bookend_non_compute_ops(partitions)
     partitions = [p for p in partitions if sum(is_compute(n) for n in p.nodes) >= MIN_COMPUTE_OPS
                   or any(is_layout_copy(n) for n in p.nodes)]
@@ -157,6 +162,21 @@ def regroup_along_data_flow(partitions, order) -> list:
         if c:
             groups.setdefault(origin[i], set()).update(c)
     return [Partition(nodes=sorted(g, key=order.__getitem__)) for g in groups.values()]
+
+
+def split_at_communication(partitions, epochs) -> list:
+    """Each partition cut into its nodes' communication epochs (how many collectives
+    precede a node in the graph's order), so no region spans a collective; a graph
+    without one keeps its partitions.  The pieces stay convex: graph order is
+    topological, so epochs never decrease along a path, and a path leaving a piece
+    and coming back would have to leave the partition it came from."""
+    out = []
+    for p in partitions:
+        pieces: dict = {}
+        for n in p.nodes:
+            pieces.setdefault(epochs[n], []).append(n)
+        out += [p] if len(pieces) == 1 else [Partition(nodes=nodes) for _, nodes in sorted(pieces.items())]
+    return out
 
 
 def _components(partition) -> list:
