@@ -4,6 +4,7 @@ import torch
 from triton import knobs
 
 from pyfuser import ToolchainError
+from pyfuser import compat
 from pyfuser.compat import CHECKED, current_cuda_device, fast_empty_strided, hook_set, missing, torch_ptxas_path
 
 
@@ -152,3 +153,15 @@ def test_storage_accessors():
     a, b = [torch.zeros(2), torch.zeros(3)], [torch.ones(2), torch.full((3,), 2.0)]
     compat.foreach_copy_(a, b)
     assert a[0].tolist() == [1.0, 1.0] and a[1].tolist() == [2.0, 2.0, 2.0]
+
+
+def test_overlap_grouped_mm_and_packet_accessors():
+    x = torch.randn(3)
+    assert compat.has_internal_overlap(x.expand(4, 3)) and not compat.has_internal_overlap(x)
+    assert isinstance(torch.ops.aten.add, compat.OpOverloadPacket)
+    assert not isinstance(torch.ops.aten.add.Tensor, compat.OpOverloadPacket)
+    if torch.cuda.is_available():
+        a, b = torch.randn(6, 4, device="cuda", dtype=torch.bfloat16), torch.randn(2, 4, 5, device="cuda",
+                                                                                    dtype=torch.bfloat16)
+        out = compat.grouped_mm(a, b, torch.tensor([2, 6], device="cuda", dtype=torch.int32))
+        assert out.shape == (6, 5)

@@ -54,7 +54,11 @@ Accessor: the API behind it; its users; what runs where it is missing.
 - ``share_codegen``: ``torch.fx.Graph._codegen``; dynamo/backend.py, dynamo/accuracy.py; none.
 - ``mark_boxed``: AOTAutograd's ``_boxed_call`` convention; dynamo/graphs.py, dynamo/accuracy.py.
 - ``qualified_name``: ``torch.fx.node._get_qualified_name``; dynamo/partition.py; none.
-- ``OpOverload``: ``torch._ops.OpOverload``; dynamo/sink_views.py; none.
+- ``OpOverload``, ``OpOverloadPacket``: ``torch._ops``; dynamo/sink_views.py,
+  dynamo/collectives.py; none.
+- ``has_internal_overlap``: ``torch._debug_has_internal_overlap``; reference.py; False
+  (an alias output into an expanded input is then not refused up front).
+- ``grouped_mm``: ``torch._grouped_mm``; ir/attention.py (CUDA only); ``ToolchainError``.
 - ``module_call_hooked``: ``nn.Module._forward_hooks`` and the other hook dicts,
   ``torch.nn.modules.module._global_*_hooks``, ``torch._C._get_tracing_state``;
   dynamo/region.py; none.
@@ -398,6 +402,22 @@ def qualified_name(op) -> str:
 
 
 OpOverload = torch._ops.OpOverload  # the type of ``torch.ops.aten.<op>.<overload>``
+OpOverloadPacket = torch._ops.OpOverloadPacket  # the type of ``torch.ops.aten.<op>``
+
+
+def has_internal_overlap(t) -> bool:
+    """Whether some elements of tensor ``t`` share memory (an expanded dim)."""
+    fn = getattr(torch, "_debug_has_internal_overlap", None)
+    return fn is not None and fn(t) == 1
+
+
+def grouped_mm(mat1, mat2, offsets):
+    """torch's grouped matmul kernel (CUDA)."""
+    fn = getattr(torch, "_grouped_mm", None)
+    if fn is None:
+        raise ToolchainError(f"grouped_mm: this torch ({torch.__version__}) has no torch._grouped_mm; "
+                             f"checked on {CHECKED}")
+    return fn(mat1, mat2, offsets)
 
 
 def module_call_hooked(m) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .compat import has_internal_overlap
 from .errors import InputError
 from .ir.concretize import Binding, bind
 from .ir.extents import scalar_result
@@ -153,7 +154,7 @@ def write_aliases(ir: FusionIR, inputs, outs: list) -> list:
         if tuple(value.shape) != tuple(target.shape):
             raise InputError(f"add_output({ir.outputs[pos].name}, {alias.name}): the output's shape "
                              f"{list(value.shape)} differs from the input's {list(target.shape)}")
-        if torch._debug_has_internal_overlap(target) == 1:  # an expanded input: one element, many places
+        if has_internal_overlap(target):  # an expanded input: one element, many places
             raise InputError(f"add_output({ir.outputs[pos].name}, {alias.name}): the input given for "
                              f"{alias.name} has overlapping elements (strides {list(target.stride())}), so it "
                              f"cannot receive an output")

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from ..compat import OpOverloadPacket
+
 # Operator namespaces whose ops communicate between ranks (or prepare buffers for it).
 COMMUNICATION_NAMESPACES = frozenset({"_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d",
                                       "_dtensor", "fsdp"})
@@ -33,7 +35,7 @@ def is_communication(node: torch.fx.Node) -> bool:
         return False
     target = node.target
     namespace = getattr(target, "namespace", None)
-    if namespace is None and isinstance(target, torch._ops.OpOverloadPacket):
+    if namespace is None and isinstance(target, OpOverloadPacket):
         namespace = target._qualified_op_name.split("::")[0]
     if namespace in COMMUNICATION_NAMESPACES:
         return True

@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from ..compat import grouped_mm
 from ..errors import DefinitionError, InputError
 from .shapes import broadcast_shapes
 
@@ -91,7 +92,7 @@ def sdpfa_bwd_shape(op, shapes, attrs):
 def grouped_mm_ref(mat1, mat2, offsets):
     """torch's grouped matmul: groups along the dim that ``offsets`` (Int32 group ends) cuts."""
     if mat1.device.type == "cuda":
-        return torch._grouped_mm(mat1, mat2, offsets)
+        return grouped_mm(mat1, mat2, offsets)
     return _grouped_mm_loop(mat1, mat2, offsets)
 
 
