@@ -51,7 +51,7 @@ class OpKind(str, Enum):
     """How the frontend builds an op, how shapes are inferred for it, how the reference
     runs it and how the code generator indexes it.  Every row's ``kind`` is one of
     these; each dispatch over kinds (``ir.infer``, ``reference``) names every member
-    (tests/frontend/test_op_table.py checks it).  A ``str`` enum: its members compare
+    (tests/ir/test_op_table.py checks it).  A ``str`` enum: its members compare
     equal to their names, and prints as one (``lower_{kind}`` handler names)."""
 
     __str__ = str.__str__
