@@ -1,11 +1,17 @@
 """Every unary and binary op of the op table through the generated kernels, against
 the reference executor: fp32 with NaN, +-inf, +-0, tiny and huge values among
 random ones of many magnitudes; integer and bool inputs where PyTorch takes them;
-tensor-tensor (with broadcasting), tensor-constant and tensor-runtime-scalar."""
+tensor-tensor (with broadcasting), tensor-constant and tensor-runtime-scalar.
+
+On CPU (CI) the kernels run under Triton's interpreter; ``PYFUSER_SWEEP_DEVICE=cuda``
+runs the same sweep on the GPU, where libdevice and the compiled kernels are the
+ones users get (the reference then runs there too)."""
 from __future__ import annotations
 
 import pytest
 import torch
+
+import os
 
 from pyfuser import PyfuserError
 from pyfuser.ir.ops import BINARY_OPS, OPS, UNARY_OPS
@@ -16,6 +22,7 @@ SHAPE = (7, 129)
 SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -3.0, 1e-30, -1e-30,
            1e-7, -1e-7, 3e-4, 88.5, -88.5, 100.0, -100.0, 1e20, -1e20, 7.25, -0.75]
 
+DEVICE = os.environ.get("PYFUSER_SWEEP_DEVICE", "cpu")
 OPS_REF = {name: OPS[name].ref for name in UNARY_OPS + BINARY_OPS}
 # Binary rows that take integers only (torch or nvFuser refuse floats)
 INT_ONLY = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
@@ -71,7 +78,12 @@ def _torch_accepts(fn):
         return False
 
 
+def _on_device(inputs):
+    return [x.to(DEVICE) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
 def _run(build, inputs, what, tol=None):
+    inputs = _on_device(inputs)
     fd = fusion(build)
     want = fd.reference(inputs)[0]
     with launches() as n:
@@ -184,6 +196,7 @@ def test_binary_int_bool(op, dtype):
         fd = fusion(lambda fd: fd.add_output(getattr(fd.ops, op)(define_input(fd, a), define_input(fd, b))))
     except PyfuserError as err:
         pytest.skip(f"not definable: {err}")
+    a, b = _on_device([a, b])
     want = fd.reference([a, b])[0]
     got = fd.execute([a, b])[0]
     assert_matches(got, want, what=f"{op}({dtype})", tol=TOL.get(op) or (DEFAULT_TOL if want.dtype.is_floating_point
@@ -198,6 +211,7 @@ def test_binary_mixed_dtypes(op):
     f = float_input(gen, special=False).abs() + 0.5
     h = float_input(gen, special=False).clamp(-60000, 60000).to(torch.float16)
     for a, b in ((i, f), (f, i), (h, f)):
+        a, b = _on_device([a, b])
         fd = fusion(lambda fd: fd.add_output(getattr(fd.ops, op)(define_input(fd, a), define_input(fd, b))))
         want = fd.reference([a, b])[0]
         got = fd.execute([a, b])[0]
@@ -209,6 +223,7 @@ def test_binary_mixed_dtypes(op):
 
 
 def _int_pair_run(op, a, b):
+    a, b = _on_device([a, b])
     fd = fusion(lambda fd: fd.add_output(getattr(fd.ops, op)(define_input(fd, a), define_input(fd, b))))
     got, want = fd.execute([a, b])[0], fd.reference([a, b])[0]
     assert_matches(got, want, what=f"{op}({a.dtype})")
