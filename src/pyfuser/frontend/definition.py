@@ -92,16 +92,25 @@ class FusionDefinition:
         return False
 
     def definition(self):
-        """Override in a subclass to build the fusion there (nvFuser's subclass style)."""
+        """Override in a subclass to build the fusion there (nvFuser's subclass style:
+        ``MyFusion().execute(inputs)`` runs ``definition`` once, as ``with fd:`` would)."""
         raise NotImplementedError
+
+    def _define_by_subclass(self):
+        if (self._finalized or type(self).definition is FusionDefinition.definition or self.ir.program
+                or self.ir.inputs or self.ir.outputs):
+            return
+        with self:
+            self.definition()
 
     # -- values ---------------------------------------------------------------------
     def define_tensor(self, shape=None, contiguity=None, dtype=DataType.Float, is_cpu=False,
-                      stride_order=None, *, symbolic_sizes=None, contiguous=None, sizes=None, strides=None):
+                      stride_order=None, *, symbolic_sizes=None, contiguous=None, sizes=None, strides=None,
+                      static_sizes=False):
         op = "define_tensor"
         self.ir.check_open(op)
         if sizes is not None:  # concrete sizes and strides: derive shape/contiguity/stride_order
-            return self._define_from_strides(sizes, strides, dtype)
+            return self._define_from_strides(sizes, strides, dtype, static_sizes, is_cpu)
         shape = shape if shape is not None else symbolic_sizes
         if shape is None:
             raise DefinitionTypeError(f"{op}: needs shape= (or symbolic_sizes=)")
@@ -136,7 +145,22 @@ class FusionDefinition:
         self.ir.inputs.append(t)
         return t
 
-    def _define_from_strides(self, sizes, strides, dtype):
+    def from_pytorch(self, tensor, static_sizes=False):
+        """nvFuser's from_pytorch: an input tensor shaped like ``tensor`` (its dtype, its
+        size-1 dims as broadcasts, contiguity and stride order from its strides); every
+        other extent is symbolic unless ``static_sizes``."""
+        import torch
+
+        if not isinstance(tensor, torch.Tensor):
+            raise DefinitionTypeError(f"from_pytorch: expected a torch.Tensor, got {type(tensor).__name__} {tensor!r}")
+        try:
+            dt = to_datatype(tensor.dtype)
+        except TypeError as err:
+            raise DefinitionTypeError(f"from_pytorch: {err}") from None
+        return self.define_tensor(sizes=list(tensor.shape), strides=list(tensor.stride()), dtype=dt,
+                                  static_sizes=static_sizes, is_cpu=tensor.is_cpu and tensor.dim() == 0)
+
+    def _define_from_strides(self, sizes, strides, dtype, static_sizes=False, is_cpu=False):
         op = "define_tensor"
         sizes = list(self._builder.check_int_list(op, "sizes", sizes))
         rank = len(sizes)
@@ -146,24 +170,35 @@ class FusionDefinition:
         if len(strides) != rank:
             raise DefinitionError(f"{op}: strides has {len(strides)} entries, expected one per dim of sizes "
                                   f"{sizes} ({rank}), got strides {strides}")
-        order = sorted(range(rank), key=lambda d: (strides[d], d))  # innermost first
+        # Broadcast dims (size 1, or expanded: stride 0) have no place in the layout:
+        # contiguity None, and in the stride order they sit just outside the next
+        # dim, so a row-major tensor keeps the default order whatever their strides.
+        bcast = [sizes[d] == 1 or strides[d] == 0 for d in range(rank)]
+        dense = sorted((d for d in range(rank) if not bcast[d]), key=lambda d: (-strides[d], d))
+        outer_first = []
+        for n in dense:
+            outer_first += [b for b in range(n) if bcast[b] and b not in outer_first]
+            outer_first.append(n)
+        outer_first += [b for b in range(rank) if bcast[b] and b not in outer_first]
         so = [0] * rank
-        for r, d in enumerate(order):
+        for r, d in enumerate(reversed(outer_first)):
             so[d] = r
         contig = [None] * rank
         expected = 1
-        for d in order:
-            if sizes[d] == 1:
-                continue
+        for d in reversed(dense):
             contig[d] = strides[d] == expected
             expected = strides[d] * sizes[d]
-        shape = [1 if s == 1 else -1 for s in sizes]
-        return self.define_tensor(shape=shape, contiguity=contig, dtype=dtype,
+        shape = list(sizes) if static_sizes else [1 if s == 1 else -1 for s in sizes]
+        return self.define_tensor(shape=shape, contiguity=contig, dtype=dtype, is_cpu=is_cpu,
                                   stride_order=so if so != list(range(rank))[::-1] else None)
 
     def define_scalar(self, value=None, dtype=None):
+        """A constant (``value``) or, with ``value=None``, a runtime scalar input of
+        ``dtype``; as in nvFuser, ``define_scalar(DataType.Int)`` is the latter."""
         op = "define_scalar"
         self.ir.check_open(op)
+        if isinstance(value, DataType) and dtype is None:
+            value, dtype = None, value
         if value is not None and not isinstance(value, (bool, int, float)):
             raise DefinitionTypeError(f"{op}: value must be a Python bool, int or float (or None), got {value!r}")
         if dtype is not None:
@@ -252,6 +287,7 @@ class FusionDefinition:
                                  f"{', '.join(map(repr, unknown))}; execute takes inputs, device= and profile= "
                                  f"(and accepts nvFuser's {', '.join(NVFUSER_EXECUTE_OPTIONS)}, which change nothing "
                                  f"here)")
+        self._define_by_subclass()
         if not self._finalized:
             raise DefinitionError(f"execute: fusion {self.id} is not completely defined: build it inside "
                                   "`with FusionDefinition() as fd:` and execute after the block ends "
@@ -304,6 +340,7 @@ class FusionDefinition:
     def __repr__(self):
         from .printer import python_definition
 
+        self._define_by_subclass()
         return python_definition(self)
 
     __str__ = __repr__
