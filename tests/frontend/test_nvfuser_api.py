@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pyfuser import DataType, DefinitionError, FusionDefinition, InputError
+from pyfuser import DataType, DefinitionError, FusionDefinition, InputError, compute_tensor_descriptor
 
 from ..helpers import assert_all_match, gen_for, make_tensor
 from .test_printer import assert_round_trip
@@ -36,6 +36,37 @@ def test_from_pytorch_takes_dtype_broadcasts_and_layout():
     assert t1.stride_order == (0, 1)
     assert_all_match(fd.execute([x, y]), [x + y[:, None, :]])
     assert_round_trip(fd, [x, y])
+
+
+@pytest.mark.parametrize("sizes, strides, contiguity, order", [
+    ((3, 4), (4, 1), [True, True], [1, 0]),
+    ((3, 4), (1, 3), [True, True], [0, 1]),  # column-major: contiguity lists dim 1 first
+    ((3, 4), (8, 1), [False, True], [1, 0]),
+    ((3, 1, 4), (4, 4, 1), [True, None, True], [2, 1, 0]),
+    ((3, 5, 4), (4, 0, 1), [True, None, True], [2, 1, 0]),  # expanded dim 1 keeps its place
+    ((2, 3, 4), (1, 8, 2), [True, True, True], [0, 2, 1]),
+    ((2, 3), (0, 0), [None, None], [1, 0]),
+])
+def test_compute_tensor_descriptor(sizes, strides, contiguity, order):
+    assert compute_tensor_descriptor(sizes, strides) == (contiguity, order)
+    extent = 1 + sum((n - 1) * st for n, st in zip(sizes, strides))
+    base = torch.randn(extent, generator=gen_for("desc", *strides))
+    x = base.as_strided(sizes, strides)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.mul(fd.from_pytorch(x), 2.0))
+    assert_all_match(fd.execute([x]), [x * 2.0])
+    assert_round_trip(fd, [x])
+
+
+def test_contiguity_is_listed_in_allocation_order():
+    x = torch.empty_strided((4, 6), (1, 8)).normal_(generator=gen_for("alloc"))  # dim 1 outer, gaps in it
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[False, True], stride_order=[0, 1])
+        fd.add_output(fd.ops.neg(t0))
+    assert t0.contiguity == (True, False)  # per dim
+    assert_all_match(fd.execute([x]), [-x])
+    with pytest.raises(InputError, match="declared contiguous in dim 0"):
+        fd.execute([x[::2]])
 
 
 def test_from_pytorch_static_sizes_fixes_the_extents():

@@ -27,6 +27,7 @@ from ..ir.dtypes import DataType, to_datatype
 from ..ir.shapes import contiguous_strides
 from ..ir.values import FusionIR, ScalarVal, TensorVal, Val
 from .builder import Builder
+from .descriptor import compute_tensor_descriptor, contiguity_per_dim
 from .ops import Operators, fmt
 
 _ids = itertools.count()
@@ -138,8 +139,9 @@ class FusionDefinition:
             raise DefinitionTypeError(f"{op}: dtype: {err}") from None
         if dt is DataType.Null:
             raise DefinitionError(f"{op}: dtype must be a concrete DataType, got DataType.Null")
+        # contiguity is given in allocation order (nvFuser's); the IR keeps it per dim
         t = self.ir.new_tensor(dt, [None if e == -1 else e for e in shape],
-                               contiguity=tuple(contig), stride_order=stride_order)
+                               contiguity=contiguity_per_dim(contig, stride_order), stride_order=stride_order)
         t.spelling = (f"shape={fmt(shape)}, contiguity={fmt(contig)}, dtype={dt!r}, is_cpu={bool(is_cpu)}"
                       + (f", stride_order={fmt(list(stride_order))}" if stride_order is not None else ""))
         self.ir.inputs.append(t)
@@ -170,24 +172,7 @@ class FusionDefinition:
         if len(strides) != rank:
             raise DefinitionError(f"{op}: strides has {len(strides)} entries, expected one per dim of sizes "
                                   f"{sizes} ({rank}), got strides {strides}")
-        # Broadcast dims (size 1, or expanded: stride 0) have no place in the layout:
-        # contiguity None, and in the stride order they sit just outside the next
-        # dim, so a row-major tensor keeps the default order whatever their strides.
-        bcast = [sizes[d] == 1 or strides[d] == 0 for d in range(rank)]
-        dense = sorted((d for d in range(rank) if not bcast[d]), key=lambda d: (-strides[d], d))
-        outer_first = []
-        for n in dense:
-            outer_first += [b for b in range(n) if bcast[b] and b not in outer_first]
-            outer_first.append(n)
-        outer_first += [b for b in range(rank) if bcast[b] and b not in outer_first]
-        so = [0] * rank
-        for r, d in enumerate(reversed(outer_first)):
-            so[d] = r
-        contig = [None] * rank
-        expected = 1
-        for d in reversed(dense):
-            contig[d] = strides[d] == expected
-            expected = strides[d] * sizes[d]
+        contig, so = compute_tensor_descriptor(sizes, strides)
         shape = list(sizes) if static_sizes else [1 if s == 1 else -1 for s in sizes]
         return self.define_tensor(shape=shape, contiguity=contig, dtype=dtype, is_cpu=is_cpu,
                                   stride_order=so if so != list(range(rank))[::-1] else None)
