@@ -245,3 +245,25 @@ def test_errors_are_runtime_errors_as_in_nvfuser():
     with pytest.raises(RuntimeError) as info:
         fd.execute([torch.ones(2, 3, 4)])
     assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("given", [list, tuple])
+def test_a_vector_input_takes_one_list_or_its_scalars(given):
+    x = _rand((2, 3, 4))
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        fd.add_output(fd.ops.reshape(t0, fd.define_vector(2)))
+    assert_all_match(fd.execute([x, given([6, 4])]), [x.reshape(6, 4)])
+    assert_all_match(fd.execute([x, 4, 6]), [x.reshape(4, 6)])
+
+
+def test_reductions_take_a_dtype_in_place_of_dims():
+    x = torch.ones(2, 4, 8)
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        fd.add_output(fd.ops.prod(t0, DataType.Float))
+        fd.add_output(fd.ops.sum(t0, 1, False, DataType.Double))
+    got = fd.execute([x])
+    assert_all_match(got, [x.prod(), x.sum(1, dtype=torch.float64)])
+    assert got[1].dtype == torch.float64
+    assert_round_trip(fd, [x])

@@ -40,6 +40,15 @@ def _shape(t: TensorVal) -> list:
     return [-1 if e is None else e for e in t.shape]
 
 
+def _flatten_vectors(inputs) -> list:
+    """nvFuser takes the values of ``define_vector(n)``'s n scalar inputs as one list
+    or tuple too: spread such entries into their scalars."""
+    out = []
+    for x in inputs:
+        out.extend(x) if isinstance(x, (list, tuple)) else out.append(x)
+    return out
+
+
 class Fusion:
     """The 2022 API's container: ``FusionDefinition(fs)`` records into it, ``fs.execute`` runs it."""
 
@@ -279,6 +288,8 @@ class FusionDefinition:
                                   "(here the block has not ended, or it raised)")
         from ..runtime.executor import execute
 
+        if isinstance(inputs, (list, tuple)) and any(isinstance(x, (list, tuple)) for x in inputs):
+            inputs = _flatten_vectors(inputs)
         return execute(self, inputs, device=device, profile=profile)
 
     def profile(self):

@@ -124,6 +124,8 @@ class Operators(SizeOps, GatherOps, HintOps):
     def _reduction(self, op, arg, dims, keepdim, dtype, axes):
         b = self._b
         t = b.check_val(op, "arg", arg, tensor=True)
+        if isinstance(dims, DataType):  # nvFuser's sum(arg, dtype) form: every dim
+            dims, dtype = None, dims
         d = self._dims_arg(op, t, dims, axes)
         if not isinstance(keepdim, bool):
             raise DefinitionTypeError(f"{op}: keepdim must be a bool, got {keepdim!r}")
