@@ -14,6 +14,7 @@ See README.md for the tour and src/pyfuser/README.md for the code's layout.
 from .errors import (AccuracyError, CacheDirError, CompileError, DefinitionError, DefinitionTypeError, DependencyError,
                      InputError, InputTypeError, PyfuserError, SettingError, ToolchainError, ValidationError)
 from .frontend import Fusion, FusionDefinition
+from .frontend.descriptor import compute_tensor_descriptor
 from .ir.dtypes import DataType
 
 
@@ -25,6 +26,6 @@ def cache_info() -> dict:
     return _info()
 
 
-__all__ = ["FusionDefinition", "Fusion", "DataType", "cache_info", "PyfuserError", "DefinitionError",
+__all__ = ["FusionDefinition", "Fusion", "DataType", "cache_info", "compute_tensor_descriptor", "PyfuserError", "DefinitionError",
            "DefinitionTypeError", "InputError", "InputTypeError", "CompileError", "ValidationError",
            "CacheDirError", "SettingError", "ToolchainError", "AccuracyError", "DependencyError"]

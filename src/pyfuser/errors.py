@@ -2,13 +2,15 @@
 
 Each class also derives from the builtin a user would expect (``ValueError`` for a
 wrong value, ``TypeError`` for a wrong kind of object), so ``except ValueError``
-keeps working for code written against nvFuser.  Messages name the op or argument,
-what was expected and what was given.
+works.  The base is a ``RuntimeError`` as well: nvFuser raises RuntimeError for
+invalid definitions and inputs, so ``except RuntimeError`` in code written against
+nvFuser catches ours too.  Messages name the op or argument, what was expected and
+what was given.
 """
 
 
-class PyfuserError(Exception):
-    """Base class of every error pyfuser raises on purpose."""
+class PyfuserError(RuntimeError):
+    """Base class of every error pyfuser raises on purpose (a RuntimeError, as nvFuser's)."""
 
 
 class DefinitionError(PyfuserError, ValueError):

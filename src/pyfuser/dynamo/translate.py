@@ -17,6 +17,7 @@ import torch
 from torch.fx.node import Node, map_arg
 
 from ..frontend import FusionDefinition
+from ..frontend.descriptor import contiguity_in_allocation_order
 from ..ir.dtypes import from_torch
 from ..ir.values import TensorVal
 from .rules import ATEN_VIEWS, RULES, Unsupported, bind_args, meta
@@ -86,7 +87,8 @@ class Translator:
     def run(self, graph, specs) -> Translation:
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         for node, spec in zip(placeholders, specs):
-            t = self.fd.define_tensor(shape=list(spec.shape), contiguity=list(spec.contiguity),
+            contiguity = contiguity_in_allocation_order(spec.contiguity, spec.stride_order)  # as define_tensor lists it
+            t = self.fd.define_tensor(shape=list(spec.shape), contiguity=contiguity,
                                       dtype=from_torch(spec.dtype), stride_order=spec.stride_order)
             self.env[node] = t
         out_node = None

@@ -27,6 +27,7 @@ from ..ir.dtypes import DataType, to_datatype
 from ..ir.shapes import contiguous_strides
 from ..ir.values import FusionIR, ScalarVal, TensorVal, Val
 from .builder import Builder
+from .descriptor import compute_tensor_descriptor, contiguity_per_dim
 from .ops import Operators, fmt
 
 _ids = itertools.count()
@@ -37,6 +38,15 @@ NVFUSER_EXECUTE_OPTIONS = ("override_user_schedule", "print_repro", "save_repro_
 
 def _shape(t: TensorVal) -> list:
     return [-1 if e is None else e for e in t.shape]
+
+
+def _flatten_vectors(inputs) -> list:
+    """nvFuser takes the values of ``define_vector(n)``'s n scalar inputs as one list
+    or tuple too: spread such entries into their scalars."""
+    out = []
+    for x in inputs:
+        out.extend(x) if isinstance(x, (list, tuple)) else out.append(x)
+    return out
 
 
 class Fusion:
@@ -92,16 +102,25 @@ class FusionDefinition:
         return False
 
     def definition(self):
-        """Override in a subclass to build the fusion there (nvFuser's subclass style)."""
+        """Override in a subclass to build the fusion there (nvFuser's subclass style:
+        ``MyFusion().execute(inputs)`` runs ``definition`` once, as ``with fd:`` would)."""
         raise NotImplementedError
+
+    def _define_by_subclass(self):
+        if (self._finalized or type(self).definition is FusionDefinition.definition or self.ir.program
+                or self.ir.inputs or self.ir.outputs):
+            return
+        with self:
+            self.definition()
 
     # -- values ---------------------------------------------------------------------
     def define_tensor(self, shape=None, contiguity=None, dtype=DataType.Float, is_cpu=False,
-                      stride_order=None, *, symbolic_sizes=None, contiguous=None, sizes=None, strides=None):
+                      stride_order=None, *, symbolic_sizes=None, contiguous=None, sizes=None, strides=None,
+                      static_sizes=False):
         op = "define_tensor"
         self.ir.check_open(op)
         if sizes is not None:  # concrete sizes and strides: derive shape/contiguity/stride_order
-            return self._define_from_strides(sizes, strides, dtype)
+            return self._define_from_strides(sizes, strides, dtype, static_sizes, is_cpu)
         shape = shape if shape is not None else symbolic_sizes
         if shape is None:
             raise DefinitionTypeError(f"{op}: needs shape= (or symbolic_sizes=)")
@@ -129,14 +148,30 @@ class FusionDefinition:
             raise DefinitionTypeError(f"{op}: dtype: {err}") from None
         if dt is DataType.Null:
             raise DefinitionError(f"{op}: dtype must be a concrete DataType, got DataType.Null")
+        # contiguity is given in allocation order (nvFuser's); the IR keeps it per dim
         t = self.ir.new_tensor(dt, [None if e == -1 else e for e in shape],
-                               contiguity=tuple(contig), stride_order=stride_order)
+                               contiguity=contiguity_per_dim(contig, stride_order), stride_order=stride_order)
         t.spelling = (f"shape={fmt(shape)}, contiguity={fmt(contig)}, dtype={dt!r}, is_cpu={bool(is_cpu)}"
                       + (f", stride_order={fmt(list(stride_order))}" if stride_order is not None else ""))
         self.ir.inputs.append(t)
         return t
 
-    def _define_from_strides(self, sizes, strides, dtype):
+    def from_pytorch(self, tensor, static_sizes=False):
+        """nvFuser's from_pytorch: an input tensor shaped like ``tensor`` (its dtype, its
+        size-1 dims as broadcasts, contiguity and stride order from its strides); every
+        other extent is symbolic unless ``static_sizes``."""
+        import torch
+
+        if not isinstance(tensor, torch.Tensor):
+            raise DefinitionTypeError(f"from_pytorch: expected a torch.Tensor, got {type(tensor).__name__} {tensor!r}")
+        try:
+            dt = to_datatype(tensor.dtype)
+        except TypeError as err:
+            raise DefinitionTypeError(f"from_pytorch: {err}") from None
+        return self.define_tensor(sizes=list(tensor.shape), strides=list(tensor.stride()), dtype=dt,
+                                  static_sizes=static_sizes, is_cpu=tensor.is_cpu and tensor.dim() == 0)
+
+    def _define_from_strides(self, sizes, strides, dtype, static_sizes=False, is_cpu=False):
         op = "define_tensor"
         sizes = list(self._builder.check_int_list(op, "sizes", sizes))
         rank = len(sizes)
@@ -146,24 +181,18 @@ class FusionDefinition:
         if len(strides) != rank:
             raise DefinitionError(f"{op}: strides has {len(strides)} entries, expected one per dim of sizes "
                                   f"{sizes} ({rank}), got strides {strides}")
-        order = sorted(range(rank), key=lambda d: (strides[d], d))  # innermost first
-        so = [0] * rank
-        for r, d in enumerate(order):
-            so[d] = r
-        contig = [None] * rank
-        expected = 1
-        for d in order:
-            if sizes[d] == 1:
-                continue
-            contig[d] = strides[d] == expected
-            expected = strides[d] * sizes[d]
-        shape = [1 if s == 1 else -1 for s in sizes]
-        return self.define_tensor(shape=shape, contiguity=contig, dtype=dtype,
+        contig, so = compute_tensor_descriptor(sizes, strides)
+        shape = list(sizes) if static_sizes else [1 if s == 1 else -1 for s in sizes]
+        return self.define_tensor(shape=shape, contiguity=contig, dtype=dtype, is_cpu=is_cpu,
                                   stride_order=so if so != list(range(rank))[::-1] else None)
 
     def define_scalar(self, value=None, dtype=None):
+        """A constant (``value``) or, with ``value=None``, a runtime scalar input of
+        ``dtype``; as in nvFuser, ``define_scalar(DataType.Int)`` is the latter."""
         op = "define_scalar"
         self.ir.check_open(op)
+        if isinstance(value, DataType) and dtype is None:
+            value, dtype = None, value
         if value is not None and not isinstance(value, (bool, int, float)):
             raise DefinitionTypeError(f"{op}: value must be a Python bool, int or float (or None), got {value!r}")
         if dtype is not None:
@@ -252,12 +281,15 @@ class FusionDefinition:
                                  f"{', '.join(map(repr, unknown))}; execute takes inputs, device= and profile= "
                                  f"(and accepts nvFuser's {', '.join(NVFUSER_EXECUTE_OPTIONS)}, which change nothing "
                                  f"here)")
+        self._define_by_subclass()
         if not self._finalized:
             raise DefinitionError(f"execute: fusion {self.id} is not completely defined: build it inside "
                                   "`with FusionDefinition() as fd:` and execute after the block ends "
                                   "(here the block has not ended, or it raised)")
         from ..runtime.executor import execute
 
+        if isinstance(inputs, (list, tuple)) and any(isinstance(x, (list, tuple)) for x in inputs):
+            inputs = _flatten_vectors(inputs)
         return execute(self, inputs, device=device, profile=profile)
 
     def profile(self):
@@ -304,6 +336,7 @@ class FusionDefinition:
     def __repr__(self):
         from .printer import python_definition
 
+        self._define_by_subclass()
         return python_definition(self)
 
     __str__ = __repr__

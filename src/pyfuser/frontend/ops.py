@@ -18,6 +18,8 @@ from ..ir.values import ScalarVal, TensorVal, Val
 from .builder import Builder
 from .host_builders import HostOps
 from .composites import CompositeOps
+from .gathers import GatherOps
+from .hints import HintOps
 from .sizes import SizeOps
 
 
@@ -34,7 +36,7 @@ def fmt(x) -> str:
     return repr(x)
 
 
-class Operators(SizeOps, HostOps, CompositeOps):
+class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
     def __init__(self, builder: Builder):
         self._b = builder
 
@@ -124,6 +126,8 @@ class Operators(SizeOps, HostOps, CompositeOps):
     def _reduction(self, op, arg, dims, keepdim, dtype, axes):
         b = self._b
         t = b.check_val(op, "arg", arg, tensor=True)
+        if isinstance(dims, DataType):  # nvFuser's sum(arg, dtype) form: every dim
+            dims, dtype = None, dims
         d = self._dims_arg(op, t, dims, axes)
         if not isinstance(keepdim, bool):
             raise DefinitionTypeError(f"{op}: keepdim must be a bool, got {keepdim!r}")
@@ -264,7 +268,10 @@ class Operators(SizeOps, HostOps, CompositeOps):
         (out,) = self._record("squeeze", [t], {"dims": d}, [t.dtype], f"{fmt(t)}, dims={fmt(list(d))}")
         return out
 
-    def slice(self, arg, start_indices, end_indices, strides=None):
+    def slice(self, arg, start_indices, end_indices, strides=None, manual_normalization=False):
+        """Python slicing per dim (negative indices count from the end, clamped);
+        ``manual_normalization=True`` (nvFuser: the indices are already normalized)
+        changes nothing for indices in range."""
         b = self._b
         t = b.check_val("slice", "arg", arg, tensor=True)
         starts = self._ints("slice", "start_indices", start_indices)
@@ -415,23 +422,6 @@ class Operators(SizeOps, HostOps, CompositeOps):
 
     def gather(self, arg1, index, dim):
         return self._index_dim("gather", arg1, index, dim)
-
-    def take_along_axis(self, arg1, index, dim):
-        return self._index_dim("take_along_axis", arg1, index, dim)
-
-    def embedding_fwd(self, input, weight, padding_idx=None, max_norm=None, norm_type=None,
-                      scale_grad_by_freq=None, sparse=None):
-        """nvFuser's embedding_fwd: torch.nn.functional.embedding; the options are
-        Python values or constant scalars (None takes torch's default)."""
-        attrs = {"padding_idx": _const(padding_idx), "max_norm": _const(max_norm),
-                 "norm_type": 2.0 if _const(norm_type) is None else float(_const(norm_type)),
-                 "scale_grad_by_freq": bool(_const(scale_grad_by_freq)), "sparse": bool(_const(sparse))}
-        i = self._b.check_val("embedding_fwd", "input", input, tensor=True)
-        if i.dtype not in (DataType.Int, DataType.Int32):
-            raise DefinitionTypeError(f"embedding_fwd: input must be an Int or Int32 tensor, got {i.dtype}")
-        sp = ", ".join([fmt(input), fmt(weight)] + [f"{k}={fmt(v)}" for k, v in attrs.items()])
-        w = self._b.check_val("embedding_fwd", "weight", weight, tensor=True)
-        return self._host("embedding_fwd", [i, w], ["input", "weight"], attrs, sp, w.dtype)
 
 
 def _const(x):

@@ -29,7 +29,8 @@ def python_definition(fd) -> str:
         elif id(v) in exprs_by_first_out:
             e = exprs_by_first_out[id(v)]
             outs = ", ".join(o.name for o in e.outputs)
-            call = f"fd.{e.op}" if e.op in FD_METHODS else f"fd.ops.{e.op}"
+            op = getattr(e, "printed_op", e.op)  # a hint recorded as another op (frontend.hints)
+            call = f"fd.{op}" if op in FD_METHODS else f"fd.ops.{op}"
             lines.append(f"    {outs} = {call}({e.spelling})")
             printed.update(id(o) for o in e.outputs)
         printed.add(id(v))

@@ -49,7 +49,9 @@ def _check_contiguity(t: TensorVal, x: torch.Tensor, pos: int):
         order = sorted(range(rank), key=lambda d: t.stride_order[d])
     expected = 1
     for d in order:
-        if x.shape[d] == 1:
+        # Broadcast dims (size 1, declared None, or expanded with stride 0) are not
+        # part of the layout: the next dim continues from the last dense one
+        if x.shape[d] == 1 or t.contiguity[d] is None or x.stride(d) == 0:
             continue
         if t.contiguity[d] is True and x.stride(d) != expected:
             raise InputError(f"execute: input {pos} ({t.name}) is declared contiguous in dim {d} "

@@ -38,8 +38,19 @@ def take_along_axis_ref(x, index, dim):
     return torch.take_along_dim(x, index, dim)
 
 
-def embedding_ref(index, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
-                  sparse=False):
+_EMBEDDING_CASTS = {"padding_idx": int, "max_norm": float, "norm_type": float, "scale_grad_by_freq": bool,
+                    "sparse": bool}
+
+
+def embedding_ref(index, weight, *values, runtime=(), padding_idx=None, max_norm=None, norm_type=2.0,
+                  scale_grad_by_freq=False, sparse=False):
+    """``values``: the runtime scalars of the options ``runtime`` names, in that order."""
+    if runtime:
+        opts = dict(padding_idx=padding_idx, max_norm=max_norm, norm_type=norm_type,
+                    scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
+        for name, x in zip(runtime, values):
+            opts[name] = _EMBEDDING_CASTS[name](x.item() if isinstance(x, torch.Tensor) else x)
+        padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse = opts.values()
     if max_norm is not None:  # torch renormalises weight in place: do it on a copy, a fusion has no side effects
         weight = weight.clone()
     return F.embedding(index, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)

@@ -41,12 +41,26 @@ class Val:
         return self.name
 
 
+class Extents(tuple):
+    """A tensor's definition-time extents (``int``, or ``None`` when symbolic), which
+    is also nvFuser's ``T.shape()``: calling it records ``fd.ops.shape(T)``, a Vector
+    of the sizes known at execute time."""
+
+    def __new__(cls, extents, tensor):
+        self = super().__new__(cls, extents)
+        self.tensor = tensor
+        return self
+
+    def __call__(self):
+        return self.tensor.fusion.ops.shape(self.tensor)
+
+
 class TensorVal(Val):
     prefix = "T"
 
     def __init__(self, fusion, index, dtype, shape, contiguity=None, stride_order=None):
         super().__init__(fusion, index, dtype)
-        self.shape: tuple[int | None, ...] = tuple(shape)
+        self.shape: tuple[int | None, ...] = Extents(shape, self)
         # Only meaningful for fusion inputs: nvFuser's contiguity flags (True/False/None
         # per dim, None for broadcast dims) and stride order (stride_order[i] is the rank
         # of dim i's stride, 0 = innermost).
@@ -138,6 +152,8 @@ class FusionIR:
         # nvFuser's add_output(out, alias): position in ``outputs`` -> the input whose
         # storage receives that output; such outputs are computed but not returned
         self.output_aliases: dict[int, TensorVal] = {}
+        # fd.ops.stride_order results: the memory layout execute gives them as outputs
+        self.output_layouts: dict[TensorVal, tuple[int, ...]] = {}
         self.extent_exprs: list[Expr] = []
         self.program: list[Expr] = []  # exprs and extent_exprs, in recording order
         self.ops = None  # the frontend's fd.ops, for nvFuser's T.size(d) and V[i] spellings

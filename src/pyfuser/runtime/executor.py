@@ -86,7 +86,23 @@ def execute(fd, inputs, device=None, profile=False):
     Outputs aliased to an input (``add_output(out, alias)``) are computed like any
     other, then written into their inputs (``reference.write_aliases``)."""
     outs = _execute(fd, inputs, device, profile)
-    return write_aliases(fd.ir, inputs, outs) if fd.ir.output_aliases else outs
+    outs = write_aliases(fd.ir, inputs, outs) if fd.ir.output_aliases else outs
+    return _lay_out(fd.ir, outs) if fd.ir.output_layouts else outs
+
+
+def _lay_out(ir, outs):
+    """Outputs of ``fd.ops.stride_order`` in the memory layout it asks for (kernels
+    write row-major): a copy whose dim of stride rank r is the r-th innermost."""
+    returned = [o for pos, o in enumerate(ir.outputs) if pos not in ir.output_aliases]
+    outs = list(outs)
+    for k, (o, x) in enumerate(zip(returned, outs)):
+        order = ir.output_layouts.get(o)
+        if order is None or x.dim() != len(order):
+            continue
+        outer_first = sorted(range(x.dim()), key=lambda d: -order[d])
+        inverse = sorted(range(x.dim()), key=lambda d: outer_first[d])
+        outs[k] = x.permute(outer_first).contiguous().permute(inverse)
+    return outs
 
 
 def _execute(fd, inputs, device, profile):

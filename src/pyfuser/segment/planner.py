@@ -54,6 +54,8 @@ def make_plan(fd, b, schedule) -> Plan:
     for h in hosts:
         run = []
         for v in h.inputs:
+            if not isinstance(v, TensorVal):  # a scalar option (embedding_fwd's): the host call reads it
+                continue
             v, casts = narrow_source(v, cuts)
             run += [c for c in casts if c not in run]
             # scalars (topk's k, scatter's value) are read as given, never stored
