@@ -14,7 +14,6 @@ is one rule here.  Each rule names the table rows it records (``ops``,
 """
 from __future__ import annotations
 
-import math
 import operator
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -294,11 +293,10 @@ def _float_only(n, a):
 def _mean(t, n, a):
     x = a.self
     dims = _dims(x, getattr(a, "dim", None))
-    count = math.prod(x.shape[d] for d in dims)
     out = t.dtype(n)
     acc = DataType.Double if out is DataType.Double else DataType.Float
     s = t.ops.sum(x, dims=dims, keepdim=bool(getattr(a, "keepdim", False)), dtype=acc)
-    m = t.ops.div(s, float(count))
+    m = t.ops.div(s, t.count(x, dims))  # an Int scalar where a reduced dim is symbolic
     return m if m.dtype is out else t.ops.cast(m, out)
 
 
@@ -324,10 +322,10 @@ for _name, _ops in _WELFORD.items():
 # --- views and layout ------------------------------------------------------------------
 
 
-def _view_rule(*names, ops):
+def _view_rule(*names, ops, check=None):
     def register(fn):
         for op in overloads(*names):
-            RULES[op] = Rule(fn, None, compute=False, ops=tuple(ops))
+            RULES[op] = Rule(fn, check, compute=False, ops=tuple(ops))
             ATEN_VIEWS.add(op)
         return fn
 
@@ -384,29 +382,30 @@ def _expand(t, n, a):
     return t.ops.broadcast_in_dim(x, shape=shape, broadcast_dims=list(range(len(shape) - x.rank, len(shape))))
 
 
-def _slice_bounds(size, start, end, step):
-    return slice(start, end, step).indices(size)
+def _int_bounds(n, a):  # pyfuser's slice takes int bounds
+    symbolic = any(isinstance(getattr(a, k, None), (Node, torch.SymInt)) for k in ("start", "end", "index"))
+    return "symbolic bounds" if symbolic else None
 
 
-@_view_rule("slice.Tensor", ops=["slice"])
+@_view_rule("slice.Tensor", ops=["slice"], check=_int_bounds)
 def _slice(t, n, a):
     x = a.self
     d = a.dim % x.rank
-    start, end, step = _slice_bounds(x.shape[d], a.start, a.end, a.step)
+    start, end, step = t.slice_bounds(x, d, a.start, a.end, a.step)
     if (start, end, step) == (0, x.shape[d], 1):
         return x
-    starts, ends, steps = [0] * x.rank, list(x.shape), [1] * x.rank
-    starts[d], ends[d], steps[d] = start, max(end, start), step
+    starts, ends, steps = [0] * x.rank, t.ends(x), [1] * x.rank
+    starts[d], ends[d], steps[d] = start, end, step
     return t.ops.slice(x, starts, ends, steps)
 
 
-@_view_rule("select.int", ops=["slice", "squeeze"])
+@_view_rule("select.int", ops=["slice", "squeeze"], check=_int_bounds)
 def _select(t, n, a):
     x = a.self
     d = a.dim % x.rank
-    i = a.index % x.shape[d]
-    starts, ends = [0] * x.rank, list(x.shape)
-    starts[d], ends[d] = i, i + 1
+    i = a.index if x.shape[d] is None else a.index % x.shape[d]  # symbolic: -1 is [-1:]
+    starts, ends = [0] * x.rank, t.ends(x)
+    starts[d], ends[d] = i, (i + 1) or t.WHOLE
     return t.ops.squeeze(t.ops.slice(x, starts, ends, [1] * x.rank), [d])
 
 
@@ -521,8 +520,6 @@ def _tensor_ok(v) -> str | None:
         return f"dtype {v.dtype}"
     if v.layout != torch.strided or v.device.type not in ("cuda", "cpu"):
         return f"layout {v.layout} on {v.device}"
-    if not all(isinstance(s, int) for s in tuple(v.shape) + tuple(v.stride())):
-        return "symbolic shape"
     return None
 
 
