@@ -7,7 +7,6 @@ is one rule here.  Each rule names the table rows it records (``ops``,
 """
 from __future__ import annotations
 
-import math
 
 import torch
 from torch.fx.node import Node
@@ -195,11 +194,10 @@ def _float_only(n, a):
 def _mean(t, n, a):
     x = a.self
     dims = _dims(x, getattr(a, "dim", None))
-    count = math.prod(x.shape[d] for d in dims)
     out = t.dtype(n)
     acc = DataType.Double if out is DataType.Double else DataType.Float
     s = t.ops.sum(x, dims=dims, keepdim=bool(getattr(a, "keepdim", False)), dtype=acc)
-    m = t.ops.div(s, float(count))
+    m = t.ops.div(s, t.count(x, dims))  # an Int scalar where a reduced dim is symbolic
     return m if m.dtype is out else t.ops.cast(m, out)
 
 

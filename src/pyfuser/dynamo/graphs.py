@@ -91,6 +91,8 @@ def not_graphable(gm: torch.fx.GraphModule) -> str | None:
         v = n.meta.get("val")
         if not isinstance(v, torch.Tensor) or v.device.type != "cuda":
             return f"input {n.name} is not a CUDA tensor"
+        if not all(isinstance(s, int) for s in (*v.shape, *v.stride())):
+            return f"input {n.name} has symbolic sizes (a replay has the captured ones)"
     for mod in gm.modules():
         graph = getattr(mod, "graph", None)
         if not isinstance(graph, torch.fx.Graph):

@@ -6,6 +6,7 @@ in ATen, and the partitioner hands them back to ATen at a region's edges.
 from __future__ import annotations
 
 import torch
+from torch.fx.node import Node
 
 from ..ir.dtypes import DataType
 from .rulebook import identity_rule, meta, rule, view_rule
@@ -63,29 +64,36 @@ def _expand(t, n, a):
     return t.ops.broadcast_in_dim(x, shape=shape, broadcast_dims=list(range(len(shape) - x.rank, len(shape))))
 
 
-def _slice_bounds(size, start, end, step):
-    return slice(start, end, step).indices(size)
+def _int_bounds(n, a):  # pyfuser's slice takes int bounds
+    symbolic = any(isinstance(getattr(a, k, None), (Node, torch.SymInt)) for k in ("start", "end", "index"))
+    return "symbolic bounds" if symbolic else None
 
 
-@view_rule("slice.Tensor", ops=["slice"])
+def _static_sizes(n, a):
+    """The padding rules below compute widths from the sizes: concrete ones only."""
+    v = meta(n)
+    return None if all(isinstance(s, int) for s in v.shape) else "symbolic shape"
+
+
+@view_rule("slice.Tensor", ops=["slice"], check=_int_bounds)
 def _slice(t, n, a):
     x = a.self
     d = a.dim % x.rank
-    start, end, step = _slice_bounds(x.shape[d], a.start, a.end, a.step)
+    start, end, step = t.slice_bounds(x, d, a.start, a.end, a.step)
     if (start, end, step) == (0, x.shape[d], 1):
         return x
-    starts, ends, steps = [0] * x.rank, list(x.shape), [1] * x.rank
-    starts[d], ends[d], steps[d] = start, max(end, start), step
+    starts, ends, steps = [0] * x.rank, t.ends(x), [1] * x.rank
+    starts[d], ends[d], steps[d] = start, end, step
     return t.ops.slice(x, starts, ends, steps)
 
 
-@view_rule("select.int", ops=["slice", "squeeze"])
+@view_rule("select.int", ops=["slice", "squeeze"], check=_int_bounds)
 def _select(t, n, a):
     x = a.self
     d = a.dim % x.rank
-    i = a.index % x.shape[d]
-    starts, ends = [0] * x.rank, list(x.shape)
-    starts[d], ends[d] = i, i + 1
+    i = a.index if x.shape[d] is None else a.index % x.shape[d]  # symbolic: -1 is [-1:]
+    starts, ends = [0] * x.rank, t.ends(x)
+    starts[d], ends[d] = i, (i + 1) or t.WHOLE
     return t.ops.squeeze(t.ops.slice(x, starts, ends, [1] * x.rank), [d])
 
 
@@ -133,7 +141,7 @@ def _cat(t, n, a):
 
 
 def _slice_backward_check(n, a):
-    return None if a.step == 1 else f"step={a.step}"
+    return _static_sizes(n, a) or (None if a.step == 1 else f"step={a.step}")
 
 
 @rule("slice_backward.default", ops=["pad"], check=_slice_backward_check)
@@ -149,7 +157,7 @@ def _slice_backward(t, n, a):
     return t.ops.pad(a.grad_output, widths, 0) if any(widths) else a.grad_output
 
 
-@rule("select_backward.default", ops=["broadcast_in_dim", "pad"])
+@rule("select_backward.default", ops=["broadcast_in_dim", "pad"], check=_static_sizes)
 def _select_backward(t, n, a):
     """The gradient of ``x.select(dim, index)``: the gradient given back its dim, then
     padded with zeros to the input's size (ViT's [CLS] token read from the sequence)."""

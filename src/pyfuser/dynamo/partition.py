@@ -35,14 +35,16 @@ import inspect
 import logging
 
 import torch
+from torch.fx.node import map_aggregate
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..compat import qualified_name
 from .collectives import communication_epochs, is_communication
-from .region import FusedRegion, warn_once
+from .region import FusedRegion
 from .rules import (ATEN_ONLY, ATEN_VIEWS, RESHAPES, is_compute, is_layout_copy, meta, reduction_kind,
                     unsupported_reason)
+from .translate import sym_shape
 
 MIN_COMPUTE_OPS = 2
 log = logging.getLogger(__name__)
@@ -73,21 +75,12 @@ def _partitioner(gm):
                                       non_compute_ops=_view_names(), **kw)
 
 
-def _has_symbolic_shapes(gm) -> bool:
-    for node in gm.graph.nodes:
-        v = node.meta.get("val")
-        if isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and not all(
-                isinstance(s, int) for s in tuple(v.shape) + tuple(v.stride()))):
-            return True
-    return False
-
-
 def fuse_regions(gm):
-    """Replace each fusible region of ``gm`` by a ``FusedRegion``; returns ``gm``."""
-    if _has_symbolic_shapes(gm):
-        warn_once("dynamic shapes", "a graph with symbolic (dynamic) shapes is not fused; compile with "
-                                    "dynamic=False to fuse it")
-        return gm
+    """Replace each fusible region of ``gm`` by a ``FusedRegion``; returns ``gm``.
+    Symbolic (dynamic) sizes are fused like static ones: shapes are compared here by
+    their expressions (``sym_shape``), never as SymInts, which would add guards."""
+    if materialize_sizes(gm):
+        gm.recompile()
     partitioner = _partitioner(gm)
     partitions = partitioner.propose_partitions()
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -114,6 +107,89 @@ def fuse_regions(gm):
             if isinstance(mod, FusedRegion):
                 log.debug("%s:\n%s", name, mod.fallback.code)
     return gm
+
+
+def materialize_sizes(gm) -> int:
+    """Give every raw SymInt in a node's arguments nodes that compute it; returns how
+    many nodes had one.  The rewrites take shapes from the traced values (``sink_views``
+    views a result back to its source's shape), and with symbolic sizes those are
+    SymInts, which the generated code cannot spell.  Each is rebuilt from the graph's
+    sizes: a SymInt placeholder of that expression, else ``aten.sym_size`` of a
+    placeholder's dim, and sums, products and quotients of those."""
+    graph = gm.graph
+    producers: dict = {}  # expression text -> (node or (tensor node, dim), its SymInt)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for n in placeholders:
+        v = n.meta.get("val")
+        if isinstance(v, torch.SymInt):
+            producers.setdefault(str(v.node.expr), (n, v))
+    for n in placeholders:
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            for d, e in enumerate(v.shape):
+                if isinstance(e, torch.SymInt):
+                    producers.setdefault(str(e.node.expr), ((n, d), e))
+    changed = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        raw = []
+        map_aggregate((node.args, node.kwargs), lambda x: raw.append(x) if isinstance(x, torch.SymInt) else x)
+        if not raw:
+            continue
+        with graph.inserting_before(node):
+            def lift(x):
+                return _size_node(graph, x.node.expr, producers)[0] if isinstance(x, torch.SymInt) else x
+
+            node.args = map_aggregate(node.args, lift)
+            node.kwargs = map_aggregate(node.kwargs, lift)
+        changed += 1
+    return changed
+
+
+def _size_node(graph, e, producers):
+    """(a node or int computing the sympy expression ``e``, its value as traced)."""
+    import operator
+
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    if e.is_Integer:
+        return int(e), int(e)
+    hit = producers.get(str(e))
+    if hit is not None:
+        src, val = hit
+        if isinstance(src, tuple):  # a placeholder's dim: measured once, then reused
+            src = graph.call_function(torch.ops.aten.sym_size.int, src)
+            src.meta["val"] = val
+            producers[str(e)] = (src, val)
+        return src, val
+    if e.is_Symbol:  # only a multiple of it is a size (8*s0): that size divided
+        for text, (_, val) in list(producers.items()):
+            c, sym = val.node.expr.as_coeff_Mul()
+            if c.is_Integer and c > 1 and sym == e:
+                whole = _size_node(graph, val.node.expr, producers)[0]
+                return _sym_op(graph, operator.floordiv, whole, int(c), val // int(c))
+        raise ValueError(f"the symbolic size {e} is no input's size")
+    if isinstance(e, FloorDiv):
+        (a, va), (b, vb) = (_size_node(graph, x, producers) for x in e.args)
+        return _sym_op(graph, operator.floordiv, a, b, va // vb)
+    if isinstance(e, (sympy.Mul, sympy.Add)):
+        fn = operator.mul if isinstance(e, sympy.Mul) else operator.add
+        parts = [_size_node(graph, x, producers) for x in e.args]
+        out, val = parts[0]
+        for a, va in parts[1:]:
+            out, val = _sym_op(graph, fn, out, a, fn(val, va))
+        return out, val
+    raise ValueError(f"the symbolic size {e} ({type(e).__name__}) has no translation")
+
+
+def _sym_op(graph, fn, a, b, val):
+    if not isinstance(a, torch.fx.Node) and not isinstance(b, torch.fx.Node):
+        return fn(a, b), val
+    n = graph.call_function(fn, (a, b))
+    n.meta["val"] = val
+    return n, val
 
 
 def regroup_along_data_flow(partitions, order) -> list:
@@ -210,13 +286,13 @@ def hoist_output_views(graph, partition, order):
     region reads and the view is not (a GELU backward's [batch, seq, 3072] gradient
     viewed as the [tokens, 3072] its bias-gradient sum reads stays as it is)."""
     inside = partition.nodes
-    reduced = {tuple(meta(n.args[0]).shape) for n in inside if reduction_kind(n) is not None}
+    reduced = {sym_shape(meta(n.args[0]).shape) for n in inside if reduction_kind(n) is not None}
     for n in sorted(inside, key=order.__getitem__, reverse=True):  # outer views first: chains unwind
         if n.op != "call_function" or n.target not in ATEN_VIEWS or not isinstance(n.args[0], torch.fx.Node) \
                 or n.args[0] not in inside:
             continue
         outside = [u for u in n.users if u not in inside]
-        if not outside or tuple(meta(n).shape) in reduced or tuple(meta(n.args[0]).shape) not in reduced:
+        if not outside or sym_shape(meta(n).shape) in reduced or sym_shape(meta(n.args[0]).shape) not in reduced:
             continue
         with graph.inserting_after(n):
             twin = graph.call_function(n.target, n.args, dict(n.kwargs))
@@ -237,7 +313,7 @@ def _cuts_here(node, kinds: set) -> bool:
             return False  # a column sum of rows' results: the inner_outer tile (else two kernels)
         return bool(kinds - {k})
     if node.target in RESHAPES and kinds & {"row", "all"}:
-        before, after = meta(node.args[0]).shape, meta(node).shape
+        before, after = sym_shape(meta(node.args[0]).shape), sym_shape(meta(node).shape)
         return [e for e in before if e != 1] != [e for e in after if e != 1]
     return False
 

@@ -10,6 +10,13 @@ definition's contiguity claims always hold.
 Translations are cached process-wide on the region's op text plus its input specs,
 so the twelve identical layers of BERT share one FusionDefinition (and its kernels).
 
+A region of a graph traced with dynamic shapes has symbolic sizes: its inputs are
+defined with symbolic extents, and its SymInt inputs (Python ints when it runs) are
+Int scalars of the fusion (``translate.py``).  Its translation is keyed by the input
+layouts alone (contiguity and stride order, the sizes by their expressions), so one
+FusionDefinition serves every size and its plan cache decides which sizes need
+another plan; the prepared launches are per exact sizes (a few ``MAX_SIZES`` kept).
+
 A region whose translation or execution fails runs its ATen submodule from then on;
 the backend warns once per distinct cause (``FallbackWarning``).
 """
@@ -27,7 +34,7 @@ from torch.fx.node import Node
 from ..compat import module_call_hooked
 from ..runtime.executor import fast_path_allowed, prepared_for, run_prepared
 from .rules import Unsupported, meta
-from .translate import InputSpec, Translation, translate
+from .translate import InputSpec, Translation, hints, input_layout, is_symbolic, size_key, sym_shape, translate
 
 STATS: Counter = Counter()  # fusions_created, regions, fallbacks, translation_cache_hits, region_calls
 _TRANSLATIONS: dict = {}  # (region text, input specs) -> Translation | Unsupported
@@ -150,10 +157,17 @@ class FusedRegion(torch.nn.Module):
         placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
         examples = [meta(n) for n in placeholders]
         STATS["regions"] += 1
+        self.symbolic = any(is_symbolic(x) or not isinstance(x, torch.Tensor) for x in examples)
         try:
             self.device = self._device(examples, submodule.graph)
             self._check_devices(submodule.graph)
-            self._moves = tuple(i for i, x in enumerate(examples) if x.device != self.device)
+            self._moves = tuple(i for i, x in enumerate(examples)
+                                if isinstance(x, torch.Tensor) and x.device != self.device)
+            self._shapes = tuple(sym_shape(x.shape) if isinstance(x, torch.Tensor) else (size_key(x),)
+                                 for x in examples)
+            if self.symbolic:
+                self._symbols = _symbol_sources(examples)
+                self._out_exprs = _stride_exprs(submodule.graph, self._symbols)
             self._scalars: dict = {}  # (dtype, value) -> that CPU scalar's copy on the device
             self._prepare(examples)
         except Unsupported as err:
@@ -162,8 +176,9 @@ class FusedRegion(torch.nn.Module):
     # -- preparing -------------------------------------------------------------------------
     @staticmethod
     def _device(examples, graph):
-        if not all(isinstance(x, torch.Tensor) for x in examples):
-            raise Unsupported("non-tensor region input", "a region input is not a tensor")
+        if not all(isinstance(x, (torch.Tensor, torch.SymInt, int)) for x in examples):
+            raise Unsupported("non-tensor region input", "a region input is neither a tensor nor a size")
+        examples = [x for x in examples if isinstance(x, torch.Tensor)]
         devices = {x.device for x in examples if x.dim() > 0} or {x.device for x in examples}
         if not devices:  # no inputs (fills and random numbers only): the outputs' device
             devices = {v.device for v in map(meta, graph.nodes) if isinstance(v, torch.Tensor)}
@@ -179,13 +194,20 @@ class FusedRegion(torch.nn.Module):
                         node.op == "placeholder" and x.dim() == 0):
                     raise Unsupported("mixed devices", f"{node.name} is on {x.device}, the region on {self.device}")
 
-    def _prepare(self, tensors):
-        key = tuple(tuple(x.stride()) for x in tensors)
-        specs = tuple(InputSpec.of(x) for x in tensors)
-        specs = tuple(s if i not in self._moves else InputSpec(s.dtype, s.shape, s.contiguity, s.stride_order,
-                                                               self.device.type)
-                      for i, s in enumerate(specs))
-        entry = _translation(self.fallback.graph, self.text, specs)
+    def _prepare(self, tensors, key=None):
+        """The translation for inputs laid out like ``tensors`` (the traced examples, or
+        a call's arguments), recorded under ``key`` (default: their strides)."""
+        if key is None:
+            key = _layout_key(tensors) if self.symbolic else tuple(tuple(x.stride()) for x in tensors)
+        specs = []
+        for i, x in enumerate(tensors):
+            if not isinstance(x, torch.Tensor):
+                specs.append(InputSpec.scalar(self._shapes[i][0], self.device.type))
+                continue
+            contiguity, order = input_layout(hints(x.shape), hints(x.stride()))
+            specs.append(InputSpec(x.dtype, self._shapes[i], contiguity, order,
+                                   self.device.type if i in self._moves else x.device.type))
+        entry = _translation(self.fallback.graph, self.text, tuple(specs))
         self.entries[key] = entry
         return entry
 
@@ -207,6 +229,8 @@ class FusedRegion(torch.nn.Module):
         STATS["region_calls"] += 1
         if self.broken:
             return self.fallback(*args)
+        if self.symbolic:
+            return self._forward_symbolic(args)
         try:
             key = tuple([x.stride() for x in args])
             inputs = args
@@ -248,6 +272,56 @@ class FusedRegion(torch.nn.Module):
             outs[pos] = torch.empty_strided(o.shape, self.out_strides[pos], dtype=o.dtype, device=o.device).copy_(o)
         return tuple(outs) if entry.tuple_output else outs[0]
 
+    def _forward_symbolic(self, args):
+        """``forward`` of a region with symbolic sizes: the fast path is keyed by the
+        call's exact sizes, strides and SymInt values (its launches are), the
+        translation by the layouts (``_prepare``).  Traced output strides are
+        expressions, evaluated at the call's sizes."""
+        try:
+            key = tuple([(x.shape, x.stride()) if isinstance(x, torch.Tensor) else x for x in args])
+            inputs = list(args)
+            for i in self._moves:
+                inputs[i] = moved(inputs[i], self.device, self._scalars)
+            fast = self.fast.get(key)
+            if fast is not None and not _misaligned(inputs) and fast_path_allowed():
+                entry, prep, device, copies, restride, strides = fast
+                outs = run_prepared(entry.fd, prep, inputs, device)
+            else:
+                if len(self.fast) >= MAX_SIZES:
+                    self.fast.clear()
+                layout = _layout_key(args)
+                entry = self.entries.get(layout)
+                if entry is None:
+                    entry = self._prepare(args, layout)
+                device = self.device if not any(isinstance(x, torch.Tensor) for x in inputs) else None
+                outs = entry.fd.execute(inputs, device=device)
+                strides = _strides_at(self._out_exprs, self._symbols, args)
+                copies = _copies(entry, args, outs)
+                restride = tuple(pos for pos, o in enumerate(outs) if pos < len(strides)
+                                 and strides[pos] is not None and not _same_layout(o, strides[pos]))
+                if not _misaligned(inputs) and fast_path_allowed():
+                    prep = prepared_for(entry.fd, inputs, device)
+                    if prep is not None:
+                        self.fast[key] = (entry, prep, device, copies, restride, strides)
+        except Unsupported as err:
+            if _capture.on:
+                raise
+            self._give_up(err.cause, str(err))
+            return self.fallback(*args)
+        except Exception as err:
+            if _capture.on:
+                raise
+            msg = str(err).splitlines()[0] if str(err) else ""
+            self._give_up(f"execute: {type(err).__name__}: {re.sub(r'[0-9]+', 'N', msg)[:160]}",
+                          f"executing the fusion failed: {type(err).__name__}: {msg}")
+            return self.fallback(*args)
+        for pos in copies:
+            outs[pos] = outs[pos].clone()
+        for pos in restride:
+            o = outs[pos]
+            outs[pos] = torch.empty_strided(o.shape, strides[pos], dtype=o.dtype, device=o.device).copy_(o)
+        return tuple(outs) if entry.tuple_output else outs[0]
+
     def _post(self, key, entry, args, outs):
         """Which outputs to copy (``_copies``) and which to restride to ATen's layout:
         decided on the first run of each input layout."""
@@ -274,6 +348,60 @@ class FusedRegion(torch.nn.Module):
 
 
 MAX_CACHED_SCALARS = 64
+# Exact input sizes whose prepared launches a region with symbolic sizes keeps; past
+# that it forgets them all (their kernels stay in the fusion's plan cache).
+MAX_SIZES = 64
+
+
+def _layout_key(xs) -> tuple:
+    """The inputs' layouts (``input_layout``; None for a size): what a region with
+    symbolic sizes keys its translations by."""
+    return tuple([input_layout(hints(x.shape), hints(x.stride())) if isinstance(x, torch.Tensor) else None
+                  for x in xs])
+
+
+def _misaligned(inputs) -> bool:
+    return any([x.data_ptr() & 15 for x in inputs if isinstance(x, torch.Tensor)])
+
+
+def _symbol_sources(examples) -> dict:
+    """Each symbol that is, or whose multiple c * symbol is, an input's size or a
+    SymInt input: symbol -> (input, dim or None, c); a call's arguments give the
+    symbols' values."""
+    out = {}
+    for i, x in enumerate(examples):
+        sizes = [(d, s) for d, s in enumerate(x.shape)] if isinstance(x, torch.Tensor) else [(None, x)]
+        for d, s in sizes:
+            if not isinstance(s, torch.SymInt):
+                continue
+            c, sym = s.node.expr.as_coeff_Mul()
+            if sym.is_Symbol and c.is_Integer and c > 0 and out.get(sym, (0, 0, 2))[2] != 1:
+                out[sym] = (i, d, int(c))
+    return out
+
+
+def _stride_exprs(graph, symbols) -> list:
+    """The traced output strides as ints and expressions over ``symbols`` (None: not
+    a tensor); an expression over other symbols cannot be evaluated at a call."""
+    exprs = []
+    for strides in _traced_output_strides(graph):
+        if strides is None:
+            exprs.append(None)
+            continue
+        row = tuple(s if isinstance(s, int) else s.node.expr for s in strides)
+        for e in row:
+            if not isinstance(e, int) and not e.free_symbols <= symbols.keys():
+                raise Unsupported("symbolic output stride", f"an output stride {e} is not a function of the "
+                                                            "region's input sizes")
+        exprs.append(row)
+    return exprs
+
+
+def _strides_at(exprs, symbols, args) -> list:
+    """The traced output strides at the sizes of the call's ``args``."""
+    values = {sym: (args[i] if d is None else args[i].shape[d]) // c for sym, (i, d, c) in symbols.items()}
+    return [None if row is None else tuple(e if isinstance(e, int) else int(e.xreplace(values)) for e in row)
+            for row in exprs]
 
 
 def moved(x: torch.Tensor, device, cache: dict) -> torch.Tensor:

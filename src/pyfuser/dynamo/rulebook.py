@@ -72,11 +72,11 @@ def rule(*names, ops, check=None, compute=True):
     return register
 
 
-def view_rule(*names, ops):
+def view_rule(*names, ops, check=None):
     """A rule for a view: no computing, and handed back to ATen at a region's edges."""
     def register(fn):
         for op in overloads(*names):
-            RULES[op] = Rule(fn, None, compute=False, ops=tuple(ops))
+            RULES[op] = Rule(fn, check, compute=False, ops=tuple(ops))
             ATEN_VIEWS.add(op)
         return fn
 

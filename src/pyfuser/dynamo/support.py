@@ -56,8 +56,6 @@ def _tensor_problem(v) -> Reason | None:
         return Reason("unsupported_dtype", f"dtype {v.dtype}")
     if v.layout != torch.strided or v.device.type not in ("cuda", "cpu"):
         return Reason("unsupported_layout", f"layout {v.layout} on {v.device}")
-    if not all(isinstance(s, int) for s in tuple(v.shape) + tuple(v.stride())):
-        return Reason("symbolic_shape", "symbolic shape")
     return None
 
 

@@ -4,12 +4,19 @@ Every translated node is checked against the shape and dtype its ATen op gives
 (the FX node's ``meta["val"]``); a mismatch raises ``Unsupported`` and the region
 falls back to ATen instead of computing something different.
 
-Shapes are concrete: fusion inputs are defined with the example tensors' sizes, and
-their contiguity and stride order come from the strides (``input_layout``).  The
-backend keys its fusion cache on exactly these, plus the region's op text.
+Static sizes are concrete: fusion inputs are defined with the example tensors'
+sizes, and their contiguity and stride order come from the strides
+(``input_layout``).  A symbolic size (a graph Dynamo traced with dynamic shapes) is a
+symbolic extent (-1) of its input; where the math needs a symbolic size (a view's or
+a fill's shape, a mean's divisor) it is an Int scalar: ``fd.ops.size`` of an input dim
+of that size, or the region's SymInt input of that value (``Translator.sym``).  So
+one FusionDefinition serves every size, and its plan cache every size of one size
+class.  The backend keys its fusion cache on these specs (symbolic sizes by their
+expressions), plus the region's op text.
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 
@@ -18,9 +25,38 @@ from torch.fx.node import Node, map_arg
 
 from ..frontend import FusionDefinition
 from ..frontend.descriptor import contiguity_in_allocation_order
-from ..ir.dtypes import from_torch
+from ..ir.dtypes import DataType, from_torch
 from ..ir.values import TensorVal
-from .rules import ATEN_VIEWS, RULES, Unsupported, bind_args, meta
+from .rules import ATEN_VIEWS, RESHAPES, RULES, Unsupported, bind_args, meta
+
+
+# --- symbolic sizes -----------------------------------------------------------------
+
+
+def is_symbolic(v) -> bool:
+    """Whether ``v`` (a node's traced value) is a SymInt or a tensor with a symbolic
+    size or stride."""
+    if isinstance(v, torch.SymInt):
+        return True
+    if isinstance(v, torch.Tensor):
+        return not all(isinstance(s, int) for s in (*v.shape, *v.stride()))
+    return False
+
+
+def size_key(s):
+    """A size for cache keys and comparisons: the int, or a SymInt's expression as text
+    (SymInts do not hash, and comparing two would add a guard to the graph)."""
+    return s if isinstance(s, int) else str(s.node.expr)
+
+
+def sym_shape(shape) -> tuple:
+    """``shape`` with each symbolic entry as its expression's text."""
+    return tuple(size_key(s) for s in shape)
+
+
+def hints(shape) -> tuple:
+    """``shape`` at the example sizes Dynamo traced with (no guard is added)."""
+    return tuple(s if isinstance(s, int) else s.node.hint for s in shape)
 
 
 # --- input layouts -----------------------------------------------------------------
@@ -55,16 +91,26 @@ def input_layout(shape, stride):
 class InputSpec:
     """What a fusion input must look like: the translation cache keys on it."""
 
-    dtype: torch.dtype
-    shape: tuple
+    dtype: torch.dtype | None  # None: an Int scalar (a SymInt input)
+    shape: tuple  # ints, and for symbolic sizes their expressions' text
     contiguity: tuple
     stride_order: tuple | None
     device_type: str
 
     @staticmethod
-    def of(t) -> "InputSpec":
+    def of(t, shape=None) -> "InputSpec":
+        """``t``'s spec; ``shape``: the traced (symbolic) shape to define it with, its
+        contiguity and stride order still taken from ``t``'s sizes and strides."""
         contiguity, order = input_layout(tuple(t.shape), tuple(t.stride()))
-        return InputSpec(t.dtype, tuple(t.shape), contiguity, order, t.device.type)
+        return InputSpec(t.dtype, tuple(t.shape) if shape is None else shape, contiguity, order, t.device.type)
+
+    @staticmethod
+    def scalar(expr: str, device_type: str) -> "InputSpec":
+        return InputSpec(None, (expr,), (), None, device_type)
+
+    @property
+    def symbolic(self) -> bool:
+        return not all(isinstance(e, int) for e in self.shape)
 
 
 # --- the translator ------------------------------------------------------------------
@@ -83,13 +129,23 @@ class Translator:
         self.fd = fd
         self.ops = fd.ops
         self.env: dict = {}
+        self.sources: dict = {}  # symbol's text -> (fusion input, dim or None for a scalar input)
+        self.symbols: dict = {}  # symbol's text -> its Int scalar in the fusion, once asked for
 
     def run(self, graph, specs) -> Translation:
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         for node, spec in zip(placeholders, specs):
-            contiguity = contiguity_in_allocation_order(spec.contiguity, spec.stride_order)  # as define_tensor lists it
-            t = self.fd.define_tensor(shape=list(spec.shape), contiguity=contiguity,
-                                      dtype=from_torch(spec.dtype), stride_order=spec.stride_order)
+            if spec.dtype is None:  # a SymInt input: a runtime Int scalar
+                t = self.fd.define_scalar(dtype=DataType.Int)
+                self.sources.setdefault(spec.shape[0], (t, None))
+            else:
+                contiguity = contiguity_in_allocation_order(spec.contiguity, spec.stride_order)
+                t = self.fd.define_tensor(shape=[e if isinstance(e, int) else -1 for e in spec.shape],
+                                          contiguity=contiguity, dtype=from_torch(spec.dtype),
+                                          stride_order=spec.stride_order)
+                for d, e in enumerate(spec.shape):
+                    if not isinstance(e, int):
+                        self.sources.setdefault(e, (t, d))
             self.env[node] = t
         out_node = None
         for node in graph.nodes:
@@ -141,16 +197,99 @@ class Translator:
             if o.dtype.torch != w.dtype:
                 raise Unsupported(f"{node.target}: dtype", f"{node.target} ({node.name}): pyfuser infers dtype "
                                   f"{o.dtype.torch}, ATen gives {w.dtype}")
-            if tuple(o.shape) != tuple(w.shape):
+            # A symbolic size is unknown (None) at definition time; a static one must agree.
+            if len(o.shape) != w.dim() or any(
+                    (e is not None) if not isinstance(s, int) else e != s for e, s in zip(o.shape, w.shape)):
                 raise Unsupported(f"{node.target}: shape", f"{node.target} ({node.name}): pyfuser infers shape "
                                   f"{list(o.shape)}, ATen gives {list(w.shape)}")
 
     # helpers for rules
+    # A slice's end over a whole symbolic dim: slices clamp to the extent the dim has
+    # when the fusion runs, as Python's do.
+    WHOLE = 2**63 - 1
+
+    def ends(self, x: TensorVal) -> list:
+        """Slice ends that keep every dim of ``x`` whole."""
+        return [self.WHOLE if e is None else e for e in x.shape]
+
     def shape(self, node):
-        return list(meta(node).shape)
+        """The node's traced shape: ints, and Int scalars for its symbolic sizes.  A
+        reshape's target may leave one size it cannot build as -1 (inferred from the
+        element count): BERT's [batch * seq, hidden] viewed as [batch, seq, hidden]
+        has no input of size batch."""
+        out, missing = [], []
+        for d, s in enumerate(meta(node).shape):
+            try:
+                out.append(s if isinstance(s, int) else self.sym(s))
+            except Unsupported:
+                if node.target not in RESHAPES or missing:
+                    raise
+                missing.append(d)
+                out.append(-1)
+        return out
 
     def dtype(self, node) -> DataType:
         return from_torch(meta(node).dtype)
+
+    def slice_bounds(self, x: TensorVal, d: int, start, end, step) -> tuple:
+        """ATen's slice bounds of ``x``'s dim ``d`` as pyfuser's slice takes them:
+        normalised to the extent, or for a symbolic dim left for the fusion to clamp
+        when it runs."""
+        if x.shape[d] is None:
+            return start or 0, self.WHOLE if end is None else end, step
+        start, end, step = slice(start, end, step).indices(x.shape[d])
+        return start, max(end, start), step
+
+    def count(self, x: TensorVal, dims):
+        """The number of elements in dims ``dims`` of ``x``: a float, or an Int scalar
+        when one of them is symbolic."""
+        known = math.prod(x.shape[d] for d in dims if x.shape[d] is not None)
+        sizes = [self.ops.size(x, d) for d in dims if x.shape[d] is None]
+        if not sizes:
+            return float(known)
+        out = sizes[0]
+        for s in sizes[1:]:
+            out = self.ops.mul(out, s)
+        return out if known == 1 else self.ops.mul(out, known)
+
+    def sym(self, s):
+        """A SymInt as an Int scalar of the fusion, built from its expression over the
+        symbols the region's inputs carry."""
+        return self._expr(s.node.expr)
+
+    def _source(self, text):
+        """The Int scalar of an input size whose expression is ``text``, or None."""
+        v = self.symbols.get(text)
+        if v is None and text in self.sources:
+            t, d = self.sources[text]
+            v = self.symbols[text] = t if d is None else self.ops.size(t, d)
+        return v
+
+    def _expr(self, e):
+        import sympy
+        from torch.utils._sympy.functions import FloorDiv
+
+        if e.is_Integer:
+            return int(e)
+        v = self._source(str(e))
+        if v is not None:
+            return v
+        if e.is_Symbol:  # a multiple of it is an input's size (8*s0: s0 sequences of 8)
+            for text in self.sources:
+                c, sym = sympy.sympify(text).as_coeff_Mul()
+                if c.is_Integer and c > 1 and str(sym) == str(e):
+                    return self.ops.div(self._source(text), int(c))  # Int / Int truncates
+            raise Unsupported("symbolic size", f"the symbolic size {e} is no region input's size")
+        if isinstance(e, FloorDiv):
+            return self.ops.div(self._expr(e.args[0]), self._expr(e.args[1]))
+        if isinstance(e, (sympy.Mul, sympy.Add)):
+            fold = self.ops.mul if isinstance(e, sympy.Mul) else self.ops.add
+            terms = [self._expr(a) for a in e.args]
+            out = terms[0]
+            for t in terms[1:]:
+                out = fold(out, t)
+            return out
+        raise Unsupported("symbolic size", f"the symbolic size {e} ({type(e).__name__}) has no translation")
 
 
 

@@ -4,9 +4,9 @@ After partitioning, a BERT training step still runs about 1150 view ops in ATen 
 step (``view``, ``t``, ``transpose``, ``expand``, ``_unsafe_view``, ...): the reshapes
 around every matmul and attention head.  Each costs a trip through the dispatcher
 (docs/TUNING.md#host-time) while the result is known at
-compile time: shapes are static (the backend fuses ``dynamic=False`` graphs only) and
-the traced metadata gives the view's sizes, strides and offset relative to its
-input.  ``fast_views`` replaces each such node by ``reinterpret``, which builds the
+compile time: with static shapes the traced metadata gives the view's sizes, strides
+and offset relative to its input.  A view with symbolic (dynamic) sizes or strides
+has no such numbers and stays ATen's.  ``fast_views`` replaces each such node by ``reinterpret``, which builds the
 view directly from those numbers, at a fraction of that cost.
 
 Safe by construction: the view is taken only when the input arrives with the strides

@@ -1,0 +1,203 @@
+"""Graphs with symbolic (dynamic) shapes through the backend against eager.
+
+Dynamo marks sizes dynamic three ways: ``dynamic=True`` (every size symbolic from the
+first compile), the default automatic dynamic (the first call compiles static sizes,
+the first call with another size recompiles with that size symbolic), and
+``torch._dynamo.mark_dynamic``.  In each, the graph's regions are translated with
+symbolic extents (``translate.py``), so after its first compile no size needs another
+Dynamo graph or another translation, and pyfuser compiles kernels only where a new size
+falls into a size class its schedulers have not seen (other heuristics' params); a
+size seen before compiles nothing.  No ``FallbackWarning`` may be raised (the
+conftest makes one an error).
+
+Counts asserted: Dynamo graphs compiled (Dynamo's ``unique_graphs``; with
+``dynamic=True`` Dynamo restarts its first analysis once, calling the backend twice
+for one graph), regions and translations (``pyfuser.dynamo.stats()``), kernels
+compiled (``pyfuser.cache_info()["kernels_compiled"]``, since the test began).
+Tolerances are test_zoo's.
+"""
+import copy
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+import pyfuser
+import pyfuser.dynamo as pd
+from pyfuser.bench import zoo
+
+from .test_zoo import LOSS_TOL, assert_grads_match
+
+MODES = ("automatic", "dynamic", "mark_dynamic")
+
+
+class Counts:
+    """Dynamo graphs and pyfuser kernels compiled since it was made."""
+
+    def __init__(self):
+        self.start = (counters["stats"]["unique_graphs"], pyfuser.cache_info()["kernels_compiled"])
+
+    @property
+    def graphs(self) -> int:
+        return counters["stats"]["unique_graphs"] - self.start[0]
+
+    @property
+    def kernels(self) -> int:
+        return pyfuser.cache_info()["kernels_compiled"] - self.start[1]
+
+    def now(self) -> tuple:
+        """(graphs, regions, translations, kernels)."""
+        return self.graphs, pd.stats()["regions"], pd.stats()["fusions_created"], self.kernels
+
+
+def compiled_with(model, mode):
+    return torch.compile(model, backend="pyfuser", dynamic=True if mode == "dynamic" else None), Counts()
+
+
+def marked(batch: dict, mode, dims=(0,)) -> dict:
+    """``batch`` with its tensors' ``dims`` marked dynamic (mode "mark_dynamic")."""
+    if mode == "mark_dynamic":
+        for v in batch.values():
+            if isinstance(v, torch.Tensor) and v.dim():
+                torch._dynamo.mark_dynamic(v, [d for d in dims if d < v.dim()])
+    return batch
+
+
+def symbolic_fusions() -> int:
+    """How many translated fusions have an input with a symbolic extent."""
+    from pyfuser.dynamo import region
+
+    return sum(any(None in t.shape for t in tr.fd.ir.inputs if hasattr(t, "rank"))
+               for tr in region._TRANSLATIONS.values() if not isinstance(tr, Exception))
+
+
+def views_sizes_and_reductions(x):
+    b, s, h = x.shape
+    rows = torch.softmax((x * 2).reshape(b * s, h), -1)  # a view to a product of sizes
+    back = rows.view(b, s, h) + x  # and back: no input has size b alone
+    m = x.mean(1)  # a reduction over a symbolic dim, divided by a size
+    filled = torch.full((b, h), 3.0) + m  # a fill of a symbolic shape
+    return back * 0.5, filled.exp(), x.sum(0) / s
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_views_fills_and_reductions_over_symbolic_sizes(mode):
+    compiled, counter = compiled_with(views_sizes_and_reductions, mode)
+    shapes = [(2, 3, 8), (3, 5, 8), (4, 2, 8), (2, 3, 8)]
+    for i, shape in enumerate(shapes):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(i))
+        if mode == "mark_dynamic":
+            torch._dynamo.mark_dynamic(x, [0, 1])
+        for got, want in zip(compiled(x), views_sizes_and_reductions(x)):
+            torch.testing.assert_close(got, want, rtol=1.3e-5, atol=1e-6)
+        if i == 1:
+            after_second = counter.now()[:3]
+    assert counter.graphs == (2 if mode == "automatic" else 1)
+    assert counter.now()[:3] == after_second
+    assert symbolic_fusions() >= 1 and pd.stats().get("fallbacks", 0) == 0
+
+
+def test_a_symbolic_graph_takes_sizes_as_inputs_and_guards_nothing_new():
+    """SymInt placeholders (Dynamo passes the sizes a graph reads as inputs) reach the
+    regions as Int scalars; sizes past the first compile's are served by it."""
+    def fn(x, y):
+        return (x.view(-1) * y.size(0)).view(x.shape[0], -1).softmax(-1) + y.sum()
+
+    counter = Counts()
+    compiled = torch.compile(fn, backend="pyfuser", dynamic=True)
+    for n, m in [(2, 3), (5, 4), (3, 7), (6, 2)]:
+        x, y = torch.randn(n, 6), torch.randn(m)  # first sizes all distinct: no duck-sizing guard
+        torch.testing.assert_close(compiled(x, y), fn(x, y), rtol=1.3e-5, atol=1e-6)
+    assert counter.graphs == 1
+    assert pd.stats()["regions"] >= 1 and symbolic_fusions() >= 1
+
+
+# --- the zoo's MLP: LayerNorm -> Linear -> GELU -> Linear, cross-entropy --------------------
+
+BATCHES = (2, 3, 5, 7, 4)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mlp_training_at_changing_batch_sizes(mode):
+    built = zoo.build("mlp")
+    reference, model = built.model, copy.deepcopy(built.model)
+    compiled, counter = compiled_with(model, mode)
+    g = torch.Generator().manual_seed(1)
+    batches = [built.batch(n, g) for n in BATCHES]
+    counts = []
+    for step, batch in enumerate(batches * 2):  # every size twice: the second round compiles nothing
+        got = zoo.loss(compiled(**marked(dict(batch), mode)))
+        got.backward()
+        want = zoo.loss(reference(**batch))
+        want.backward()
+        torch.testing.assert_close(got, want, **LOSS_TOL, msg=lambda m: f"step {step}, loss: {m}")
+        assert_grads_match(reference, model, step)
+        reference.zero_grad()
+        model.zero_grad()
+        counts.append(counter.now())
+    print(f"\nmlp {mode}: (graphs, regions, fusions, kernels) per step {counts}")
+    graphs = 2 if mode == "automatic" else 1
+    first_dynamic = 1 if mode == "automatic" else 0
+    assert counts[-1][0] == graphs, counts
+    assert counts[-1][:3] == counts[first_dynamic][:3], "a new size made a new graph, region or translation"
+    # From the second round's first step (the automatic mode's static graph saw batch 2
+    # first), every size has been through the symbolic graph.
+    assert counts[-1] == counts[len(BATCHES)], "a size seen before compiled something"
+    assert pd.stats().get("fallbacks", 0) == 0 and symbolic_fusions() >= 1
+
+
+def test_mlp_inference_at_changing_batch_sizes():
+    built = zoo.build("mlp")
+    model = built.model.eval()
+    compiled, counter = compiled_with(model, "automatic")
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for n in BATCHES:
+            batch = built.batch(n, g)
+            torch.testing.assert_close(compiled(**batch), model(**batch), **LOSS_TOL)
+    assert counter.graphs == 2 and pd.stats().get("fallbacks", 0) == 0
+
+
+# --- the zoo's transformers at changing batch and sequence lengths ---------------------------
+
+# (batch, sequence) per step: three distinct of each (the first compiles static sizes,
+# the second the symbolic graph), then the second again: it must compile nothing.
+SIZES = ((2, 8), (3, 6), (4, 4), (3, 6))
+
+
+def batches_of(name):
+    """The model (built for the longest sequence) and a batch maker per sequence
+    length: the same seed and config give the same weights."""
+    longest = max(s for _, s in SIZES)
+    model = zoo.build(name, layers=1, seq=longest).model
+    makers = {s: zoo.build(name, layers=1, seq=s).batch for _, s in SIZES}
+    return model, makers
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "t5", "vit"])
+def test_transformer_trains_at_changing_batch_and_sequence(name):
+    pytest.importorskip("transformers")
+    if name == "vit":  # its sequence is the image's patches: batch sizes only
+        model, makers = zoo.build(name, layers=1).model, None
+        batch_of = zoo.build(name, layers=1).batch
+    else:
+        model, makers = batches_of(name)
+    reference, model = model, copy.deepcopy(model)
+    compiled, counter = compiled_with(model, "automatic")
+    g = torch.Generator().manual_seed(3)
+    counts = []
+    for step, (n, s) in enumerate(SIZES):
+        batch = batch_of(n, g) if makers is None else makers[s](n, g)
+        got = zoo.loss(compiled(**batch))
+        got.backward()
+        want = zoo.loss(reference(**batch))
+        want.backward()
+        torch.testing.assert_close(got, want, **LOSS_TOL, msg=lambda m: f"step {step}, loss: {m}")
+        assert_grads_match(reference, model, step)
+        reference.zero_grad()
+        model.zero_grad()
+        counts.append(counter.now())
+    print(f"\n{name}: (graphs, regions, fusions, kernels) per step {counts}")
+    assert counts[-1][:3] == counts[1][:3], "a size after the dynamic recompile made a new graph or translation"
+    assert counts[-1] == counts[-2], "a size seen before compiled a kernel"
+    assert pd.stats().get("fallbacks", 0) == 0 and symbolic_fusions() >= 1
