@@ -5,7 +5,7 @@ STAMP := .venv/.stamp
 # numpy < 2.4: triton 3.6's interpreter turns loop bounds into Python ints in a way numpy 2.4 rejects.
 PACKAGES := torch==2.13.0 triton==3.6.0 pytest hypothesis pytest-xdist "numpy<2.4" matplotlib transformers
 
-.PHONY: venv test demo bench golden ops-doc
+.PHONY: venv test gpu-test demo bench golden ops-doc
 
 venv: $(STAMP)
 
@@ -17,6 +17,12 @@ $(STAMP): pyproject.toml
 
 test: venv
 	$(PY) -m pytest -q -n 2 tests
+
+# On a machine with a GPU: the GPU-marked tests, and the kernel op sweep on the GPU
+# (libdevice and compiled kernels, which CI's interpreter does not run).
+gpu-test: venv
+	$(PY) -m pytest -q -n 4 -m gpu tests
+	PYFUSER_SWEEP_DEVICE=cuda $(PY) -m pytest -q -n 4 tests/codegen/test_kernel_op_sweep.py
 
 demo: venv
 	$(PY) -m pyfuser.demo

@@ -152,6 +152,12 @@ def lerp(b, s, e, w):
     return f"tl.where(tl.abs({tw}) < 0.5, {ts} + {tw} * {d}, {te} - {d} * (1.0 - {tw}))"
 
 
+def add(b, x, y):
+    # Bools add as torch adds them, to True when either is (a logical or); Triton's
+    # 1-bit integer addition would wrap True + True to False.
+    return f"({x} | {y})" if b.cdtype == "tl.int1" else f"({x} + {y})"
+
+
 def bitwise_not(b, a):
     return f"({a} == 0)" if b.cdtype == "tl.int1" else f"({a} ^ -1)"
 

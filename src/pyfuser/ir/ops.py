@@ -171,7 +171,7 @@ _ROWS = [
     _u("isreal", torch.isreal, E.isreal, "args"),
     # binary
     # ATen's add and sub take an ``alpha`` (dynamo.rules); its div is truediv
-    _b("add", lambda a, b: a + b, lambda b, x, y: f"({x} + {y})", aten=False),
+    _b("add", lambda a, b: a + b, E.add, aten=False),
     _b("sub", lambda a, b: a - b, lambda b, x, y: f"({x} - {y})", aten=False),
     _b("mul", lambda a, b: a * b, lambda b, x, y: f"({x} * {y})"),
     OpDef("div", OpKind.BINARY, F.div_ref, E.div, emit_uniform_rhs=E.div_uniform),
