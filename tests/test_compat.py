@@ -165,3 +165,10 @@ def test_overlap_grouped_mm_and_packet_accessors():
                                                                                     dtype=torch.bfloat16)
         out = compat.grouped_mm(a, b, torch.tensor([2, 6], device="cuda", dtype=torch.int32))
         assert out.shape == (6, 5)
+
+
+def test_sym_floor_div_is_the_class_of_size_floor_division():
+    import sympy
+
+    s = sympy.Symbol("s0", integer=True, positive=True)
+    assert isinstance(compat.sym_floor_div()(s, 2), compat.sym_floor_div())

@@ -59,6 +59,8 @@ Accessor: the API behind it; its users; what runs where it is missing.
 - ``has_internal_overlap``: ``torch._debug_has_internal_overlap``; reference.py; False
   (an alias output into an expanded input is then not refused up front).
 - ``grouped_mm``: ``torch._grouped_mm``; ir/attention.py (CUDA only); ``ToolchainError``.
+- ``sym_floor_div``: ``torch.utils._sympy.functions.FloorDiv`` (the floor division in
+  Dynamo's size expressions); dynamo/partition.py, dynamo/translate.py; none.
 - ``module_call_hooked``: ``nn.Module._forward_hooks`` and the other hook dicts,
   ``torch.nn.modules.module._global_*_hooks``, ``torch._C._get_tracing_state``;
   dynamo/region.py; none.
@@ -409,6 +411,13 @@ def has_internal_overlap(t) -> bool:
     """Whether some elements of tensor ``t`` share memory (an expanded dim)."""
     fn = getattr(torch, "_debug_has_internal_overlap", None)
     return fn is not None and fn(t) == 1
+
+
+def sym_floor_div():
+    """The sympy class of ``//`` in symbolic sizes (``s0 // 2``)."""
+    from torch.utils._sympy.functions import FloorDiv
+
+    return FloorDiv
 
 
 def grouped_mm(mat1, mat2, offsets):

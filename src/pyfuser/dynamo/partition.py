@@ -152,7 +152,10 @@ def _size_node(graph, e, producers):
     import operator
 
     import sympy
-    from torch.utils._sympy.functions import FloorDiv
+
+    from ..compat import sym_floor_div
+
+    FloorDiv = sym_floor_div()
 
     if e.is_Integer:
         return int(e), int(e)

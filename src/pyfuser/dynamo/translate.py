@@ -267,7 +267,10 @@ class Translator:
 
     def _expr(self, e):
         import sympy
-        from torch.utils._sympy.functions import FloorDiv
+
+        from ..compat import sym_floor_div
+
+        FloorDiv = sym_floor_div()
 
         if e.is_Integer:
             return int(e)
