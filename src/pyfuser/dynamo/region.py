@@ -139,6 +139,17 @@ def _translation(graph, text, specs) -> Translation:
     return hit
 
 
+def _outputs(entry, outs, copies, restride, strides):
+    """The region's results: the outputs ``_copies`` names copied, those whose layout
+    differs from ATen's (``restride``) written again in ATen's strides."""
+    for pos in copies:
+        outs[pos] = outs[pos].clone()
+    for pos in restride:
+        o = outs[pos]
+        outs[pos] = torch.empty_strided(o.shape, strides[pos], dtype=o.dtype, device=o.device).copy_(o)
+    return tuple(outs) if entry.tuple_output else outs[0]
+
+
 class FusedRegion(torch.nn.Module):
     """Runs one region with pyfuser; its ATen submodule is the fallback."""
 
@@ -249,28 +260,12 @@ class FusedRegion(torch.nn.Module):
                 device = None if inputs else self.device
                 outs = entry.fd.execute(list(inputs), device=device)
                 fast = None
-        except Unsupported as err:
-            if _capture.on:
-                raise
-            self._give_up(err.cause, str(err))
-            return self.fallback(*args)
         except Exception as err:
-            if _capture.on:
-                raise
-            msg = str(err).splitlines()[0] if str(err) else ""
-            # Numbers (kernel names, sizes) differ between regions failing for one reason.
-            self._give_up(f"execute: {type(err).__name__}: {re.sub(r'[0-9]+', 'N', msg)[:160]}",
-                          f"executing the fusion failed: {type(err).__name__}: {msg}")
-            return self.fallback(*args)
+            return self._failed(err, args)
         if fast is None:
             copies, restride = self._post(key, entry, args, outs)
             self._register_fast(key, entry, inputs, device, copies, restride)
-        for pos in copies:
-            outs[pos] = outs[pos].clone()
-        for pos in restride:
-            o = outs[pos]
-            outs[pos] = torch.empty_strided(o.shape, self.out_strides[pos], dtype=o.dtype, device=o.device).copy_(o)
-        return tuple(outs) if entry.tuple_output else outs[0]
+        return _outputs(entry, outs, copies, restride, self.out_strides)
 
     def _forward_symbolic(self, args):
         """``forward`` of a region with symbolic sizes: the fast path is keyed by the
@@ -303,24 +298,23 @@ class FusedRegion(torch.nn.Module):
                     prep = prepared_for(entry.fd, inputs, device)
                     if prep is not None:
                         self.fast[key] = (entry, prep, device, copies, restride, strides)
-        except Unsupported as err:
-            if _capture.on:
-                raise
-            self._give_up(err.cause, str(err))
-            return self.fallback(*args)
         except Exception as err:
-            if _capture.on:
-                raise
+            return self._failed(err, args)
+        return _outputs(entry, outs, copies, restride, strides)
+
+    def _failed(self, err, args):
+        """A region that could not run: it runs in ATen from now on, warned once per
+        cause (under a CUDA-graph capture the error goes up: the capture must fail)."""
+        if _capture.on:
+            raise err
+        if isinstance(err, Unsupported):
+            self._give_up(err.cause, str(err))
+        else:
             msg = str(err).splitlines()[0] if str(err) else ""
+            # Numbers (kernel names, sizes) differ between regions failing for one reason.
             self._give_up(f"execute: {type(err).__name__}: {re.sub(r'[0-9]+', 'N', msg)[:160]}",
                           f"executing the fusion failed: {type(err).__name__}: {msg}")
-            return self.fallback(*args)
-        for pos in copies:
-            outs[pos] = outs[pos].clone()
-        for pos in restride:
-            o = outs[pos]
-            outs[pos] = torch.empty_strided(o.shape, strides[pos], dtype=o.dtype, device=o.device).copy_(o)
-        return tuple(outs) if entry.tuple_output else outs[0]
+        return self.fallback(*args)
 
     def _post(self, key, entry, args, outs):
         """Which outputs to copy (``_copies``) and which to restride to ATen's layout:
