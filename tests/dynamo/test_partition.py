@@ -39,3 +39,25 @@ def test_nothing_moves_when_no_component_reads_one_region_alone():
     out = regroup_along_data_flow(parts, order)
     assert sorted(sorted(node.name for node in p.nodes) for p in out) == \
         [["add", "mul", "mul_1", "sum_1"], ["add_1", "mul_2"]]
+
+
+def test_cpu_work_in_a_gpu_graph_stays_in_aten():
+    """A constant lifted and indexed on the host before its copy to the GPU: the CPU
+    nodes stay out of regions (a region runs on one device); in an all-CPU graph the
+    same nodes are fused.  The GPU is a ``meta`` tensor's device here."""
+    from pyfuser.dynamo.support import why_not
+
+    def graph(accelerator):
+        g = torch.fx.Graph()
+        c = g.placeholder("c")
+        x = g.placeholder("x")
+        lifted = g.call_function(torch.ops.aten.mul.Tensor, (c, 2.0))
+        moved = g.call_function(torch.ops.aten._to_copy.default, (lifted,), {"device": accelerator})
+        g.output((moved, x))
+        c.meta["val"] = lifted.meta["val"] = torch.ones(4)
+        x.meta["val"] = moved.meta["val"] = torch.ones(4, device=accelerator)
+        return lifted
+
+    why = why_not(graph("meta"))
+    assert why is not None and why.code == "cpu_in_device_graph" and "meta" in why.detail
+    assert why_not(graph("cpu")) is None

@@ -147,6 +147,31 @@ class _Run:
         for k, v in _delta(_counters(), before).items():
             self.counts[f"{phase}_{k}"] = self.counts.get(f"{phase}_{k}", 0) + v
 
+    def breakdown(self, batch) -> dict:
+        """Where one step's wall time goes: the host's time in the forward call, the
+        backward call and the optimizer (``perf_counter`` around each, no
+        synchronization), then the wait for the GPU to finish; with the backend's
+        counters of that step (region calls, CUDA-graph replays and misses).  A wait
+        near zero means the step is host-bound."""
+        import pyfuser.dynamo as pd
+
+        torch.cuda.synchronize()
+        before = pd.stats()
+        t0 = time.perf_counter()
+        with torch.autocast(self.device.type, dtype=self.amp):
+            loss = zoo.loss(self.fn(**batch))
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        self.optimizer_step()
+        t3 = time.perf_counter()
+        torch.cuda.synchronize()
+        t4 = time.perf_counter()
+        after = pd.stats()
+        counts = {k: after.get(k, 0) - before.get(k, 0) for k in ("region_calls", "graph_replays", "graph_misses")}
+        return {"forward_ms": (t1 - t0) * 1e3, "backward_ms": (t2 - t1) * 1e3, "optimizer_ms": (t3 - t2) * 1e3,
+                "gpu_wait_ms": (t4 - t3) * 1e3, "wall_ms": (t4 - t0) * 1e3, **counts}
+
     def results(self, last_batch) -> dict:
         prof = None
         if self.cuda:
@@ -171,9 +196,12 @@ def _batches(built: zoo.ZooModel, batch: int, n: int, seed: int, lengths=None) -
 
 
 def run_model(name, *, steps=10, warmup=3, device="cuda", tiny=False, implementations=IMPLEMENTATIONS,
-              lengths=None, dynamic=False, seed=0) -> dict:
+              lengths=None, dynamic=False, seed=0, breakdown=0, host_profile=False) -> dict:
     """Train zoo model ``name`` with each implementation; ``{implementation: results}``.
-    ``lengths`` (one per step, warm-up included) cuts each batch's sequences."""
+    ``lengths`` (one per step, warm-up included) cuts each batch's sequences.
+    ``breakdown`` more steps per implementation (on the GPU) are split into host and
+    GPU time (``_Run.breakdown``: medians per part); ``host_profile`` adds a cProfile
+    of one step (``step_profile.cprofiled``), its text under ``"host_profile"``."""
     spec = (TINY if tiny else FULL)[name]
     built = zoo.build(name, seed, **spec["sizes"])
     state = copy.deepcopy(built.model.state_dict())
@@ -194,6 +222,14 @@ def run_model(name, *, steps=10, warmup=3, device="cuda", tiny=False, implementa
     results = {}
     for impl, run in runs.items():
         results[impl] = run.results(run._on_device(batches[-1]))
+        if breakdown and run.cuda:
+            parts = [run.breakdown(run._on_device(batches[-1 - i % len(batches)])) for i in range(breakdown)]
+            results[impl]["breakdown"] = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
+        if host_profile:
+            from .step_profile import cprofiled
+
+            last = run._on_device(batches[-1])
+            results[impl]["host_profile"] = cprofiled(lambda: (run.model_step(last), run.optimizer_step()), top=25)
         del run
     runs.clear()
     if torch.device(device).type == "cuda":
@@ -285,6 +321,23 @@ def varlen_rows(name, v) -> list:
     return rows
 
 
+def breakdown_rows(name: str, results: dict) -> list:
+    rows = []
+    for impl, r in results.items():
+        b = r.get("breakdown")
+        if b:
+            k = r.get("kernel_ms") or {}
+            rows.append(f"| {name} | {impl} | {b['wall_ms']:.2f} | {b['forward_ms']:.2f} | {b['backward_ms']:.2f} "
+                        f"| {b['optimizer_ms']:.2f} | {b['gpu_wait_ms']:.2f} | {sum(k.values()):.2f} "
+                        f"| {b['region_calls']:.0f} | {b['graph_replays']:.0f} | {b['graph_misses']:.0f} |")
+    return rows
+
+
+BREAKDOWN_HEADER = ["| model | implementation | step wall (ms) | host: forward | host: backward | host: optimizer "
+                    "| wait for GPU | kernel ms (fwd+bwd) | region calls | graph replays | graph misses |",
+                    "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+
 VARLEN_HEADER = ["| model | implementation | distinct lengths | median step, variable (ms) "
                  "| median step, fixed at the mean (ms) | variable / fixed | Dynamo graphs | pyfuser kernels compiled "
                  "| kernels compiled per kernel of one length | fallbacks |",
@@ -301,6 +354,9 @@ def main(argv=None):
     p.add_argument("--tiny", action="store_true", help="the zoo's tiny sizes (a smoke test on CPU)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--json", default=None, help="write the results here after each model")
+    p.add_argument("--breakdown", type=int, default=0, metavar="N",
+                   help="N more steps per implementation split into host and GPU time (GPU only)")
+    p.add_argument("--host-profile", action="store_true", help="print a cProfile of one step per implementation")
     args = p.parse_args(argv)
     everything: dict = {}
 
@@ -309,15 +365,22 @@ def main(argv=None):
             with open(args.json, "w") as f:
                 json.dump(everything, f, indent=1, default=str)
 
-    rows = []
+    rows, brows = [], []
     for name in filter(None, args.models.split(",")):
         if name not in FULL:
             p.error(f"--models: no model {name!r}; expected some of {', '.join(MODELS)}")
         everything[name] = run_model(name, steps=args.steps, warmup=args.warmup, device=args.device,
-                                     tiny=args.tiny, implementations=tuple(args.impl.split(",")))
+                                     tiny=args.tiny, implementations=tuple(args.impl.split(",")),
+                                     breakdown=args.breakdown, host_profile=args.host_profile)
         save()
         rows += markdown_rows(name, everything[name])
+        brows += breakdown_rows(name, everything[name])
+        for impl, r in everything[name].items():
+            if r.get("host_profile"):
+                print(f"## {name} {impl}: host profile of one step\n{r['host_profile']}", flush=True)
         print("\n".join(HEADER + rows), end="\n\n", flush=True)
+        if brows:
+            print("\n".join(BREAKDOWN_HEADER + brows), end="\n\n", flush=True)
     vrows = []
     for name in filter(None, args.varlen.split(",")):
         everything[f"{name}_varlen"] = v = run_varlen(name, steps=args.steps, warmup=args.warmup,

@@ -9,6 +9,7 @@ handed back to ATen at a region's edge, a region too small to fuse, a fallback.
 from __future__ import annotations
 
 import operator
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +30,7 @@ REASON_CODES = {
     "unsupported_layout": "a non-strided tensor or one on a device other than CPU or CUDA",
     "symbolic_shape": "a tensor with symbolic sizes or strides",
     "cpu_scalar": "a CPU scalar made for a GPU graph: ATen makes it",
+    "cpu_in_device_graph": "a CPU tensor computed in a graph that computes on a GPU (a constant's host-side work)",
     "arguments": "the node's arguments do not bind to its schema",
     "unsupported_use": "the op's rule rejects this use of it (detail: why)",
     "aten_only": "a graph rewrite keeps the node in ATen",
@@ -59,6 +61,24 @@ def _tensor_problem(v) -> Reason | None:
     return None
 
 
+_GRAPH_DEVICES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _computes_off_cpu(graph) -> bool:
+    """Whether any value of ``graph`` lives on a device other than the CPU (cached)."""
+    known = _GRAPH_DEVICES.get(graph)
+    if known is None:
+        known = False
+        for n in graph.nodes:
+            v = meta(n)
+            if any(isinstance(x, torch.Tensor) and x.device.type != "cpu"
+                   for x in (v if isinstance(v, (tuple, list)) else (v,))):
+                known = True
+                break
+        _GRAPH_DEVICES[graph] = known
+    return known
+
+
 def why_not(node) -> Reason | None:
     """Why ``node`` cannot join a fusion region (None: it can)."""
     if node.op != "call_function":
@@ -84,6 +104,11 @@ def why_not(node) -> Reason | None:
         # A CPU scalar made for a GPU graph (a constant's tensor): ATen makes it, and
         # the region that consumes it moves it to the GPU.
         return Reason("cpu_scalar", "CPU scalar creation")
+    if isinstance(v, torch.Tensor) and v.device.type == "cpu" and _computes_off_cpu(node.graph):
+        # A region runs on one device: CPU work in a GPU graph (a constant lifted and
+        # indexed on the host before its copy to the GPU) stays in ATen, and the
+        # regions it feeds take its result as an input.
+        return Reason("cpu_in_device_graph", f"on cpu in a graph that computes on {_device_of(node.graph)}")
     if r.check is not None:
         try:
             a = bind_args(node.target, node.args, node.kwargs)
@@ -92,6 +117,14 @@ def why_not(node) -> Reason | None:
         why = r.check(node, a)
         return Reason("unsupported_use", why) if why else None
     return None
+
+
+def _device_of(graph) -> str:
+    for n in graph.nodes:
+        v = meta(n)
+        if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+            return str(v.device)
+    return "another device"
 
 
 def unsupported_reason(node) -> str | None:
