@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from pyfuser import DataType, FusionDefinition
-from pyfuser.errors import CompileError, DefinitionError, DependencyError, InputError, InputTypeError
+from pyfuser.errors import (CompileError, DefinitionError, DefinitionTypeError, DependencyError, InputError,
+                            InputTypeError)
 
 
 def neg_fusion():
@@ -54,7 +55,7 @@ def test_define_tensor_strides_of_the_wrong_length():
     with FusionDefinition() as fd:
         with pytest.raises(DefinitionError, match=r"strides has 1 entries, expected one per dim of sizes \[2, 3\]"):
             fd.define_tensor(sizes=[2, 3], strides=[1])
-        with pytest.raises(DefinitionError, match="strides entries must be ints"):
+        with pytest.raises(DefinitionTypeError, match="strides entries must be ints"):  # a float: wrong kind
             fd.define_tensor(sizes=[2, 3], strides=[3, 1.0])
         fd.add_output(fd.ops.neg(fd.define_tensor(sizes=[2, 3], strides=[1, 2])))
     x = torch.randn(3, 2).t()

@@ -9,6 +9,7 @@ or ``silu`` of an int tensor would pass there and fail in eager.)
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -24,6 +25,20 @@ _SAMPLE = {DataType.Bool: True, DataType.Int: 3, DataType.Int32: 3,
 
 def is_number(x) -> bool:
     return isinstance(x, (bool, int, float)) and not isinstance(x, Val)
+
+
+def int_entry(op: str, arg: str, x, xs, want: str, allow_neg1: bool) -> int:
+    """One entry of a list of sizes or dims.  Each entry is an int64, as in nvFuser's
+    bindings: anything else (a float, a bool, an int past int64) is the wrong kind of
+    argument, a TypeError; a negative size is a wrong value."""
+    if not isinstance(x, int) or isinstance(x, bool):
+        raise DefinitionTypeError(f"{op}: {arg} entries must be {want}, got {type(x).__name__} {x!r} in {xs!r}")
+    if not -2**63 <= x < 2**63:
+        raise DefinitionTypeError(f"{op}: {arg} entries must be int64 values, got {x} in {xs!r} "
+                                  f"(outside [-2**63, 2**63 - 1])")
+    if x < 0 and not (allow_neg1 and x == -1):
+        raise DefinitionError(f"{op}: {arg} entries must be {want}, got {x!r} in {xs!r}")
+    return x
 
 
 class Builder:
@@ -63,14 +78,12 @@ class Builder:
             xs = list(xs)
         if not isinstance(xs, list):
             raise DefinitionTypeError(f"{op}: {arg} must be a list of ints, got {xs!r}")
+        want = "ints >= 0" + (" or -1" if allow_neg1 else "")
         out = []
         for x in xs:
             if isinstance(x, ScalarVal) and x.is_constant:
                 x = x.value
-            if not isinstance(x, int) or isinstance(x, bool) or (x < 0 and not (allow_neg1 and x == -1)):
-                want = "ints >= 0" + (" or -1" if allow_neg1 else "")
-                raise DefinitionError(f"{op}: {arg} entries must be {want}, got {x!r} in {xs!r}")
-            out.append(x)
+            out.append(int_entry(op, arg, x, xs, want, allow_neg1))
         return out
 
     def shape_arg(self, op: str, arg: str, xs, *, allow_neg1=False, vector_ok=True):
@@ -101,10 +114,39 @@ class Builder:
                                               f"of {xs!r}")
                 out.append(x)
                 continue
-            if not isinstance(x, int) or isinstance(x, bool) or (x < 0 and not (allow_neg1 and x == -1)):
-                raise DefinitionError(f"{op}: {arg} entries must be {want}, got {x!r} in {xs!r}")
-            out.append(x)
+            out.append(int_entry(op, arg, x, xs, want, allow_neg1))
         return tuple(out)
+
+    def fill_value(self, op: str, arg: str, v, like: DataType) -> ScalarVal:
+        """A value written into a tensor of dtype ``like`` (pad's value), of ``like``'s kind
+        as nvFuser requires (a Double value pads a Half tensor, not a ComplexFloat one).  A
+        Python number is converted to that kind here, as torch's ``F.pad`` casts its value
+        (2.5 pads an integer tensor with 2), so the printed definition states the value
+        the kernel writes."""
+        if is_number(v):
+            cast = {"bool": bool, "int": int}.get(like.kind, float)
+            try:
+                value = cast(v)
+            except (OverflowError, ValueError):  # int(inf), int(nan), float(10**400)
+                raise DefinitionError(f"{op}: {arg} {v!r} has no value in {like!r}") from None
+            scalar_dtype = {"complex": DataType.ComplexDouble, "float": DataType.Double,
+                            "int": DataType.Int, "bool": DataType.Bool}[like.kind]
+            return self.constant(value, scalar_dtype, what=f"{op}: {arg}")
+        v = self.check_val(op, arg, v, tensor=False)
+        if v.dtype.kind != like.kind:
+            raise DefinitionTypeError(f"{op}: {arg} {v.name} has dtype {v.dtype!r}, but the tensor is {like!r}: "
+                                      f"expected a {like.kind} dtype, as the tensor's")
+        return v
+
+    def check_constant(self, op: str, arg: str, v: ScalarVal, *, nonzero=False):
+        """A constant ``v`` must be finite (and not 0 with ``nonzero``); a runtime scalar
+        is taken as given, as nvFuser takes it."""
+        if not v.is_constant or isinstance(v.value, bool):
+            return
+        if not math.isfinite(v.value):
+            raise DefinitionError(f"{op}: {arg} must be a finite number, got {v.value!r}")
+        if nonzero and v.value == 0:
+            raise DefinitionError(f"{op}: {arg} must not be 0, got {v.value!r}")
 
     # -- values --------------------------------------------------------------------
     def constant(self, value, dtype: DataType | None = None, what: str = "define_scalar") -> ScalarVal:

@@ -265,6 +265,8 @@ class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
         b = self._b
         t = b.check_val("squeeze", "arg", arg, tensor=True)
         d = tuple(sorted(S.norm_dims("squeeze", "dims", dims, t.rank)))
+        if len(d) > t.rank:  # a 0-dim tensor has no dim to squeeze, though norm_dim admits 0
+            raise DefinitionError(f"squeeze: dims {list(d)} names more dims than {t.name} has (rank {t.rank})")
         (out,) = self._record("squeeze", [t], {"dims": d}, [t.dtype], f"{fmt(t)}, dims={fmt(list(d))}")
         return out
 
@@ -298,7 +300,7 @@ class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
         b = self._b
         t = b.check_val("pad", "arg", arg, tensor=True)
         widths = self._ints("pad", "pad_widths", pad_widths)
-        v = b.check_val("pad", "value", 0 if value is None else value, tensor=False)
+        v = b.fill_value("pad", "value", 0 if value is None else value, t.dtype)
         (out,) = self._record("pad", [t, v], {"pad_widths": tuple(widths)}, [t.dtype],
                               f"{fmt(t)}, pad_widths={fmt(widths)}, value={fmt(v)}")
         return out
@@ -335,6 +337,8 @@ class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
         zero, one = (0.0, 1.0) if dt.is_float else (0, 1)
         s = b.check_val("iota", "start", zero if start is None else start, tensor=False)
         st = b.check_val("iota", "step", one if step is None else step, tensor=False)
+        b.check_constant("iota", "start", s)
+        b.check_constant("iota", "step", st, nonzero=True)
         (out,) = self._record("iota", [s, st], {"length": length, "dtype": dt}, [dt],
                               f"{fmt(length)}, {fmt(s)}, {fmt(st)}, dtype={dt!r}")
         return out

@@ -51,6 +51,18 @@ class DataType(enum.Enum):
         return self in (DataType.ComplexFloat, DataType.ComplexDouble)
 
     @property
+    def kind(self) -> str:
+        """"complex", "float", "int" or "bool": dtypes of one kind are what nvFuser calls
+        similar (``hasSimilarDtype``), e.g. a Double pad value for a Half tensor."""
+        if self.is_complex:
+            return "complex"
+        if self.is_float:
+            return "float"
+        if self.is_int:
+            return "int"
+        return "bool" if self is DataType.Bool else "none"
+
+    @property
     def itemsize(self) -> int:
         return torch.empty((), dtype=self.torch).element_size()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import DefinitionError
+from ..errors import DefinitionError, DefinitionTypeError
 
 Shape = tuple  # of int | None
 
@@ -24,8 +24,10 @@ def contiguous_strides(sizes) -> tuple:
 
 
 def norm_dim(op: str, arg: str, d: int, rank: int) -> int:
+    """``d`` counted from 0; a dim that is not an int (e.g. ``2.0``) is the wrong kind of
+    argument (a TypeError, as nvFuser's bindings raise), one out of range a wrong value."""
     if not isinstance(d, int) or isinstance(d, bool):
-        raise DefinitionError(f"{op}: {arg} must be ints, got {d!r}")
+        raise DefinitionTypeError(f"{op}: {arg} must be ints, got {type(d).__name__} {d!r}")
     if not -rank <= d < max(rank, 1) or (rank == 0 and d not in (0, -1)):
         raise DefinitionError(f"{op}: {arg} {d} is out of range for a tensor of rank {rank} "
                               f"(expected {-rank} <= dim < {rank})")
@@ -36,7 +38,7 @@ def norm_dims(op: str, arg: str, dims, rank: int) -> tuple[int, ...]:
     if isinstance(dims, int):
         dims = [dims]
     if not isinstance(dims, (list, tuple)):
-        raise DefinitionError(f"{op}: {arg} must be a list of ints, got {dims!r}")
+        raise DefinitionTypeError(f"{op}: {arg} must be a list of ints, got {type(dims).__name__} {dims!r}")
     out = [norm_dim(op, arg, d, rank) for d in dims]
     if len(set(out)) != len(out):
         raise DefinitionError(f"{op}: {arg} {list(dims)} repeats a dimension (rank {rank})")
