@@ -90,3 +90,63 @@ def test_compare_nan_and_inf():
     ok, text = compare(torch.tensor([1.0, nan, 3.0]), torch.tensor([1.0, 2.0, 3.5]))
     assert not ok and "2 of 3 elements out of tolerance; worst at (1,): got nan, reference 2" in text
     assert not compare(torch.tensor([inf]), torch.tensor([-inf]))[0]
+
+
+def _row_sum_fd():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, dims=[1]))
+    return fd
+
+
+def _long_rows():
+    """16 rows of 16384 normal values; the even rows sum to about zero, so the order in
+    which a kernel and torch add the terms shows there as an absolute error."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 1 << 14, generator=g)
+    x[::2, -1] -= x[::2].double().sum(1).float()
+    return x.to(device())
+
+
+def test_a_long_sum_is_judged_by_its_accumulation_error():
+    fd, x = _row_sum_fd(), _long_rows()
+    (out,) = fd.validate([x])
+    ref = fd.reference([x])[0]
+    # Two summation orders: at the dtype's own tolerance the cancelling rows differ...
+    assert not torch.equal(out, ref) and not compare(out, ref)[0]
+    # ...but each sum is as near the exact one as the reference's own sum is
+    exact = x.double().sum(1)
+    assert (out.double() - exact).abs().max() < 4 * (ref.double() - exact).abs().max() + 1e-4
+
+
+def test_a_dropped_term_still_fails_a_long_sum(monkeypatch):
+    from pyfuser.runtime import validate as v
+
+    def reference_without_a_term(ir, inputs, **kw):  # as if the kernel lost one term per row
+        return [torch.sum(inputs[0][:, 1:], 1)]
+
+    fd, x = _row_sum_fd(), _long_rows()
+    x[:, 0] = 0.25  # the term lost: small beside the row sums (about 128), but no rounding
+    monkeypatch.setattr(v, "run_reference", reference_without_a_term)
+    with pytest.raises(ValidationError) as info:
+        fd.validate([x])
+    assert "16 of 16 elements out of tolerance" in str(info.value)
+    assert "widened for sums: accumulation error 7.6e-06" in str(info.value)
+
+
+def test_only_outputs_fed_by_accumulating_reductions_are_widened():
+    from pyfuser.ir.concretize import bind
+    from pyfuser.runtime.validate import accumulation_error
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        s = fd.ops.sum(x, dims=[1])  # 64 terms
+        m = fd.ops.max(x, dims=[1])  # selects a term: exact in any order
+        t = fd.ops.sum(fd.ops.mul(x, fd.ops.broadcast_in_dim(s, shape=[4, 64], broadcast_dims=[0])), dims=[0])
+        for out in (s, m, fd.ops.exp(x), t):
+            fd.add_output(out)
+    xs = torch.randn(4, 64, device=device())
+    err = accumulation_error(fd.ir, bind(fd.ir, [xs]).shapes)
+    u = 2.0**-24
+    assert [err.get(o, 0.0) for o in fd.ir.outputs] == [u * 8, 0.0, 0.0, u * 8 + u * 2]
+    fd.validate([xs])
