@@ -95,7 +95,7 @@ def _libdevice_shims():
             "tan": _torch_fn(torch.tan), "rint": _torch_fn(torch.round), "trunc": _torch_fn(torch.trunc),
             "fast_dividef": _torch_fn(torch.div),
             **{name: _torch_fn(getattr(torch, name)) for name in (
-                "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "lgamma", "erfinv")},
+                "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "lgamma", "erfinv", "log10")},
             "erfcinv": _torch_fn(erfcinv),  # torch has none: the op table's reference
             # C's fmod, exact as libdevice's: torch's CPU fmod is a - trunc(a / b) * b in its
             # vectorized loop, NaN once a / b overflows
