@@ -267,3 +267,23 @@ def test_reductions_take_a_dtype_in_place_of_dims():
     assert_all_match(got, [x.prod(), x.sum(1, dtype=torch.float64)])
     assert got[1].dtype == torch.float64
     assert_round_trip(fd, [x])
+
+
+def test_values_say_whether_they_are_tensors():
+    """nvFuser's ``is_tensor()``/``is_scalar()``: an op on two scalars gives a scalar,
+    which definitions written for nvFuser skip when choosing outputs."""
+    x = _rand((4,))
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        s = fd.define_scalar(-1.0, dtype=DataType.Double)
+        kinds = []
+        for a, b in itertools.product([t, s], [t, s]):
+            v = fd.ops.nextafter(a, b)
+            kinds.append((v.is_tensor(), v.is_scalar()))
+            if v.is_tensor():
+                fd.add_output(v)
+    assert kinds == [(True, False), (True, False), (True, False), (False, True)]
+    outs = fd.execute([x])
+    minus_one = torch.tensor(-1.0, dtype=torch.float64)
+    want = [torch.nextafter(x, x), torch.nextafter(x, minus_one.float()), torch.nextafter(minus_one.float(), x)]
+    assert_all_match(outs, want)

@@ -144,3 +144,25 @@ def test_reduction_over_size_one_and_non_contiguous_input():
     a, b = fd.execute([x])
     assert_matches(a, x.sum(1))
     assert_matches(b, x.amax([0, 2]))
+
+
+@pytest.mark.parametrize("normalization", [False, True])
+def test_sum_of_a_long_row_of_equal_values(normalization):
+    """A float32 sum over 2**21 copies of one value is that value * 2**21 (exact in
+    float32) to within 1e-6: the row's lanes do not add one value per chunk along a
+    single chain (1 ulp of rounding a step, 8e-6 over 512 chunks).  With
+    ``normalization`` the row is also written (as nvFuser issue 2664's repro)."""
+    n = 1 << 21
+    values = torch.tensor([-0.4893668, 0.7501, 1.3, -2.22222], dtype=torch.float32)
+    with FusionDefinition() as fd:
+        row = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        s = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float)
+        b = fd.ops.broadcast_in_dim(s, shape=[n], broadcast_dims=[])
+        fd.add_output(fd.ops.sum(b, dims=[0]))
+        if normalization:
+            fd.add_output(fd.ops.add(row, b))
+    x = torch.zeros(n)
+    for v in values:
+        got = fd.execute([x, v.clone()])[0].double()
+        want = v.double() * n
+        assert abs((got - want) / want) < 1e-6, (v.item(), got.item(), want.item())

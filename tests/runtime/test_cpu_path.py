@@ -125,3 +125,25 @@ def test_bf16_subnormals_are_kept():
         fd.add_output(fd.ops.mul(t, 1e30))
     want = [tiny > 0, torch.sign(tiny), tiny.bool(), tiny.float(), (tiny.float() * 1e30).to(torch.bfloat16)]
     run(fd, [tiny], want)
+
+
+def test_exp2_of_integers_is_exact():
+    """exp2 of an integer tensor is a float32 power of two, exact for every exponent
+    float32 holds (numpy's float32 exp2 rounded 2**127 an ulp up)."""
+    k = torch.arange(-149, 128, dtype=torch.int32)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.exp2(tensor(fd, 1, DataType.Int32)))
+    want = torch.tensor([2.0 ** int(e) for e in k], dtype=torch.float64).float()
+    run(fd, [k], [want])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("op", ["exp", "exp2", "log", "log2", "log10", "sin", "cos"])
+def test_transcendentals_as_accurate_as_eager(op, dtype):
+    """The interpreter's exp, exp2, log, log2, sin and cos are eager's on CPU, bit for
+    bit (numpy's float32 exp, exp2, sin and cos were up to 2.5 ulp off), and so is
+    log10 (once log2(x) * log10(2), rounded twice)."""
+    x = torch.empty(4096, dtype=dtype).uniform_(0.01 if op.startswith("log") else -80.0, 80.0, generator=gen(3))
+    with FusionDefinition() as fd:
+        fd.add_output(getattr(fd.ops, op)(tensor(fd, 1, DataType.Float if dtype == torch.float32 else DataType.Double)))
+    run(fd, [x], [getattr(torch, op)(x)])

@@ -188,6 +188,7 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
                 low.clear_reached()
                 for e in plain:
                     tile.chunk(low, e, accs[e], c=c)
+                tile.flush_sums(low, plain, accs, c)
                 for m, _, a in pairs:
                     tile.online_chunk(low, m, a, oaccs[m], c)
                 if early and first:
@@ -306,6 +307,7 @@ class _chunk_scope:
             else:
                 w.line(f"for j0 in range({lo}, {hi}, BLOCK_J):")
             w.indent += 1
+            self.tile.chunk_lo = lo
             if backwards:
                 w.line(f"j0 = {lo} + ({nb} - 1 - i0) * BLOCK_J")
         self.low.push()

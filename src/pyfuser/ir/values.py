@@ -40,6 +40,14 @@ class Val:
     def __repr__(self) -> str:
         return self.name
 
+    # nvFuser's Val kind queries: code written for nvFuser branches on them (an op on two
+    # scalars gives a scalar, which is not a fusion output).
+    def is_tensor(self) -> bool:
+        return isinstance(self, TensorVal)
+
+    def is_scalar(self) -> bool:
+        return isinstance(self, ScalarVal)
+
 
 class Extents(tuple):
     """A tensor's definition-time extents (``int``, or ``None`` when symbolic), which

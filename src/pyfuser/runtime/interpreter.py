@@ -29,6 +29,10 @@
 9. Float maximum and minimum (``tl.maximum``/``tl.minimum`` with NaN propagation)
    order -0.0 below +0.0, as the GPU's max/min instructions do; the interpreter's
    numpy ``maximum`` returned whichever zero came second.
+10. ``tl.exp``, ``exp2``, ``log``, ``log2``, ``sin`` and ``cos`` on float32/float64 are
+   torch's: numpy's float32 loops for exp, exp2, sin and cos are up to 2.5 ulp off
+   (exp2(127) came out an ulp above 2**127), torch's within an ulp, and torch eager is
+   what CPU results are checked against.
 
 The interpreter reduces with numpy when the combine function is one of Triton's own
 (sum, NaN-ignoring max/min); any other combine function runs element by element in
@@ -91,7 +95,7 @@ def _libdevice_shims():
             "tan": _torch_fn(torch.tan), "rint": _torch_fn(torch.round), "trunc": _torch_fn(torch.trunc),
             "fast_dividef": _torch_fn(torch.div),
             **{name: _torch_fn(getattr(torch, name)) for name in (
-                "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "lgamma", "erfinv")},
+                "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "lgamma", "erfinv", "log10")},
             "erfcinv": _torch_fn(erfcinv),  # torch has none: the op table's reference
             # C's fmod, exact as libdevice's: torch's CPU fmod is a - trunc(a / b) * b in its
             # vectorized loop, NaN once a / b overflows
@@ -240,6 +244,7 @@ def install_fast_paths():
     _install_bool_arguments(interpreter)
     _install_bool_results(interpreter)
     _install_ordered_zeros(interpreter)
+    _install_torch_math(interpreter)
     _installed = True
 
 
@@ -316,3 +321,26 @@ def _install_bool_results(interpreter):
         return out
 
     builder.binary_op = bool_binary_op
+
+
+_TORCH_MATH = ("exp", "exp2", "log", "log2", "sin", "cos")
+
+
+def _install_torch_math(interpreter):
+    import torch
+
+    builder = interpreter.InterpreterBuilder
+
+    def torch_unary(fn, original):
+        def create(self, arg):
+            data = arg.data
+            if data.dtype not in (np.float32, np.float64):
+                return original(self, arg)
+            out = fn(torch.from_numpy(np.ascontiguousarray(data))).numpy().reshape(data.shape)
+            return interpreter.TensorHandle(out, arg.dtype.scalar)
+
+        return create
+
+    for name in _TORCH_MATH:
+        attr = f"create_{name}"
+        setattr(builder, attr, torch_unary(getattr(torch, name), getattr(builder, attr)))

@@ -112,10 +112,25 @@ def _one_row_at_a_time(seg: Segment, ref, dims) -> InnerPersistent | InnerChunke
     """The inner tile without prefetching: each program's rows loaded when it starts."""
     J = kept_and_reduced(seg, ref, dims)[1]
     p = replace(_inner_heuristics(seg, ref, dims), quad_rng=J % 4 == 0)
+    if not p.persistent:
+        p = replace(p, flush=flush_chunks(J, p.block_j))
     align = row_alignment(seg, ref, J, p.persistent)
     peeled = align > 1 and p.block_k == 1  # each row's aligned body found in the kernel: no hint needed
     return _chosen_rows(replace(p, align=align, aligned_rows=align > 1 and strided_rows_dominate(seg, ref),
                                 contig_multiple=1 if peeled else contiguous_multiple(J)))
+
+
+# A row's float sum folds its block accumulator into the row's value every FLUSH_CHUNKS
+# chunks once the row has more than twice as many: each lane then adds some 32 values
+# in a row rather than one per chunk, whose rounding errors grow with the chain's
+# length.  Rows of up to 64 chunks, all the benchmarks' rows, keep the one fold after
+# the loop (docs/TUNING.md#flushed-sums).
+FLUSH_CHUNKS = 32
+
+
+def flush_chunks(J: int, block_j: int) -> int:
+    """``InnerChunked.flush`` for rows of ``J`` elements in chunks of ``block_j``."""
+    return FLUSH_CHUNKS if -(-J // block_j) > 2 * FLUSH_CHUNKS else 0
 
 
 def _chosen_rows(p: InnerPersistent | InnerChunked) -> InnerPersistent | InnerChunked:
@@ -418,7 +433,8 @@ def _generate(seg: Segment, params: ReductionParams, name: str, scheduler: str):
     tile = ReductionTile(ref, dims, p.inner, p.persistent, p.block_k, p.block_j, p.int64, quad_rng=p.quad_rng,
                          align=p.align, online=p.online, split=effective_split(seg, p), aligned_rows=p.aligned_rows,
                          stages=p.stages, out_reversed=p.out_reversed, contig_multiple=p.contig_multiple,
-                         prefetch=p.prefetch, rewiden=p.rewiden if seg.device_type == "cuda" else 0)  # (no PTX interpreted)
+                         prefetch=p.prefetch, rewiden=p.rewiden if seg.device_type == "cuda" else 0,  # (no PTX interpreted)
+                         flush=p.flush)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
 
 

@@ -7,7 +7,7 @@ carry the fields that mean something for it, nothing else:
 form               fields beyond ``block_k, block_j, num_warps, int64``
 =================  ======================================================================
 InnerPersistent    quad_rng, align, aligned_rows, contig_multiple (a row in one block)
-InnerChunked       the same, online, out_reversed (rows walked in passes over chunks)
+InnerChunked       the same, online, out_reversed, flush (rows walked in passes over chunks)
 PrefetchRows       align, rewiden; no block_k (one row per program, one program per SM)
 OuterPersistent    contig_multiple (a column strip over all the reduced rows at once)
 OuterChunked       contig_multiple, split, stages (column strips walked a chunk at a time)
@@ -29,6 +29,10 @@ The fields (each means the same in every form that has it):
   (``ReductionTile.online_chunk``, docs/TUNING.md#online-softmax); ``out_reversed``: the
   output pass walks each row's chunks last to first, starting with those the statistics
   pass read last (``reduction._wide_row_params``).
+* ``flush``: every ``flush`` chunks, a float sum's block-shaped accumulator is folded
+  into the row's sum and restarted (0: once, after the loop), so each sum rounds along
+  two chains of some ``flush`` additions instead of one per chunk
+  (``reduction.flush_chunks``).
 * ``rewiden``: a prefetching fp16 row's last ``rewiden`` passes widen the carried row
   for themselves rather than reuse the first pass's fp32 copy (``codegen.tiles.rows``
   docstring, ``reduction.prefetch_pays``).
@@ -53,7 +57,7 @@ from .base import powers_of_2, require_valid, too_many_warps
 
 # What every attribute reads where no form carries it as a field.
 _DEFAULTS = dict(block_k=1, quad_rng=False, align=1, aligned_rows=False, contig_multiple=1, online=False,
-                 out_reversed=False, split=1, stages=1, rewiden=0)
+                 out_reversed=False, split=1, stages=1, rewiden=0, flush=0)
 # The names besides the fields that ``Choices`` may set: they pick the form.
 SWITCHES = ("persistent", "prefetch")
 
@@ -117,7 +121,8 @@ class ReductionParams:
 
 
 # What only an inner tile has, and the geometry a prefetching row needs.
-_INNER_ONLY = frozenset({"prefetch", "quad_rng", "align", "aligned_rows", "online", "out_reversed", "rewiden"})
+_INNER_ONLY = frozenset({"prefetch", "quad_rng", "align", "aligned_rows", "online", "out_reversed", "rewiden",
+                         "flush"})
 _PREFETCH_GEOMETRY = dict(persistent=True, block_k=1, aligned_rows=False)
 
 
@@ -135,7 +140,7 @@ class InnerPersistent(ReductionParams):
     contig_multiple: int = 1
 
     FIXED: ClassVar[dict] = dict(inner=True, persistent=True, prefetch=False, online=False, out_reversed=False,
-                                 split=1, stages=1, rewiden=0)
+                                 split=1, stages=1, rewiden=0, flush=0)
     NUMBERS: ClassVar[tuple] = ("block_k", "align", "contig_multiple")
 
 
@@ -154,9 +159,15 @@ class InnerChunked(ReductionParams):
     contig_multiple: int = 1
     online: bool = False
     out_reversed: bool = False
+    # Left out of the repr, which kernels carry in their header, so that rows without a
+    # flush keep their kernels' text; the kernel's loop shows a flush.
+    flush: int = dataclasses.field(default=0, repr=False)
 
     FIXED: ClassVar[dict] = dict(inner=True, persistent=False, prefetch=False, split=1, stages=1, rewiden=0)
     NUMBERS: ClassVar[tuple] = ("block_k", "align", "contig_multiple")
+
+    def _problems(self) -> list:
+        return super()._problems() + ([f"flush={self.flush} must be >= 0"] if self.flush < 0 else [])
 
 
 @dataclass(frozen=True)
@@ -172,7 +183,7 @@ class PrefetchRows(ReductionParams):
 
     FIXED: ClassVar[dict] = dict(inner=True, persistent=True, prefetch=True, block_k=1, quad_rng=False,
                                  aligned_rows=False, contig_multiple=1, online=False, out_reversed=False, split=1,
-                                 stages=1)
+                                 stages=1, flush=0)
 
     def _problems(self) -> list:
         bad = super()._problems()
@@ -194,7 +205,8 @@ class OuterPersistent(ReductionParams):
     contig_multiple: int = 1
 
     FIXED: ClassVar[dict] = dict(inner=False, persistent=True, prefetch=False, quad_rng=False, align=1,
-                                 aligned_rows=False, online=False, out_reversed=False, split=1, stages=1, rewiden=0)
+                                 aligned_rows=False, online=False, out_reversed=False, split=1, stages=1, rewiden=0,
+                                 flush=0)
     NUMBERS: ClassVar[tuple] = ("block_k", "contig_multiple")
 
 
@@ -212,7 +224,7 @@ class OuterChunked(ReductionParams):
     stages: int = 1
 
     FIXED: ClassVar[dict] = dict(inner=False, persistent=False, prefetch=False, quad_rng=False, align=1,
-                                 aligned_rows=False, online=False, out_reversed=False, rewiden=0)
+                                 aligned_rows=False, online=False, out_reversed=False, rewiden=0, flush=0)
     NUMBERS: ClassVar[tuple] = ("block_k", "contig_multiple")
 
     def _problems(self) -> list:

@@ -48,6 +48,26 @@ class Accumulators:
         w.line(f"{name}_vec = tl.full({self.shape(frozenset('kj'))}, {ident}, {tn})")
         return [name, f"{name}_vec"]
 
+    def flush_sums(self, low, exprs, accs, c):
+        """Every ``flush`` chunks of a row's body, fold each float sum's block-shaped
+        accumulator into the row's sum and restart it: a lane's chain of additions, whose
+        rounding errors grow with its length, stays some ``flush`` long however long the
+        row (``reduction.flush_chunks``)."""
+        sums = [(e, accs[e]) for e in exprs if accs[e] is not None and len(accs[e]) == 2 and e.op == "sum"
+                and self.acc_dtype(e) in (DataType.Float, DataType.Double)]
+        if not self.flush or c not in ("j", "b") or not sums:
+            return
+        w = low.w
+        start = "j0" if self.chunk_lo == "0" else f"(j0 - {self.chunk_lo})"
+        w.line(f"if ({start} // BLOCK_J) % {self.flush} == {self.flush - 1}:")
+        w.indent += 1
+        for e, (row, vec) in sums:
+            dt = self.acc_dtype(e)
+            r = w.tmp(self.row_reduce(vec, self.combine(w, e.op, dt)), "red")
+            w.line(f"{row} = {self.fold(e.op, dt, row, r)}")
+            w.line(f"{vec} = tl.full({self.shape(frozenset('kj'))}, {self.identity(e.op, dt)}, {TRITON_NAME[dt]})")
+        w.indent -= 1
+
     def _init_welford(self, low, shp, tn):
         w = low.w
         base = f"acc{len(w.lines)}"

@@ -27,7 +27,7 @@ class ReductionTile(RowLoads, Accumulators, SplitFold):
     def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
                  quad_rng: bool = False, align: int = 1, online: bool = False, split: int = 1,
                  aligned_rows: bool = False, stages: int = 1, out_reversed: bool = False, contig_multiple: int = 1,
-                 prefetch: bool = False, rewiden: int = 0):
+                 prefetch: bool = False, rewiden: int = 0, flush: int = 0):
         if split > 1 and (inner or persistent):
             raise Unsupported("a split reduction needs an outer, multi-pass tile", "split_tile")
         self.split = split  # programs along the reduced extent (the ``split`` module docstring)
@@ -71,6 +71,8 @@ class ReductionTile(RowLoads, Accumulators, SplitFold):
         # PTX: only where the kernel runs compiled, ``emit_reduction``); the others share
         # the first pass's conversion.
         self.rewiden = rewiden
+        self.flush = flush  # float sums fold into the row every ``flush`` chunks (``InnerChunked.flush``)
+        self.chunk_lo = "0"  # where the open chunk loop starts (``emit._chunk_scope``)
         self.pass_no, self.passes = 0, 1  # the pass being emitted, of how many (``emit._pass_scope``)
         self.carried: dict = {}  # (pointer, dtype, chunk "e"/"b") -> loop-carried name, in first-use order
 
