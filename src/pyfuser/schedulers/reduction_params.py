@@ -159,8 +159,7 @@ class InnerChunked(ReductionParams):
     contig_multiple: int = 1
     online: bool = False
     out_reversed: bool = False
-    # Left out of the repr, which kernels carry in their header, so that rows without a
-    # flush keep their kernels' text; the kernel's loop shows a flush.
+    # Printed only when set, so that rows without a flush keep their kernels' headers.
     flush: int = dataclasses.field(default=0, repr=False)
 
     FIXED: ClassVar[dict] = dict(inner=True, persistent=False, prefetch=False, split=1, stages=1, rewiden=0)
@@ -168,6 +167,10 @@ class InnerChunked(ReductionParams):
 
     def _problems(self) -> list:
         return super()._problems() + ([f"flush={self.flush} must be >= 0"] if self.flush < 0 else [])
+
+    def __repr__(self):
+        fields = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr]
+        return f"{type(self).__name__}({', '.join(fields + ([f'flush={self.flush}'] if self.flush else []))})"
 
 
 @dataclass(frozen=True)
