@@ -37,13 +37,13 @@ __all__ = ["Lowering", "bf16_constant", "compute_dtype", "literal", "scalar_cast
 
 
 class Lowering(IndexMaps, Loads):
-    def __init__(self, w, shapes: dict, inputs_info: dict, tile: Tile, facts: dict, outputs=()):
+    def __init__(self, w, shapes: dict, inputs_info: dict, tile: Tile, values: dict, outputs=()):
         self.w = w
         self.outputs = tuple(outputs)  # what the kernel stores (none for a probe walk)
         self.shapes = shapes  # Val -> concrete shape
         self.inputs_info = inputs_info  # TensorVal -> {"contiguous": bool}
         self.tile = tile
-        self.facts = facts  # per-expr static facts baked into the kernel (normalised slices)
+        self.values = values  # Segment.values: the runtime slice indices and pad widths
         self.scopes: list[dict] = [{}]
         # Val -> the Index an output met on the walk is stored at: the first reach outside
         # any window (``note_reached``), else the first reach
