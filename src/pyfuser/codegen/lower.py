@@ -25,7 +25,7 @@ from ..ir import peephole
 from ..ir.dtypes import TRITON_NAME, DataType
 from ..ir.ops import OPS
 from ..ir.values import ScalarVal, TensorVal
-from .dtype_policy import bf16_constant, compute_dtype, constant_of, literal, promote, scalar_cast, via_16_bit
+from .dtype_policy import bf16_constant, compute_dtype, constant_of, convert, literal, promote, scalar_cast, via_16_bit
 from .index import Index
 from .index_maps import IndexMaps
 from .loads import Loads
@@ -263,7 +263,7 @@ class Lowering(IndexMaps, Loads):
         cdt = compute_dtype(v.dtype)
         s0 = literal(start.value, cdt) if start.is_constant else scalar_cast(self.scalar(start)[0], cdt)
         s1 = literal(step.value, cdt) if step.is_constant else scalar_cast(self.scalar(step)[0], cdt)
-        code = f"({c.code}).to({TRITON_NAME[cdt]}) * {s1} + {s0}"
+        code = f"{convert(c.code, TRITON_NAME[cdt])} * {s1} + {s0}"
         if cdt is not v.dtype:
             code = f"({code}).to({TRITON_NAME[v.dtype]})"
         return self.w.tmp(code), c.axes
