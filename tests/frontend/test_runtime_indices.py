@@ -172,3 +172,25 @@ def test_reshape_takes_a_whole_floating_scalar():
         assert_all_match([got], [x.reshape(n, -1).sum(1)])
     with raises("reshape", "new_shape", "2.4", "whole number"):
         fd.execute([10, x])
+
+
+def test_floating_shape_entries_at_definition():
+    """A floating scalar of whole value is a size (a constant one at once); a
+    fractional one, or any floating entry of a Vector (which holds Int scalars), is
+    refused."""
+    with FusionDefinition() as fd:
+        t = _input(fd, 2)
+        assert fd.ops.reshape(t, [fd.define_scalar(3.0), -1]).shape == (3, None)
+        six = fd.ops.mul(fd.define_scalar(1.5), fd.define_scalar(4.0))
+        fd.add_output(fd.ops.reshape(t, [six, -1]))
+    x = _x((4, 3))
+    (got,) = fd.execute([x])
+    assert_all_match([got], [x.reshape(6, 2)])
+    with FusionDefinition() as fd:
+        t = _input(fd, 2)
+        with raises("reshape", "new_shape", "2.5"):
+            fd.ops.reshape(t, [fd.define_scalar(2.5), -1])
+        with raises("define_vector", "values", "Int scalars", "Double"):
+            fd.define_vector([fd.define_scalar(DataType.Double)])
+        with raises("define_vector", "values", "2.0"):
+            fd.define_vector([fd.define_scalar(2.0)])

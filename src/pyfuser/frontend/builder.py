@@ -92,13 +92,14 @@ class Builder:
         if not isinstance(xs, list):
             also = ", or a Vector" if vector_ok else ""
             raise DefinitionTypeError(f"{op}: {arg} must be a list of ints and Int scalars{also}, got {xs!r}")
-        want = "ints >= 0" + (" or -1" if allow_neg1 else "") + ", or Int scalars" + (" (or floating ones of whole value)"
-                                                                               if float_ok else "")
+        whole = " (or floating ones of whole value)" if float_ok else ""
+        want = "ints >= 0" + (" or -1" if allow_neg1 else "") + ", or Int scalars" + whole
         dtypes = _SHAPE_DTYPES if float_ok else (DataType.Int, DataType.Int32)
         out = []
         for i, x in enumerate(xs):
             if isinstance(x, ScalarVal) and x.is_constant:
-                x = int(x.value) if isinstance(x.value, float) and x.value.is_integer() else x.value
+                whole_float = float_ok and isinstance(x.value, float) and x.value.is_integer()
+                x = int(x.value) if whole_float else x.value
             if isinstance(x, Val):
                 if x.fusion is not self.ir:
                     raise DefinitionError(f"{op}: {arg} entry {i} ({x.name}) belongs to another FusionDefinition")

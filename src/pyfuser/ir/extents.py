@@ -227,7 +227,8 @@ def resolve_shape(op: str, arg: str, spec, value_of=known, allow_neg1=False) -> 
         if isinstance(x, float) and x.is_integer():  # a floating scalar, cast as nvFuser casts it
             x = entries[i] = int(x)
         if not isinstance(x, int) or isinstance(x, bool) or x < low:
-            want = "an int >= 0" + (" or -1" if allow_neg1 else "") + (", a whole number" if isinstance(x, float) else "")
+            want = "an int >= 0" + (" or -1" if allow_neg1 else "")
+            want += ", a whole number" if isinstance(x, float) else ""
             what = f"entry {i} ({name})" if name else f"entry {i}"
             raise DefinitionError(f"{op}: {arg} {spell(spec)} {what} is {x!r}, expected {want}")
     return tuple(entries)

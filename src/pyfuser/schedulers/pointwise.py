@@ -360,7 +360,8 @@ def _generate(seg: Segment, params: PointwiseParams, name: str):
         tile = BroadcastTile(ref, params.outer, bk, bj, params.int64, params.contig_multiple)
     else:
         tile = FlatTile(ref, params.block, params.int64)
-    return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"], seg.values)
+    return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"],
+                       seg.values)
 
 
 def grid(seg: Segment, params: PointwiseParams):
