@@ -17,7 +17,7 @@ from .errors import InputError
 from .ir.concretize import Binding, bind
 from .ir.extents import scalar_result
 from .ir.ops import OPS, OpKind
-from .ir.shapes import slice_shape
+from .ir.infer import pad_widths, slice_bounds
 from .ir.values import Expr, FusionIR, ScalarVal
 from .rng import reference_random
 
@@ -54,11 +54,11 @@ def run_expr(e: Expr, args: list, binding: Binding, rng_state=None):
         x = args[0]
         return [x.squeeze(a["dims"]) if a["dims"] else x]
     if row.kind is OpKind.SLICE:
-        _, norm = slice_shape(e.op, tuple(args[0].shape), a["starts"], a["ends"], a["steps"])
+        _, norm = slice_bounds(e, tuple(args[0].shape), binding.values.__getitem__)
         return [args[0][tuple(slice(*n) for n in norm)]]
     if row.kind is OpKind.PAD:
         x, v = args
-        return [F.pad(x, list(a["pad_widths"]), value=v)]
+        return [F.pad(x, list(pad_widths(e, binding.values.__getitem__)), value=v)]
     if row.kind is OpKind.CAT:
         return [torch.cat(args, a["dim"])]
     if row.kind is OpKind.FULL:

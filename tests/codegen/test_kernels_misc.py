@@ -50,6 +50,25 @@ def test_iota_full_squeeze_and_0dim(params):
         check(fusion(build), [x, y, s0])
 
 
+@pytest.mark.parametrize("params", [{}, {"block": 64, "int64": True}], ids=str)
+def test_iota_along_a_size_1_dim(params):
+    """An iota whose coordinate is the constant 0 (a size-1 dim), or an offset from it
+    (a one-element slice of a longer iota): the constant is converted like a tensor."""
+    x = _x((7, 1), name="col")
+
+    def build(fd):
+        t = define_input(fd, x)
+        one = fd.ops.iota(fd.ops.size(t, 1), 2, 3, dtype=DataType.Int)
+        fourth = fd.ops.slice(fd.ops.iota(5, 0.5, 1.0, dtype=DataType.Float), [3], [4])
+        for i in (one, fourth):
+            fd.add_output(fd.ops.add(t, fd.ops.broadcast_in_dim(i, shape=[7, 1], broadcast_dims=[1])))
+        fd.add_output(fd.ops.iota(1, 4, 1, dtype=DataType.Int32))
+
+    with Choices(**params):
+        got = check(fusion(build), [x])
+    assert got[0].eq(x + 2).all() and got[1].eq(x + 3.5).all() and got[2].tolist() == [4]
+
+
 @pytest.mark.parametrize("params", [{}, MULTIPASS, PEELED, {"int64": True}, {**MULTIPASS, "int64": True},
                                     {**PEELED, "int64": True}], ids=str)
 def test_three_dependent_reduction_levels(params):

@@ -340,8 +340,8 @@ def test_define_vector_errors():
 
 
 def test_shape_argument_errors():
-    with raises("reshape", "new_shape", "Int scalars", "dtype DataType.Double", kind=TypeError):
-        _define(lambda fd, t: fd.ops.reshape(t, [fd.ops.cast(t.size(0), DataType.Double), -1]))
+    with raises("reshape", "new_shape", "Int scalars", "floating", "dtype DataType.Bool", kind=TypeError):
+        _define(lambda fd, t: fd.ops.reshape(t, [fd.ops.cast(t.size(0), DataType.Bool), -1]))
     with raises("full", "shape", "Int scalars", "tensor T0", kind=TypeError):
         _define(lambda fd, t: fd.ops.full([t], 1.0, DataType.Float))
     with raises("add", "rhs", "Vector V1", kind=TypeError):

@@ -9,6 +9,7 @@ their exact value in the kernel's text (``literal``, ``bf16_constant``).
 from __future__ import annotations
 
 import math
+import re
 from functools import lru_cache
 
 import torch
@@ -40,6 +41,20 @@ def scalar_cast(code: str, dt: DataType) -> str:
     """Convert a scalar kernel argument: ``tl.cast`` takes a compiled kernel's scalar
     tensor and the interpreter's plain Python number alike (``.to`` only the former)."""
     return f"tl.cast({code}, {TRITON_NAME[dt]})"
+
+
+# A code made of int literals alone: a coordinate along a size-1 dim ("0"), or a
+# slice's offset from it ("(0 + 3)"), which is a Python int in the kernel.
+_CONSTANT_INT = re.compile(r"[\d\s()+*-]+")
+
+
+def convert(code: str, name: str) -> str:
+    """``code`` converted to the Triton dtype ``name``: ``.to`` for a tensor; an int
+    constant has no ``.to`` (AttributeError in the interpreter, a compile error
+    otherwise), and ``tl.cast`` makes it a tensor of that dtype."""
+    if _CONSTANT_INT.fullmatch(code):
+        return f"tl.cast({code}, {name})"
+    return f"({code}).to({name})"
 
 
 def compute_dtype(dt: DataType) -> DataType:

@@ -99,9 +99,10 @@ def _store_walked(low, outputs, ref_idx, full, reached):
         _store(low, o, idx, val, axes)
 
 
-def emit_kernel(name: str, outputs, shapes, inputs_info, tile: Tile, header: list[str]) -> KernelSource:
+def emit_kernel(name: str, outputs, shapes, inputs_info, tile: Tile, header: list[str], values=None) -> KernelSource:
+    """``values``: ``Segment.values``, for layout ops with runtime arguments."""
     w = KernelWriter(name)
-    low = Lowering(w, shapes, inputs_info, tile, {}, outputs)
+    low = Lowering(w, shapes, inputs_info, tile, values or {}, outputs)
     ref_shape = shapes[tile.ref]
     tile.prologue(low)
     full = [o for o in outputs if shapes[o] == ref_shape and not _is_reduction(o)]

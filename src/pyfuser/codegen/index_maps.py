@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 
 from ..ir.dtypes import TRITON_NAME, DataType
-from ..ir.shapes import reshape_groups, slice_shape
+from ..ir.infer import pad_widths, slice_bounds
+from ..ir.shapes import reshape_groups
 from ..ir.values import TensorVal
 from .dtype_policy import bf16_constant, literal, scalar_cast
 from .index import ZERO, Coord, Index, plain_div, ravel, unravel
@@ -152,7 +153,7 @@ class IndexMaps:
 
     def lower_slice(self, e, v, idx):
         x = e.inputs[0]
-        _, norm = slice_shape(e.op, self.shapes[x], e.attrs["starts"], e.attrs["ends"], e.attrs["steps"])
+        _, norm = slice_bounds(e, self.shapes[x], self.values.__getitem__)
         coords = []
         for c, (a, _, s) in zip(idx.coords, norm):
             code = c.code if s == 1 else f"{c.code} * {s}"
@@ -170,7 +171,7 @@ class IndexMaps:
 
     def lower_pad(self, e, v, idx):
         x, pad_value = e.inputs
-        widths = e.attrs["pad_widths"]
+        widths = pad_widths(e, self.values.__getitem__)
         rank = len(self.shapes[x])
         coords, preds, axes = list(idx.coords), [], frozenset()
         guarded = idx

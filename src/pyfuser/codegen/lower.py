@@ -25,7 +25,7 @@ from ..ir import peephole
 from ..ir.dtypes import TRITON_NAME, DataType
 from ..ir.ops import OPS
 from ..ir.values import ScalarVal, TensorVal
-from .dtype_policy import bf16_constant, compute_dtype, constant_of, literal, promote, scalar_cast, via_16_bit
+from .dtype_policy import bf16_constant, compute_dtype, constant_of, convert, literal, promote, scalar_cast, via_16_bit
 from .index import Index
 from .index_maps import IndexMaps
 from .loads import Loads
@@ -37,13 +37,13 @@ __all__ = ["Lowering", "bf16_constant", "compute_dtype", "literal", "scalar_cast
 
 
 class Lowering(IndexMaps, Loads):
-    def __init__(self, w, shapes: dict, inputs_info: dict, tile: Tile, facts: dict, outputs=()):
+    def __init__(self, w, shapes: dict, inputs_info: dict, tile: Tile, values: dict, outputs=()):
         self.w = w
         self.outputs = tuple(outputs)  # what the kernel stores (none for a probe walk)
         self.shapes = shapes  # Val -> concrete shape
         self.inputs_info = inputs_info  # TensorVal -> {"contiguous": bool}
         self.tile = tile
-        self.facts = facts  # per-expr static facts baked into the kernel (normalised slices)
+        self.values = values  # Segment.values: the runtime slice indices and pad widths
         self.scopes: list[dict] = [{}]
         # Val -> the Index an output met on the walk is stored at: the first reach outside
         # any window (``note_reached``), else the first reach
@@ -263,7 +263,7 @@ class Lowering(IndexMaps, Loads):
         cdt = compute_dtype(v.dtype)
         s0 = literal(start.value, cdt) if start.is_constant else scalar_cast(self.scalar(start)[0], cdt)
         s1 = literal(step.value, cdt) if step.is_constant else scalar_cast(self.scalar(step)[0], cdt)
-        code = f"({c.code}).to({TRITON_NAME[cdt]}) * {s1} + {s0}"
+        code = f"{convert(c.code, TRITON_NAME[cdt])} * {s1} + {s0}"
         if cdt is not v.dtype:
             code = f"({code}).to({TRITON_NAME[v.dtype]})"
         return self.w.tmp(code), c.axes

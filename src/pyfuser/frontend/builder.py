@@ -23,6 +23,10 @@ _SAMPLE = {DataType.Bool: True, DataType.Int: 3, DataType.Int32: 3,
            DataType.ComplexFloat: 1.5 + 0.5j, DataType.ComplexDouble: 1.5 + 0.5j}
 
 
+# Scalar dtypes a shape argument takes: nvFuser casts an extent to its index type.
+_SHAPE_DTYPES = (DataType.Int, DataType.Int32, DataType.Double, DataType.Float)
+
+
 def is_number(x) -> bool:
     return isinstance(x, (bool, int, float)) and not isinstance(x, Val)
 
@@ -86,10 +90,12 @@ class Builder:
             out.append(int_entry(op, arg, x, xs, want, allow_neg1))
         return out
 
-    def shape_arg(self, op: str, arg: str, xs, *, allow_neg1=False, vector_ok=True):
+    def shape_arg(self, op: str, arg: str, xs, *, allow_neg1=False, vector_ok=True, float_ok=True):
         """A shape argument as attrs keep it (``ir.extents``): a Vector of this fusion,
-        or a tuple of ints and Int scalars (sizes, arithmetic on them, runtime Int
-        inputs); constant scalars become ints."""
+        or a tuple of ints and scalars (sizes, arithmetic on them, runtime Int inputs);
+        constant scalars become ints.  A floating scalar (``float_ok``) is taken as
+        nvFuser takes it, cast to an index, provided its value is whole
+        (``extents.resolve_shape``)."""
         if isinstance(xs, VectorVal) and vector_ok:
             if xs.fusion is not self.ir:
                 raise DefinitionError(f"{op}: {arg} {xs.name} belongs to another FusionDefinition")
@@ -99,7 +105,41 @@ class Builder:
         if not isinstance(xs, list):
             also = ", or a Vector" if vector_ok else ""
             raise DefinitionTypeError(f"{op}: {arg} must be a list of ints and Int scalars{also}, got {xs!r}")
-        want = "ints >= 0" + (" or -1" if allow_neg1 else "") + ", or Int scalars"
+        whole = " (or floating ones of whole value)" if float_ok else ""
+        want = "ints >= 0" + (" or -1" if allow_neg1 else "") + ", or Int scalars" + whole
+        dtypes = _SHAPE_DTYPES if float_ok else (DataType.Int, DataType.Int32)
+        out = []
+        for i, x in enumerate(xs):
+            if isinstance(x, ScalarVal) and x.is_constant:
+                whole_float = float_ok and isinstance(x.value, float) and x.value.is_integer()
+                x = int(x.value) if whole_float else x.value
+            if isinstance(x, Val):
+                if x.fusion is not self.ir:
+                    raise DefinitionError(f"{op}: {arg} entry {i} ({x.name}) belongs to another FusionDefinition")
+                if not isinstance(x, ScalarVal) or x.dtype not in dtypes:
+                    what = (f"scalar {x.name} of dtype {x.dtype}" if isinstance(x, ScalarVal) else
+                            f"{'tensor' if isinstance(x, TensorVal) else 'Vector'} {x.name}")
+                    raise DefinitionTypeError(f"{op}: {arg} entries must be {want}, got {what} at index {i} "
+                                              f"of {xs!r}")
+                out.append(x)
+                continue
+            out.append(int_entry(op, arg, x, xs, want, allow_neg1))
+        return tuple(out)
+
+    def index_arg(self, op: str, arg: str, xs):
+        """An index argument as attrs keep it (slice's indices and strides, pad's
+        widths): a Vector of this fusion, or a tuple of ints and Int scalars (runtime
+        inputs, sizes, arithmetic on them), which execute resolves; constant scalars
+        become ints.  Any int is an index here: the op's shape rule checks ranges."""
+        if isinstance(xs, VectorVal):
+            if xs.fusion is not self.ir:
+                raise DefinitionError(f"{op}: {arg} {xs.name} belongs to another FusionDefinition")
+            return xs
+        if isinstance(xs, tuple):
+            xs = list(xs)
+        if not isinstance(xs, list):
+            raise DefinitionTypeError(f"{op}: {arg} must be a list of ints and Int scalars, or a Vector, "
+                                      f"got {xs!r}")
         out = []
         for i, x in enumerate(xs):
             if isinstance(x, ScalarVal) and x.is_constant:
@@ -110,11 +150,12 @@ class Builder:
                 if not isinstance(x, ScalarVal) or x.dtype not in (DataType.Int, DataType.Int32):
                     what = (f"scalar {x.name} of dtype {x.dtype}" if isinstance(x, ScalarVal) else
                             f"{'tensor' if isinstance(x, TensorVal) else 'Vector'} {x.name}")
-                    raise DefinitionTypeError(f"{op}: {arg} entries must be {want}, got {what} at index {i} "
-                                              f"of {xs!r}")
-                out.append(x)
-                continue
-            out.append(int_entry(op, arg, x, xs, want, allow_neg1))
+                    raise DefinitionTypeError(f"{op}: {arg} entries must be ints or Int scalars, got {what} "
+                                              f"at index {i} of {xs!r}")
+            elif not isinstance(x, int) or isinstance(x, bool):
+                raise DefinitionTypeError(f"{op}: {arg} entries must be ints or Int scalars, got {x!r} "
+                                          f"at index {i} of {xs!r}")
+            out.append(x)
         return tuple(out)
 
     def fill_value(self, op: str, arg: str, v, like: DataType) -> ScalarVal:

@@ -231,7 +231,7 @@ class FusionDefinition:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 raise DefinitionError(f"{op}: size must be an int >= 0, got {size!r}")
             values = [self.define_scalar(dtype=DataType.Int) for _ in range(size)]
-        spec = self._builder.shape_arg(op, "values", values, allow_neg1=True, vector_ok=False)
+        spec = self._builder.shape_arg(op, "values", values, allow_neg1=True, vector_ok=False, float_ok=False)
         # Entries are scalars, as in nvFuser: ints become constants, scalars given stay themselves
         entries = [given if isinstance(given, ScalarVal) else self._builder.constant(x, DataType.Int)
                    for given, x in zip(values, spec)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..errors import DefinitionError, DefinitionTypeError
 from ..ir import shapes as S
 from ..ir.dtypes import DataType, to_datatype
-from ..ir.extents import infer_known, is_extent, spec_length
+from ..ir.extents import infer_known, is_extent, spec_length, spell
 from ..ir.infer import output_shapes
 from ..ir.ops import OPS, OpKind
 from ..ir.values import ScalarVal, TensorVal, Val
@@ -271,38 +271,31 @@ class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
         return out
 
     def slice(self, arg, start_indices, end_indices, strides=None, manual_normalization=False):
-        """Python slicing per dim (negative indices count from the end, clamped);
+        """Python slicing per dim (negative indices count from the end, clamped).  The
+        indices and strides are ints, Int scalars (runtime inputs, sizes) or a Vector;
         ``manual_normalization=True`` (nvFuser: the indices are already normalized)
-        changes nothing for indices in range."""
+        makes indices that are not an error (``shapes.slice_shape``)."""
         b = self._b
         t = b.check_val("slice", "arg", arg, tensor=True)
-        starts = self._ints("slice", "start_indices", start_indices)
-        ends = self._ints("slice", "end_indices", end_indices)
-        steps = [1] * t.rank if strides is None else self._ints("slice", "strides", strides)
-        attrs = {"starts": tuple(starts), "ends": tuple(ends), "steps": tuple(steps)}
-        sp = f"{fmt(t)}, start_indices={fmt(starts)}, end_indices={fmt(ends)}, strides={fmt(steps)}"
+        starts = b.index_arg("slice", "start_indices", start_indices)
+        ends = b.index_arg("slice", "end_indices", end_indices)
+        steps = (1,) * t.rank if strides is None else b.index_arg("slice", "strides", strides)
+        manual = bool(manual_normalization)
+        attrs = {"starts": starts, "ends": ends, "steps": steps, "manual": manual}
+        sp = (f"{fmt(t)}, start_indices={spell(starts)}, end_indices={spell(ends)}, strides={spell(steps)}"
+              + (", manual_normalization=True" if manual else ""))
         (out,) = self._record("slice", [t], attrs, [t.dtype], sp)
         return out
 
-    def _ints(self, op, arg, xs):
-        if not isinstance(xs, (list, tuple)):
-            raise DefinitionTypeError(f"{op}: {arg} must be a list of ints, got {xs!r}")
-        out = []
-        for x in xs:
-            if isinstance(x, ScalarVal) and x.is_constant:
-                x = x.value
-            if not isinstance(x, int) or isinstance(x, bool):
-                raise DefinitionTypeError(f"{op}: {arg} entries must be ints, got {x!r}")
-            out.append(x)
-        return out
-
     def pad(self, arg, pad_widths, value=None):
+        """nvFuser's pad: (low, high) widths per dim from the last one backwards, ints
+        or Int scalars (a negative width crops)."""
         b = self._b
         t = b.check_val("pad", "arg", arg, tensor=True)
-        widths = self._ints("pad", "pad_widths", pad_widths)
+        widths = b.index_arg("pad", "pad_widths", pad_widths)
         v = b.fill_value("pad", "value", 0 if value is None else value, t.dtype)
-        (out,) = self._record("pad", [t, v], {"pad_widths": tuple(widths)}, [t.dtype],
-                              f"{fmt(t)}, pad_widths={fmt(widths)}, value={fmt(v)}")
+        (out,) = self._record("pad", [t, v], {"pad_widths": widths}, [t.dtype],
+                              f"{fmt(t)}, pad_widths={spell(widths)}, value={fmt(v)}")
         return out
 
     def cat(self, tensors, dim=0, *, manual_padding=False):

@@ -224,8 +224,29 @@ def resolve_shape(op: str, arg: str, spec, value_of=known, allow_neg1=False) -> 
     for i, (x, name) in enumerate(zip(entries, names)):
         if x is None:
             continue
+        if isinstance(x, float) and x.is_integer():  # a floating scalar, cast as nvFuser casts it
+            x = entries[i] = int(x)
         if not isinstance(x, int) or isinstance(x, bool) or x < low:
             want = "an int >= 0" + (" or -1" if allow_neg1 else "")
+            want += ", a whole number" if isinstance(x, float) else ""
             what = f"entry {i} ({name})" if name else f"entry {i}"
             raise DefinitionError(f"{op}: {arg} {spell(spec)} {what} is {x!r}, expected {want}")
+    return tuple(entries)
+
+
+def resolve_indices(op: str, arg: str, spec, value_of=known) -> tuple:
+    """The ints an index argument names (slice's indices and strides, pad's widths):
+    like ``resolve_shape``, but any int is an index (a negative one counts from the
+    end, a negative width crops); None for one not known yet."""
+    if isinstance(spec, VectorVal):
+        vals = value_of(spec)
+        entries = list(vals) if vals is not None else [None] * spec.length
+        names = [f"{spec.name}[{i}]" for i in range(spec.length)]
+    else:
+        entries = [x if isinstance(x, int) else value_of(x) for x in spec]
+        names = [x.name if isinstance(x, Val) else None for x in spec]
+    for i, (x, name) in enumerate(zip(entries, names)):
+        if x is not None and (not isinstance(x, int) or isinstance(x, bool)):
+            what = f"entry {i} ({name})" if name else f"entry {i}"
+            raise DefinitionError(f"{op}: {arg} {spell(spec)} {what} is {x!r}, expected an int")
     return tuple(entries)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import shapes as S
-from .extents import known, resolve_shape
+from .extents import known, resolve_indices, resolve_shape
 from .ops import OPS, OpKind
 from .values import Expr, ScalarVal
 
@@ -43,9 +43,9 @@ def output_shapes(e: Expr, in_shapes: list, value_of=known) -> list[tuple]:
                 raise S.DefinitionError(f"{e.op}: dim {d} has extent {shape[d]}, expected 1 to squeeze it")
         return [tuple(x for i, x in enumerate(shape) if i not in a["dims"])]
     if kind is OpKind.SLICE:
-        return [S.slice_shape(e.op, in_shapes[0], a["starts"], a["ends"], a["steps"])[0]]
+        return [slice_bounds(e, in_shapes[0], value_of)[0]]
     if kind is OpKind.PAD:
-        return [S.pad_shape(e.op, in_shapes[0], a["pad_widths"])]
+        return [S.pad_shape(e.op, in_shapes[0], pad_widths(e, value_of))]
     if kind is OpKind.CAT:
         return [S.cat_shape(e.op, tensors, a["dim"])]
     if kind is OpKind.FULL:
@@ -60,3 +60,18 @@ def output_shapes(e: Expr, in_shapes: list, value_of=known) -> list[tuple]:
         a = {k: value_of(x) if isinstance(x, ScalarVal) else x for k, x in a.items()}  # topk's k
         return [tuple(s) for s in OPS[e.op].shape(e.op, tensors, a)]
     raise AssertionError(f"no shape rule for op kind {kind}")
+
+
+def slice_bounds(e: Expr, shape, value_of=known) -> tuple[tuple, list]:
+    """A slice's output shape and its normalized (start, end, step) per dim
+    (``shapes.slice_shape``); its indices may be runtime scalars or a Vector, which
+    ``value_of`` resolves."""
+    a = e.attrs
+    starts, ends, steps = (resolve_indices(e.op, arg, a[key], value_of) for arg, key in
+                           (("start_indices", "starts"), ("end_indices", "ends"), ("strides", "steps")))
+    return S.slice_shape(e.op, shape, starts, ends, steps, a.get("manual", False))
+
+
+def pad_widths(e: Expr, value_of=known) -> tuple:
+    """A pad's widths as ints (runtime scalars resolved by ``value_of``)."""
+    return resolve_indices(e.op, "pad_widths", e.attrs["pad_widths"], value_of)

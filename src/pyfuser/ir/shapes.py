@@ -161,22 +161,32 @@ def reshape_groups(in_shape, out_shape) -> list[tuple[tuple, tuple]] | None:
     return groups
 
 
-def slice_shape(op: str, shape: Shape, starts, ends, steps) -> tuple[Shape, list]:
-    """Python slicing semantics (clamped), one (start, end, step) per dim."""
+def slice_shape(op: str, shape: Shape, starts, ends, steps, manual=False) -> tuple[Shape, list]:
+    """Python slicing semantics (negative indices count from the end, then clamped),
+    one (start, end, step) per dim; an index the definition does not know yet (None)
+    leaves that dim's extent unknown.  ``manual`` is nvFuser's manual_normalization:
+    the indices are said to be normalized already, so one that is not (negative,
+    past the extent, an end before its start) is an error rather than a guess, since
+    nvFuser would read out of bounds there; an end past the extent of a slice from 0
+    is clamped, as nvFuser clamps it."""
     rank = len(shape)
     if not (len(starts) == len(ends) == len(steps) == rank):
         raise DefinitionError(f"{op}: start_indices, end_indices and strides need {rank} entries each "
                               f"(got {len(starts)}, {len(ends)}, {len(steps)})")
     out, norm = [], []
     for d, (e, s, t, st) in enumerate(zip(shape, starts, ends, steps)):
-        if st is None:
-            st = 1
-        if not isinstance(st, int) or st <= 0:
+        if st is not None and (not isinstance(st, int) or st <= 0):
             raise DefinitionError(f"{op}: strides must be positive ints, got {st!r} at dim {d}")
-        if e is None:
+        if e is None or s is None or t is None or st is None:
             out.append(None)
             norm.append((s, t, st))
             continue
+        if manual:
+            t = e if s == 0 and t > e else t
+            if not 0 <= s <= t <= e:
+                raise DefinitionError(f"{op}: with manual_normalization the indices must be normalized "
+                                      f"(0 <= start <= end <= extent), got start {s}, end {t} at dim {d} "
+                                      f"of extent {e}")
         a, b, c = slice(s, t, st).indices(e)
         out.append(max(0, (b - a + c - 1) // c))
         norm.append((a, b, c))
@@ -184,6 +194,8 @@ def slice_shape(op: str, shape: Shape, starts, ends, steps) -> tuple[Shape, list
 
 
 def pad_shape(op: str, shape: Shape, pad_widths) -> Shape:
+    """nvFuser's pad: (low, high) pairs from the last dim backwards; a negative width
+    crops.  A width the definition does not know yet (None) leaves the dim unknown."""
     if len(pad_widths) % 2 or len(pad_widths) // 2 > len(shape):
         raise DefinitionError(f"{op}: pad_widths {list(pad_widths)} must hold a (low, high) pair per padded dim, "
                               f"at most {len(shape)} pairs")
@@ -191,7 +203,9 @@ def pad_shape(op: str, shape: Shape, pad_widths) -> Shape:
     for k in range(len(pad_widths) // 2):
         d = len(shape) - 1 - k
         lo, hi = pad_widths[2 * k], pad_widths[2 * k + 1]
-        if out[d] is not None:
+        if lo is None or hi is None:
+            out[d] = None
+        elif out[d] is not None:
             out[d] = out[d] + lo + hi
             if out[d] < 0:
                 raise DefinitionError(f"{op}: padding ({lo}, {hi}) makes dim {d} negative")

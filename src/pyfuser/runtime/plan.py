@@ -23,7 +23,7 @@ import torch
 
 from ..errors import CacheDirError, CompileError, DependencyError
 from ..ir.concretize import Binding
-from ..ir.shapes import slice_shape
+from ..ir.infer import pad_widths, slice_bounds
 from ..codegen.writer import KernelArg
 from ..ir.values import Expr, TensorVal, Val
 from ..schedulers import SCHEDULERS, Segment, current_choices
@@ -95,10 +95,13 @@ class ExecutorCache:
                 if isinstance(o, TensorVal):
                     parts.append(tuple(s == 1 for s in b.shapes[o]))
                     labels.append(f"{o.name} size-1 dims")
+            # kernels bake a slice's bounds and a pad's widths into their source
             if e.op == "slice":
-                parts.append(tuple(slice_shape(e.op, b.shapes[e.inputs[0]], e.attrs["starts"], e.attrs["ends"],
-                                               e.attrs["steps"])[1]))
+                parts.append(tuple(slice_bounds(e, b.shapes[e.inputs[0]], b.values.__getitem__)[1]))
                 labels.append(f"{e.outputs[0].name} slice bounds")
+            elif e.op == "pad" and e.shape_args:
+                parts.append(pad_widths(e, b.values.__getitem__))
+                labels.append(f"{e.outputs[0].name} pad widths")
         for v in self.fd.ir.inputs:
             if isinstance(v, TensorVal):
                 parts.append(tuple(s == 1 for s in b.shapes[v]))
@@ -122,7 +125,7 @@ class ExecutorCache:
 
     def segment(self, b: Binding, outputs) -> Segment:
         info = {v: layout_info(b.values[v]) for v in self.fd.ir.inputs if isinstance(v, TensorVal)}
-        return Segment(list(outputs), b.shapes, info, b.device.type)
+        return Segment(list(outputs), b.shapes, info, b.device.type, b.values)
 
     def sub_segment(self, b: Binding, sf: SubFusion) -> Segment:
         """The segment of a subfusion: fusion inputs keep their layout, intermediates
@@ -133,7 +136,7 @@ class ExecutorCache:
                 o = sf.orig[c]
                 info[c] = layout_info(b.values[o]) if o in b.values else {"contiguous": True, "rows_aligned": False}
         shapes = {c: b.shapes[o] for c, o in sf.orig.items() if isinstance(c, TensorVal) and o in b.shapes}
-        return Segment(list(sf.ir.outputs), shapes, info, b.device.type)
+        return Segment(list(sf.ir.outputs), shapes, info, b.device.type, b.values)
 
     def step_segment(self, b: Binding, step) -> Segment | None:
         if step.is_host:

@@ -117,6 +117,9 @@ class Segment:
     shapes: dict  # Val -> concrete shape
     inputs_info: dict  # fusion input TensorVal -> {"contiguous": bool}
     device_type: str  # "cuda" or "cpu" (the interpreter)
+    # The execute's bound values (Val -> number or tuple): a slice's runtime indices and
+    # a pad's runtime widths, which kernels bake in as they bake constant ones.
+    values: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     # What the schedulers computed about this segment, computed once: the analyses
     # (``analysis``) and the run-time checks' kernels (``checked_emit``).
     memo: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)

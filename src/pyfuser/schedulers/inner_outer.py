@@ -190,7 +190,8 @@ def _generate(seg: Segment, params: InnerOuterParams, name: str):
     ref, dims, outer = analyse(seg)
     tile = InnerOuterTile(ref, dims, params.block_k, params.block_j, params.int64, params.quad_rng, outer,
                           params.nprog, params.group, params.fold_rows, params.stages, params.contig_multiple)
-    return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"])
+    return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"],
+                       seg.values)
 
 
 def grid(seg: Segment, params: InnerOuterParams):

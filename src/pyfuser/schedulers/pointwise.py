@@ -286,7 +286,7 @@ def probe_walk(seg: Segment):
 
 
 def _probe_walk(seg: Segment):
-    low = Lowering(KernelWriter("probe"), seg.shapes, seg.inputs_info, ProbeTile(reference(seg)), {})
+    low = Lowering(KernelWriter("probe"), seg.shapes, seg.inputs_info, ProbeTile(reference(seg)), seg.values)
     idx = low.tile.ref_index(low)
     ref_shape = seg.shapes[reference(seg)]
     try:
@@ -360,7 +360,8 @@ def _generate(seg: Segment, params: PointwiseParams, name: str):
         tile = BroadcastTile(ref, params.outer, bk, bj, params.int64, params.contig_multiple)
     else:
         tile = FlatTile(ref, params.block, params.int64)
-    return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"])
+    return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"],
+                       seg.values)
 
 
 def grid(seg: Segment, params: PointwiseParams):

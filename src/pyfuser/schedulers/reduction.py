@@ -435,7 +435,8 @@ def _generate(seg: Segment, params: ReductionParams, name: str, scheduler: str):
                          stages=p.stages, out_reversed=p.out_reversed, contig_multiple=p.contig_multiple,
                          prefetch=p.prefetch, rewiden=p.rewiden if seg.device_type == "cuda" else 0,  # (no PTX interpreted)
                          flush=p.flush)
-    return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"])
+    return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"],
+                       seg.values)
 
 
 def reduction_grid(seg: Segment, params: ReductionParams):
