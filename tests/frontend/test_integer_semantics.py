@@ -96,3 +96,25 @@ def test_other_integer_ops_agree_with_eager(dtype):
         fd.add_output(fd.ops.mul(t0, t1))
     wants = [torch.remainder(a, b), torch.fmod(a, b), torch.abs(a), -a, a < 2.5, torch.where(a > 0, a, 0.5), a * b]
     _both(fd, [a, b], wants)
+
+
+def test_int64_division_by_zero_gives_cuda_value():
+    """Integer division by zero is undefined in C, and torch's CUDA kernels give what the
+    hardware gives: for int64 dividends in [0, 2^32) the 32-bit path's 0xFFFFFFFF, for
+    div, fmod and remainder alike (Triton's own int64 division gave -1 there, 2^32 off).
+    Kernels give CUDA's value on every device; the interpreter's numpy gives 0 alone."""
+    big = 2 ** 40 + 7
+    a = torch.tensor([0, 1, 9, 2 ** 32 - 1, big, -big, big, 7], dtype=torch.int64)
+    b = torch.tensor([0, 0, 0, 0, 3, 3, -2 ** 33, -2], dtype=torch.int64)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
+        t1 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
+        fd.add_output(fd.ops.div(t0, t1))
+        fd.add_output(fd.ops.fmod(t0, t1))
+        fd.add_output(fd.ops.remainder(t0, t1))
+    div, fmod, rem = fd.execute([a, b])
+    by_zero = [4294967295] * 4
+    nz = slice(4, None)
+    assert div.tolist() == by_zero + torch.div(a[nz], b[nz], rounding_mode="trunc").tolist()
+    assert fmod.tolist() == by_zero + torch.fmod(a[nz], b[nz]).tolist()
+    assert rem.tolist() == by_zero + torch.remainder(a[nz], b[nz]).tolist()

@@ -66,12 +66,32 @@ def pow_(b, x, y):
 
 def remainder(b, a, c):
     ta, tc = b.tmp(tensor_arg(b, a)), b.tmp(tensor_arg(b, c))
-    r = b.tmp(ld(b, "fmod", ta, tc) if is_float(b) else f"{ta} % {tc}")
+    r = b.tmp(ld(b, "fmod", ta, tc) if is_float(b) else int_divide(b, ta, tc, "%"))
     return f"tl.where(({r} != 0) & (({r} < 0) != ({tc} < 0)), {r} + {tc}, {r})"
 
 
 def fmod(b, a, c):
-    return ld(b, "fmod", a, c) if is_float(b) else f"{a} % {c}"
+    return ld(b, "fmod", a, c) if is_float(b) else int_divide(b, a, c, "%")
+
+
+# The int64 quotient or remainder CUDA C gives for a zero divisor, torch's and nvFuser's
+# kernels alike: their 64-bit division takes a 32-bit unsigned path when both operands
+# lie in [0, 2^32), whose division by zero yields 0xFFFFFFFF (torch's CUDA 7 // 0 is
+# 4294967295).  Triton's int64 division gives -1 there.
+_CUDA_INT64_BY_ZERO = "4294967295"
+
+
+def int_divide(b, x, y, sym):
+    """Integer ``x // y`` (``sym`` "//", truncating as C's /) or ``x % y`` (``sym`` "%").
+    An int64 division by zero of a dividend in [0, 2^32) gives CUDA C's value; other
+    zero divisors give what the hardware gives, as in torch (division by zero is
+    undefined in C and to LLVM).  LLVM may take the zero out of a check made after the
+    division, so the divisor is replaced before it."""
+    if b.cdtype != "tl.int64" or (is_number(y) and float(y) != 0):
+        return f"({x} {sym} {y})"
+    tx, ty = b.tmp(tensor_arg(b, x)), b.tmp(tensor_arg(b, y))
+    z = b.tmp(f"({ty} == 0) & (({tx} >> 32) == 0)")
+    return f"tl.where({z}, {_CUDA_INT64_BY_ZERO}, {tx} {sym} tl.where({z}, 1, {ty}))"
 
 
 def is_float(b):
@@ -164,7 +184,7 @@ def bitwise_not(b, a):
 
 def div(b, x, y):
     if b.cdtype in ("tl.int32", "tl.int64"):
-        return f"({x} // {y})"  # Triton's // on signed integers truncates, as C's /
+        return int_divide(b, x, y, "//")  # Triton's // on signed integers truncates, as C's /
     return f"tl.div_rn({x}, {y})" if b.cdtype == "tl.float32" else f"({x} / {y})"
 
 
