@@ -93,7 +93,11 @@ def bind(ir: FusionIR, inputs, device=None) -> Binding:
         else:
             values[v] = _check_scalar(v, x, pos)
     if len(devices) > 1:
-        raise InputError(f"execute: all tensor inputs must be on one device, got {sorted(map(str, devices))}")
+        cpu = [f"{v.name} {list(x.shape)}" for v, x in zip(ir.inputs, inputs)
+               if isinstance(v, TensorVal) and x.device.type == "cpu"]
+        raise InputError(f"execute: all tensor inputs must be on one device, got {sorted(map(str, devices))}; "
+                         f"only 0-dim CPU tensors (scalars) may join tensors on a GPU, got CPU tensor(s) "
+                         f"{', '.join(cpu)}")
     if devices:
         dev = devices.pop()
         if device is not None and torch.device(device) != dev:

@@ -166,6 +166,7 @@ class FusionIR:
         self.program: list[Expr] = []  # exprs and extent_exprs, in recording order
         self.ops = None  # the frontend's fd.ops, for nvFuser's T.size(d) and V[i] spellings
         self._shape_scalars = (None, ())
+        self._scalar_tensors = (None, ())
         # Set when the definition's `with` block ends: compiled plans and caches describe
         # the program as it was then, so a later edit would be silently ignored.
         self.sealed = False
@@ -243,6 +244,14 @@ class FusionIR:
         positions = tuple(i for i, v in enumerate(self.inputs) if id(v) in found)
         self._shape_scalars = (key, positions)
         return positions
+
+    def scalar_tensor_inputs(self) -> tuple[int, ...]:
+        """Positions (in ``inputs``) of the 0-dim tensor inputs, which may be given as
+        CPU tensors beside GPU tensors (``runtime.executor.cpu_scalars_on_device``)."""
+        if self._scalar_tensors[0] != len(self.inputs):
+            positions = tuple(i for i, v in enumerate(self.inputs) if isinstance(v, TensorVal) and not v.shape)
+            self._scalar_tensors = (len(self.inputs), positions)
+        return self._scalar_tensors[1]
 
     def uses(self) -> dict[Val, list[Expr]]:
         out: dict[Val, list[Expr]] = {v: [] for v in self.vals}
