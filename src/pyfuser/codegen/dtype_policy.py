@@ -58,7 +58,7 @@ def convert(code: str, name: str) -> str:
 
 
 def compute_dtype(dt: DataType) -> DataType:
-    return DataType.Float if dt in (DataType.Half, DataType.BFloat16) else dt
+    return DataType.Float if dt in (DataType.Half, DataType.BFloat16) or dt.is_fp8 else dt
 
 
 def via_16_bit(code: str, inp, common: DataType) -> str:

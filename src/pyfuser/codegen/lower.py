@@ -171,9 +171,11 @@ class Lowering(IndexMaps, Loads):
             target = e.attrs["dtype"]
             if inp.dtype is target:
                 return code, axes
-            if target is DataType.BFloat16 and inp.dtype not in (DataType.Float, DataType.Half):
-                # via fp32, as torch converts; Triton's interpreter turns ints and fp64 into
-                # bf16 bits directly (NaN and garbage)
+            if ((target is DataType.BFloat16 and inp.dtype not in (DataType.Float, DataType.Half))
+                    or (target.is_fp8 or inp.dtype.is_fp8) and DataType.Float not in (target, inp.dtype)):
+                # via fp32, as torch converts (to fp8 and bf16 from a float); Triton's
+                # interpreter turns ints and fp64 into bf16 bits directly (NaN and
+                # garbage), and Triton converts fp8 from and to fp32 and fp16 alone
                 code = f"({code}).to(tl.float32)"
             return w.tmp(f"({code}).to({TRITON_NAME[target]})"), axes
         if row.compute == "args":

@@ -20,7 +20,8 @@ from ..ir.values import FusionIR, ScalarVal, TensorVal, Val, VectorVal
 
 _SAMPLE = {DataType.Bool: True, DataType.Int: 3, DataType.Int32: 3,
            DataType.Double: 1.5, DataType.Float: 1.5, DataType.Half: 1.5, DataType.BFloat16: 1.5,
-           DataType.ComplexFloat: 1.5 + 0.5j, DataType.ComplexDouble: 1.5 + 0.5j}
+           DataType.ComplexFloat: 1.5 + 0.5j, DataType.ComplexDouble: 1.5 + 0.5j,
+           DataType.Float8_e4m3fn: 1.5, DataType.Float8_e5m2: 1.5}
 
 
 # Scalar dtypes a shape argument takes: nvFuser casts an extent to its index type.

@@ -211,7 +211,7 @@ class HostOps:
         op = "grouped_mm"
         if scaled:
             raise DefinitionError(f"{op}: the scaled form (scales, alpha, bias, beta, dtype) is not supported: it "
-                                  f"multiplies float8 matrices, and pyfuser has no float8 DataType")
+                                  f"multiplies float8 matrices, and pyfuser has no float8 matmul (fp8 tensors are cast only)")
         b = self._b
         a, m, off = (b.check_val(op, n, x, tensor=True) for n, x in (("mat1", mat1), ("mat2", mat2),
                                                                      ("offsets", offsets)))

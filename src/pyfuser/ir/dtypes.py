@@ -24,6 +24,10 @@ class DataType(enum.Enum):
     Bool = "Bool"
     ComplexFloat = "ComplexFloat"
     ComplexDouble = "ComplexDouble"
+    # fp8 (Hopper's): tensors of them are read and written, and cast to and from;
+    # kernels compute on them in fp32 (``codegen.dtype_policy.compute_dtype``)
+    Float8_e4m3fn = "Float8_e4m3fn"
+    Float8_e5m2 = "Float8_e5m2"
     Null = "Null"
 
     def __repr__(self) -> str:
@@ -39,7 +43,11 @@ class DataType(enum.Enum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DataType.Double, DataType.Float, DataType.Half, DataType.BFloat16)
+        return self in (DataType.Double, DataType.Float, DataType.Half, DataType.BFloat16) or self.is_fp8
+
+    @property
+    def is_fp8(self) -> bool:
+        return self in (DataType.Float8_e4m3fn, DataType.Float8_e5m2)
 
     @property
     def is_int(self) -> bool:
@@ -77,6 +85,8 @@ _TO_TORCH = {
     DataType.Bool: torch.bool,
     DataType.ComplexFloat: torch.complex64,
     DataType.ComplexDouble: torch.complex128,
+    DataType.Float8_e4m3fn: torch.float8_e4m3fn,
+    DataType.Float8_e5m2: torch.float8_e5m2,
 }
 _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
 
@@ -89,6 +99,8 @@ TRITON_NAME = {
     DataType.Int: "tl.int64",
     DataType.Int32: "tl.int32",
     DataType.Bool: "tl.int1",
+    DataType.Float8_e4m3fn: "tl.float8e4nv",
+    DataType.Float8_e5m2: "tl.float8e5",
 }
 
 

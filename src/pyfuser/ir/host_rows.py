@@ -49,10 +49,10 @@ SLOW_OPS = frozenset(name for name, _, _ in ROWS)
 # nvFuser ops with no torch equivalent over pyfuser's dtypes: fd.ops raises at definition
 # time, naming the op and why.
 UNSUPPORTED = {
-    "scaled_mm": "it multiplies float8/float4 matrices with block scales, and pyfuser has no float8 or float4 "
-                 "DataType",
+    "scaled_mm": "it multiplies float8/float4 matrices with block scales, and pyfuser has no float8 matmul "
+                 "(fp8 tensors are cast only) and no float4 DataType",
     "nv_block_quantize": "it produces float4_e2m1fn values and float8 block scales, and pyfuser has no float8 "
-                         "or float4 DataType",
+                         "block quantization and no float4 DataType",
 }
 
 

@@ -13,11 +13,13 @@
    so the CPU copy binds each helper to an interpreted copy of itself.
 3. Reductions: fast paths for pyfuser's combine functions (below).
 4. Float arguments: see ``_float_argument``.
-5. fp32 -> bf16 rounds to nearest even, as the GPU does; the interpreter truncated,
+5. fp32 -> bf16 (and -> fp8) rounds to nearest even, as the GPU does; the interpreter truncated,
    an ulp off in half the values, and more after chained ops (the fuzzer found a
    17% error through two bf16 exps).  bf16 -> fp32 keeps subnormals: the
    interpreter's conversion turned them into other values or zero (so ``x > 0``,
-   ``sign`` and casts to bool were wrong).
+   ``sign`` and casts to bool were wrong).  fp32 <-> fp8 converts as torch does
+   (subnormals, and e4m3's saturation to 448); the interpreter flushed fp8 subnormals
+   and wrapped values beyond e4m3's range.
 6. A bool kernel argument (a runtime Bool scalar) is an int1, as the compiler types
    it; the interpreter typed it int1 but stored it in an int32 array, and refused it.
 7. A comparison's result is an int1.  The interpreter kept its operands' type on
@@ -269,14 +271,30 @@ def _install_bf16_rounding(interpreter):
     def is_bf16_to_f32(src, dst_type):
         return src.dtype.scalar == tl.bfloat16 and dst_type.scalar == tl.float32
 
+    fp8 = {tl.float8e4nv: torch.float8_e4m3fn, tl.float8e5: torch.float8_e5m2}
+
+    def fp8_cast(src, dst_type):
+        """fp32 <-> fp8 as torch converts, or None for other casts."""
+        if src.dtype.scalar == tl.float32 and dst_type.scalar in fp8:
+            bits = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32)).to(fp8[dst_type.scalar])
+            return interpreter.TensorHandle(bits.view(torch.uint8).numpy(), dst_type.scalar)
+        if src.dtype.scalar in fp8 and dst_type.scalar == tl.float32:
+            bits = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.uint8))
+            return interpreter.TensorHandle(bits.view(fp8[src.dtype.scalar]).float().numpy(), tl.float32)
+        return None
+
     def cast(self, src, dst_type):
         if is_f32_to_bf16(src, dst_type):
             return to_bf16(src)
+        if (out := fp8_cast(src, dst_type)) is not None:
+            return out
         return to_f32(src) if is_bf16_to_f32(src, dst_type) else cast_impl(self, src, dst_type)
 
     def fp_cast(self, src, dst_type, rounding_mode):
         if is_f32_to_bf16(src, dst_type) and rounding_mode in (None, tl.RoundingMode.RTNE):
             return to_bf16(src)
+        if (out := fp8_cast(src, dst_type)) is not None:  # kernels cast to fp8 rounding to nearest even
+            return out
         return to_f32(src) if is_bf16_to_f32(src, dst_type) else fp_to_fp(self, src, dst_type, rounding_mode)
 
     builder.cast_impl, builder.create_fp_to_fp = cast, fp_cast
