@@ -23,6 +23,7 @@ import contextlib
 from ..errors import Unsupported
 from ..ir import peephole
 from ..ir.dtypes import TRITON_NAME, DataType
+from ..ir.op_emit import is_number
 from ..ir.ops import OPS
 from ..ir.values import ScalarVal, TensorVal
 from .dtype_policy import bf16_constant, compute_dtype, constant_of, literal, promote, scalar_cast, via_16_bit
@@ -263,7 +264,9 @@ class Lowering(IndexMaps, Loads):
         cdt = compute_dtype(v.dtype)
         s0 = literal(start.value, cdt) if start.is_constant else scalar_cast(self.scalar(start)[0], cdt)
         s1 = literal(step.value, cdt) if step.is_constant else scalar_cast(self.scalar(step)[0], cdt)
-        code = f"({c.code}).to({TRITON_NAME[cdt]}) * {s1} + {s0}"
+        # The coordinate along a size-1 extent is the literal 0, and a Python int has no .to
+        coord = f"tl.full([], {c.code}, tl.int64)" if is_number(c.code) else f"({c.code})"
+        code = f"{coord}.to({TRITON_NAME[cdt]}) * {s1} + {s0}"
         if cdt is not v.dtype:
             code = f"({code}).to({TRITON_NAME[v.dtype]})"
         return self.w.tmp(code), c.axes
