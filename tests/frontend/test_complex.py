@@ -247,3 +247,13 @@ def test_pad_value_must_match_complexity(arg, value):
 def test_complex_dtypes_name_nvfusers():
     assert from_torch(torch.complex64) is DataType.ComplexFloat
     assert from_torch(torch.complex128) is DataType.ComplexDouble
+
+
+def test_where_of_scalars_alone_is_a_scalar():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[3], dtype=DataType.Float)
+        i = fd.define_scalar(dtype=DataType.Int)
+        s = fd.ops.where(fd.ops.lt(i, 0), fd.ops.add(i, 3), i)
+        fd.add_output(fd.ops.mul(x, s))
+    x = torch.tensor([1.0, 2.0, 3.0])
+    assert _run(fd, [x, -1])[0].tolist() == [2.0, 4.0, 6.0]

@@ -100,7 +100,8 @@ class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
         dtype = bld.probe_dtype("where", OPS["where"].ref, vals)  # also rejects a non-Bool pred
         if isinstance(vals[0], TensorVal) and not any(isinstance(v, TensorVal) for v in vals[1:]):
             dtype = scalar_promotion(vals[1].dtype, vals[2].dtype)
-        (out,) = self._record("where", vals, {}, [dtype], ", ".join(fmt(v) for v in vals))
+        (out,) = self._record("where", vals, {}, [dtype], ", ".join(fmt(v) for v in vals),
+                              scalar_out=not any(isinstance(v, TensorVal) for v in vals))
         return out
 
     def lerp(self, start, end, weight):
