@@ -58,7 +58,10 @@ def run_expr(e: Expr, args: list, binding: Binding, rng_state=None):
         return [args[0][tuple(slice(*n) for n in norm)]]
     if row.kind is OpKind.PAD:
         x, v = args
-        return [F.pad(x, list(pad_widths(e, binding.values.__getitem__)), value=v)]
+        w = list(pad_widths(e, binding.values.__getitem__))
+        if isinstance(v, complex):  # F.pad takes a real value: pad each part with its own
+            return [torch.complex(F.pad(x.real, w, value=v.real), F.pad(x.imag, w, value=v.imag))]
+        return [F.pad(x, w, value=v)]
     if row.kind is OpKind.CAT:
         return [torch.cat(args, a["dim"])]
     if row.kind is OpKind.FULL:
@@ -88,6 +91,11 @@ def _elementwise(e: Expr, args):
     row = OPS[e.op]
     if e.op == "cast":
         return args[0].to(e.attrs["dtype"].torch)
+    if e.op == "where" and not any(isinstance(x, torch.Tensor) for x in args[1:]):
+        # Two scalar values: nvFuser casts both to the result's dtype (frontend ``where``),
+        # where eager would give its default dtype for Python numbers.
+        out = e.outputs[0].dtype.torch
+        args = [args[0]] + [torch.tensor(x, dtype=out, device=args[0].device) for x in args[1:]]
     if any(type(x) is float for x in args) and any(isinstance(x, torch.Tensor) and x.dtype in _HALF for x in args):
         # nvFuser leaves a floating-point scalar meeting 16-bit tensors uncast (its
         # optionalCast): the op runs in fp32 with the scalar's own value and only the

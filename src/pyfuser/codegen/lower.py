@@ -23,6 +23,7 @@ import contextlib
 from ..errors import Unsupported
 from ..ir import peephole
 from ..ir.dtypes import TRITON_NAME, DataType
+from ..ir.op_emit import is_number
 from ..ir.ops import OPS
 from ..ir.values import ScalarVal, TensorVal
 from .dtype_policy import bf16_constant, compute_dtype, constant_of, convert, literal, promote, scalar_cast, via_16_bit

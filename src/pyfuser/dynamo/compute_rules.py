@@ -116,8 +116,12 @@ def _pow(t, n, a):
     return t.ops.reciprocal(result) if y < 0 else result
 
 
-rule("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar", ops=["where"])(
-    lambda t, n, a: t.ops.where(a.condition, a.self, a.other))
+@rule("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar", ops=["where", "cast"])
+def _where(t, n, a):
+    # Two Python numbers: nvFuser's where keeps their dtype (Double for floats), ATen gives
+    # its default dtype; rounding the double result gives ATen's values.
+    w, out = t.ops.where(a.condition, a.self, a.other), t.dtype(n)
+    return w if w.dtype is out else t.ops.cast(w, out)
 
 
 def _clamp_check(n, a):

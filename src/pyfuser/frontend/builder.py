@@ -29,7 +29,16 @@ _SHAPE_DTYPES = (DataType.Int, DataType.Int32, DataType.Double, DataType.Float)
 
 
 def is_number(x) -> bool:
-    return isinstance(x, (bool, int, float)) and not isinstance(x, Val)
+    return isinstance(x, (bool, int, float, complex)) and not isinstance(x, Val)
+
+
+def scalar_promotion(x: DataType, y: DataType) -> DataType:
+    """nvFuser's common dtype of two scalars (csrc/type_promotion.cpp): one dtype stays
+    itself; two differ: Half and BFloat16 count as Float, then the usual lattice."""
+    if x is y:
+        return x
+    wide = [DataType.Float if d in (DataType.Half, DataType.BFloat16) else d for d in (x, y)]
+    return from_torch(torch.promote_types(wide[0].torch, wide[1].torch))
 
 
 def int_entry(op: str, arg: str, x, xs, want: str, allow_neg1: bool) -> int:
@@ -197,6 +206,13 @@ class Builder:
                                   f"[-2**63, 2**63 - 1]")
         if dtype is None:
             dtype = python_scalar_dtype(value)
+        if isinstance(value, complex) and not dtype.is_complex:
+            # Dropping the imaginary part silently would change the result; nvFuser's
+            # complex DataTypes are the only ones that hold such a value.
+            raise DefinitionTypeError(f"{what}: the complex value {value!r} needs dtype DataType.ComplexFloat or "
+                                      f"DataType.ComplexDouble, got {dtype!r}")
+        if dtype.is_complex:
+            value = complex(value)  # a real number given a complex dtype: torch then computes in complex
         return self.ir.new_scalar(dtype, value)
 
     # -- dtype probing ---------------------------------------------------------------

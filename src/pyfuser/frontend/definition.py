@@ -193,8 +193,9 @@ class FusionDefinition:
         self.ir.check_open(op)
         if isinstance(value, DataType) and dtype is None:
             value, dtype = None, value
-        if value is not None and not isinstance(value, (bool, int, float)):
-            raise DefinitionTypeError(f"{op}: value must be a Python bool, int or float (or None), got {value!r}")
+        if value is not None and not isinstance(value, (bool, int, float, complex)):
+            raise DefinitionTypeError(f"{op}: value must be a Python bool, int, float or complex (or None), "
+                                      f"got {value!r}")
         if dtype is not None:
             try:
                 dtype = to_datatype(dtype)

@@ -15,7 +15,7 @@ from ..ir.extents import infer_known, is_extent, spec_length, spell
 from ..ir.infer import output_shapes
 from ..ir.ops import OPS, OpKind
 from ..ir.values import ScalarVal, TensorVal, Val
-from .builder import Builder
+from .builder import Builder, scalar_promotion
 from .host_builders import HostOps
 from .composites import CompositeOps
 from .gathers import GatherOps
@@ -33,6 +33,8 @@ def fmt(x) -> str:
         return repr(x)
     if isinstance(x, float):
         return repr(x) if x == x and abs(x) != float("inf") else f"float('{x}')"
+    if isinstance(x, complex):  # repr gives (inf+nanj), which is no Python expression
+        return f"complex({fmt(x.real)}, {fmt(x.imag)})"
     return repr(x)
 
 
@@ -89,7 +91,18 @@ class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
 
     # -- ternary ops with their own signatures ------------------------------------
     def where(self, pred, a, b):
-        return self._elementwise("where", [pred, a, b], ["pred", "a", "b"])
+        """nvFuser promotes ``a`` and ``b`` alone (its ``where`` in csrc/ops/arith.cpp): with a
+        tensor predicate and two scalar values the result keeps the scalars' own dtypes (two
+        Double scalars give Double, two ComplexFloat ones ComplexFloat), where eager PyTorch
+        would give its default dtype for Python numbers.  A tensor among them: PyTorch's."""
+        bld = self._b
+        vals = [bld.check_val("where", n, x) for x, n in ((pred, "pred"), (a, "a"), (b, "b"))]
+        dtype = bld.probe_dtype("where", OPS["where"].ref, vals)  # also rejects a non-Bool pred
+        if isinstance(vals[0], TensorVal) and not any(isinstance(v, TensorVal) for v in vals[1:]):
+            dtype = scalar_promotion(vals[1].dtype, vals[2].dtype)
+        (out,) = self._record("where", vals, {}, [dtype], ", ".join(fmt(v) for v in vals),
+                              scalar_out=not any(isinstance(v, TensorVal) for v in vals))
+        return out
 
     def lerp(self, start, end, weight):
         return self._elementwise("lerp", [start, end, weight], ["start", "end", "weight"])

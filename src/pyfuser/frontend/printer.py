@@ -7,6 +7,7 @@ with ``with FusionDefinition() as fd: nvfuser_fusion_id0(fd)``.
 from __future__ import annotations
 
 from ..ir.values import ScalarVal, TensorVal
+from .ops import fmt
 
 FD_METHODS = ("define_vector",)  # recorded like ops, spelled fd.<name>(...) as nvFuser prints them
 
@@ -23,7 +24,7 @@ def python_definition(fd) -> str:
             lines.append(f"    {v.name} = fd.define_tensor({v.spelling})")
         elif isinstance(v, ScalarVal) and v.definition is None:
             if v.is_constant:
-                lines.append(f"    {v.name} = fd.define_scalar({_number(v.value)}, dtype={v.dtype!r})")
+                lines.append(f"    {v.name} = fd.define_scalar({fmt(v.value)}, dtype={v.dtype!r})")
             else:
                 lines.append(f"    {v.name} = fd.define_scalar(None, dtype={v.dtype!r})")
         elif id(v) in exprs_by_first_out:
@@ -41,8 +42,3 @@ def python_definition(fd) -> str:
         lines.append("    pass")
     return "\n".join(lines) + "\n"
 
-
-def _number(x) -> str:
-    if isinstance(x, float) and (x != x or abs(x) == float("inf")):
-        return f"float('{x}')"
-    return repr(x)

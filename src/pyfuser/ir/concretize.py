@@ -64,10 +64,13 @@ def _check_contiguity(t: TensorVal, x: torch.Tensor, pos: int):
 def _check_scalar(s: ScalarVal, x, pos: int):
     if isinstance(x, torch.Tensor) and x.dim() == 0:
         x = x.item()
-    ok = {DataType.Bool: (bool,), DataType.Int: (int,), DataType.Int32: (int,)}.get(s.dtype, (int, float))
+    ok = {DataType.Bool: (bool,), DataType.Int: (int,), DataType.Int32: (int,)}.get(
+        s.dtype, (int, float, complex) if s.dtype.is_complex else (int, float))
     if not isinstance(x, ok) or (isinstance(x, bool) and s.dtype is not DataType.Bool):
         raise InputTypeError(f"execute: input {pos} ({s.name}) must be a Python number of dtype {s.dtype}, "
                              f"got {type(x).__name__} {x!r}")
+    if s.dtype.is_complex:
+        return complex(x)
     bits = {DataType.Int: 64, DataType.Int32: 32}.get(s.dtype)
     if bits is not None and not -2**(bits - 1) <= x < 2**(bits - 1):
         raise InputError(f"execute: input {pos} ({s.name}) of dtype {s.dtype} must be in [-2**{bits - 1}, "

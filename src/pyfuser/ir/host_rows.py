@@ -20,6 +20,7 @@ from . import attention as A
 from . import host_ops as H
 from . import reductions as R
 from .dtypes import DataType
+from .values import TensorVal
 
 ROWS = (
     ("cumsum", H.cumsum_ref, H.scan_shape),
@@ -60,8 +61,12 @@ _COMPLEX = (DataType.ComplexFloat, DataType.ComplexDouble)
 
 
 def touches_complex(e) -> bool:
-    """Whether expr ``e`` reads or makes a complex value."""
-    return any(getattr(v, "dtype", None) in _COMPLEX for v in (*e.inputs, *e.outputs))
+    """Whether expr ``e`` makes a tensor and reads or makes a complex value.  Arithmetic
+    on scalars alone is not one: it runs before any kernel, in torch on 0-d tensors
+    (``ir.extents.scalar_result``), and a kernel reads its real result as it reads any
+    scalar."""
+    return (any(isinstance(o, TensorVal) for o in e.outputs)
+            and any(getattr(v, "dtype", None) in _COMPLEX for v in (*e.inputs, *e.outputs)))
 
 
 def slow_path_cause(e) -> str | None:
