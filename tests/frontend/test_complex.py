@@ -235,13 +235,20 @@ def test_pad_of_complex(value):
     assert_same_complex(_run(rebuild(fd), [z])[0], want, "rebuilt")
 
 
-@pytest.mark.parametrize("arg, value", [(DataType.ComplexFloat, 1.5), (DataType.Float, 1 + 2j)])
-def test_pad_value_must_match_complexity(arg, value):
+@pytest.mark.parametrize("arg, dtype", [(DataType.ComplexFloat, DataType.Double), (DataType.Float, DataType.ComplexDouble)])
+def test_pad_value_must_match_complexity(arg, dtype):
+    """A scalar of the fusion pads only a tensor of its kind (nvFuser's rule); a Python
+    complex number cannot pad a real tensor, a real one pads a complex tensor as F.pad does."""
     with FusionDefinition() as fd:
         t = fd.define_tensor(shape=[2, 2], dtype=arg)
-        with pytest.raises(DefinitionTypeError, match=f"pad: value S1 of dtype .* does not suit arg T0 of dtype "
-                                                      f"{arg!r}"):
-            fd.ops.pad(t, [1, 1], value)
+        s = fd.define_scalar(dtype=dtype)
+        with pytest.raises(DefinitionTypeError, match=f"pad: value {s.name} has dtype .* but the tensor is"):
+            fd.ops.pad(t, [1, 1], s)
+        if arg is DataType.Float:
+            with pytest.raises(DefinitionTypeError, match="pad: value .* is complex, but the tensor is"):
+                fd.ops.pad(t, [1, 1], 1 + 2j)
+        else:
+            fd.ops.pad(t, [1, 1], 1.5)
 
 
 def test_complex_dtypes_name_nvfusers():

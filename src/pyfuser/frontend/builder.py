@@ -175,7 +175,10 @@ class Builder:
         (2.5 pads an integer tensor with 2), so the printed definition states the value
         the kernel writes."""
         if is_number(v):
-            cast = {"bool": bool, "int": int}.get(like.kind, float)
+            if isinstance(v, complex) and like.kind != "complex":
+                raise DefinitionTypeError(f"{op}: {arg} {v!r} is complex, but the tensor is {like!r}: expected a "
+                                          f"real value")
+            cast = {"bool": bool, "int": int, "complex": complex}.get(like.kind, float)
             try:
                 value = cast(v)
             except (OverflowError, ValueError):  # int(inf), int(nan), float(10**400)
