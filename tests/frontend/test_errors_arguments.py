@@ -100,6 +100,15 @@ def test_iota_with_a_constant_step_of_zero_or_a_non_finite_value(case):
         define(build)
 
 
+def test_iota_with_a_complex_constant_is_a_type_error():
+    def build(fd):
+        fd.add_output(fd.ops.iota(fd.define_scalar(4), fd.define_scalar(1 + 2j), fd.define_scalar(1.0),
+                                  DataType.Double))
+
+    with raises("iota", "start", "(1+2j)", kind=TypeError):
+        define(build)
+
+
 def test_iota_with_valid_constants_and_a_runtime_step_runs():
     def build(fd):
         fd.add_output(fd.ops.iota(fd.define_scalar(4), fd.define_scalar(1.5), fd.define_scalar(-0.5), DataType.Double))

@@ -197,6 +197,8 @@ class Builder:
         is taken as given, as nvFuser takes it."""
         if not v.is_constant or isinstance(v.value, bool):
             return
+        if isinstance(v.value, complex):
+            raise DefinitionTypeError(f"{op}: {arg} must be a real number, got {v.value!r}")
         if not math.isfinite(v.value):
             raise DefinitionError(f"{op}: {arg} must be a finite number, got {v.value!r}")
         if nonzero and v.value == 0:
