@@ -7,7 +7,7 @@ import torch
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.errors import InputError
-from pyfuser.runtime.executor import cpu_scalars_on_device
+from pyfuser.ir.concretize import bind, cpu_scalars_on_device
 
 
 def _scalar_plus_vector(scalar_shape=()):
@@ -27,6 +27,7 @@ def test_a_cpu_scalar_takes_the_device_of_the_other_tensors(dtype, value):
     s, v = torch.tensor(value, dtype=dtype), torch.empty(3, device="meta")
     moved = cpu_scalars_on_device(fd.ir, [s, v])
     assert moved[1] is v and moved[0].device.type == "meta" and moved[0].dtype == dtype and moved[0].dim() == 0
+    assert bind(fd.ir, [s, v]).device.type == "meta"  # explain, validate and the reference bind so too
     s_cpu = cpu_scalars_on_device(fd.ir, [s, torch.empty(3)])[0]
     assert s_cpu is s  # beside CPU tensors nothing moves
 
@@ -50,3 +51,5 @@ def test_cpu_scalar_plus_cuda_tensor():
         t0 = fd2.from_pytorch(s)
         fd2.add_output(fd2.ops.mul(t0, fd2.from_pytorch(v)))
     torch.testing.assert_close(fd2.execute([s, v])[0], v * 2.0)
+    fd2.validate([s, v])  # the reference executor takes the scalar too
+    torch.testing.assert_close(fd2.reference([s, v])[0], v * 2.0)

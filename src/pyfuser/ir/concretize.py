@@ -78,9 +78,29 @@ def _check_scalar(s: ScalarVal, x, pos: int):
     return x
 
 
+def cpu_scalars_on_device(ir, inputs):
+    """nvFuser's CPU scalars: a 0-dim CPU tensor given for a 0-dim input beside tensors on
+    a GPU is a number of the fusion, not a tensor on another device.  Its value becomes a
+    0-dim tensor on that GPU, written by a fill kernel that takes it as an argument (no
+    copy from host memory).  CPU tensors of other ranks are left for ``bind`` to reject."""
+    positions = ir.scalar_tensor_inputs()
+    if not positions:
+        return inputs
+    dev = next((x.device for x in inputs if isinstance(x, torch.Tensor) and not x.is_cpu), None)
+    if dev is None:
+        return inputs
+    moved = list(inputs)
+    for pos in positions:
+        x = moved[pos] if pos < len(moved) else None
+        if isinstance(x, torch.Tensor) and x.is_cpu and x.dim() == 0:
+            moved[pos] = torch.full((), x.item(), dtype=x.dtype, device=dev)
+    return moved
+
+
 def bind(ir: FusionIR, inputs, device=None) -> Binding:
     if not isinstance(inputs, (list, tuple)):
         raise InputTypeError(f"execute: inputs must be a list, got {type(inputs).__name__}")
+    inputs = cpu_scalars_on_device(ir, inputs)
     if len(inputs) != len(ir.inputs):
         names = ", ".join(v.name for v in ir.inputs)
         raise InputError(f"execute: expected {len(ir.inputs)} inputs ({names}), got {len(inputs)}")

@@ -31,7 +31,7 @@ import time
 import torch
 
 from ..errors import CompileError, InputError
-from ..ir.concretize import Binding, bind
+from ..ir.concretize import Binding, bind, cpu_scalars_on_device
 from ..ir.values import ScalarVal
 from ..reference import run_expr, run_reference, write_aliases
 from ..schedulers.base import current_choices
@@ -105,25 +105,6 @@ def _lay_out(ir, outs):
     return outs
 
 
-def cpu_scalars_on_device(ir, inputs):
-    """nvFuser's CPU scalars: a 0-dim CPU tensor given for a 0-dim input beside tensors on
-    a GPU is a number of the fusion, not a tensor on another device.  Its value becomes a
-    0-dim tensor on that GPU, written by a fill kernel that takes it as an argument (no
-    copy from host memory).  CPU tensors of other ranks are left for ``bind`` to reject."""
-    positions = ir.scalar_tensor_inputs()
-    if not positions:
-        return inputs
-    dev = next((x.device for x in inputs if isinstance(x, torch.Tensor) and not x.is_cpu), None)
-    if dev is None:
-        return inputs
-    moved = list(inputs)
-    for pos in positions:
-        x = moved[pos] if pos < len(moved) else None
-        if isinstance(x, torch.Tensor) and x.is_cpu and x.dim() == 0:
-            moved[pos] = torch.full((), x.item(), dtype=x.dtype, device=dev)
-    return moved
-
-
 def _execute(fd, inputs, device, profile):
     ir = fd.ir
     if not ir.outputs:
@@ -172,8 +153,7 @@ def explain(fd, inputs, device=None) -> Explanation:
     scheduler took it and why the others declined."""
     rt = fd._runtime or _new_runtime(fd)
     with rt.lock:
-        b = bind(fd.ir, cpu_scalars_on_device(fd.ir, inputs) if isinstance(inputs, (list, tuple)) else inputs,
-                 device)
+        b = bind(fd.ir, inputs, device)
         b.input_pos = {v: i for i, v in enumerate(fd.ir.inputs)}
         sig = rt.signature(b, fd.ir.live_exprs())
         rt._current_sig = sig
