@@ -8,12 +8,13 @@ import torch
 from pyfuser import DataType, FusionDefinition
 from pyfuser.errors import InputError
 from pyfuser.ir.concretize import bind, cpu_scalars_on_device
+from pyfuser.ir.dtypes import from_torch
 
 
-def _scalar_plus_vector(scalar_shape=()):
+def _scalar_plus_vector(scalar_shape=(), dtype=torch.float32):
     with FusionDefinition() as fd:
         s = fd.define_tensor(shape=[-1] * len(scalar_shape), contiguity=[True] * len(scalar_shape),
-                             dtype=DataType.Float, is_cpu=not scalar_shape)
+                             dtype=from_torch(dtype), is_cpu=not scalar_shape)
         v = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
         fd.add_output(fd.ops.add(s, v))
     return fd
@@ -23,7 +24,7 @@ def _scalar_plus_vector(scalar_shape=()):
                                           (torch.bool, True)])
 def test_a_cpu_scalar_takes_the_device_of_the_other_tensors(dtype, value):
     # the meta device stands in for a GPU: the scalar moves, its value and dtype kept
-    fd = _scalar_plus_vector()
+    fd = _scalar_plus_vector(dtype=dtype)
     s, v = torch.tensor(value, dtype=dtype), torch.empty(3, device="meta")
     moved = cpu_scalars_on_device(fd.ir, [s, v])
     assert moved[1] is v and moved[0].device.type == "meta" and moved[0].dtype == dtype and moved[0].dim() == 0
