@@ -64,19 +64,18 @@ def _tensor_problem(v) -> Reason | None:
 _GRAPH_DEVICES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _computes_off_cpu(graph) -> bool:
-    """Whether any value of ``graph`` lives on a device other than the CPU (cached)."""
-    known = _GRAPH_DEVICES.get(graph)
-    if known is None:
-        known = False
+def _accelerator(graph) -> str | None:
+    """The first device other than the CPU that a value of ``graph`` lives on (cached)."""
+    if graph not in _GRAPH_DEVICES:
+        found = None
         for n in graph.nodes:
             v = meta(n)
-            if any(isinstance(x, torch.Tensor) and x.device.type != "cpu"
-                   for x in (v if isinstance(v, (tuple, list)) else (v,))):
-                known = True
+            found = next((str(x.device) for x in (v if isinstance(v, (tuple, list)) else (v,))
+                          if isinstance(x, torch.Tensor) and x.device.type != "cpu"), None)
+            if found:
                 break
-        _GRAPH_DEVICES[graph] = known
-    return known
+        _GRAPH_DEVICES[graph] = found
+    return _GRAPH_DEVICES[graph]
 
 
 def why_not(node) -> Reason | None:
@@ -104,11 +103,11 @@ def why_not(node) -> Reason | None:
         # A CPU scalar made for a GPU graph (a constant's tensor): ATen makes it, and
         # the region that consumes it moves it to the GPU.
         return Reason("cpu_scalar", "CPU scalar creation")
-    if isinstance(v, torch.Tensor) and v.device.type == "cpu" and _computes_off_cpu(node.graph):
+    if isinstance(v, torch.Tensor) and v.device.type == "cpu" and _accelerator(node.graph):
         # A region runs on one device: CPU work in a GPU graph (a constant lifted and
         # indexed on the host before its copy to the GPU) stays in ATen, and the
         # regions it feeds take its result as an input.
-        return Reason("cpu_in_device_graph", f"on cpu in a graph that computes on {_device_of(node.graph)}")
+        return Reason("cpu_in_device_graph", f"on cpu in a graph that computes on {_accelerator(node.graph)}")
     if r.check is not None:
         try:
             a = bind_args(node.target, node.args, node.kwargs)
@@ -117,14 +116,6 @@ def why_not(node) -> Reason | None:
         why = r.check(node, a)
         return Reason("unsupported_use", why) if why else None
     return None
-
-
-def _device_of(graph) -> str:
-    for n in graph.nodes:
-        v = meta(n)
-        if isinstance(v, torch.Tensor) and v.device.type != "cpu":
-            return str(v.device)
-    return "another device"
 
 
 def unsupported_reason(node) -> str | None:

@@ -26,6 +26,7 @@ _SAMPLE = {DataType.Bool: True, DataType.Int: 3, DataType.Int32: 3,
 
 # Scalar dtypes a shape argument takes: nvFuser casts an extent to its index type.
 _SHAPE_DTYPES = (DataType.Int, DataType.Int32, DataType.Double, DataType.Float)
+_INDEX_DTYPES = (DataType.Int, DataType.Int32)
 
 
 def is_number(x) -> bool:
@@ -106,32 +107,19 @@ class Builder:
         constant scalars become ints.  A floating scalar (``float_ok``) is taken as
         nvFuser takes it, cast to an index, provided its value is whole
         (``extents.resolve_shape``)."""
-        if isinstance(xs, VectorVal) and vector_ok:
-            if xs.fusion is not self.ir:
-                raise DefinitionError(f"{op}: {arg} {xs.name} belongs to another FusionDefinition")
+        xs = self._list_or_vector(op, arg, xs, vector_ok)
+        if isinstance(xs, VectorVal):
             return xs
-        if isinstance(xs, tuple):
-            xs = list(xs)
-        if not isinstance(xs, list):
-            also = ", or a Vector" if vector_ok else ""
-            raise DefinitionTypeError(f"{op}: {arg} must be a list of ints and Int scalars{also}, got {xs!r}")
         whole = " (or floating ones of whole value)" if float_ok else ""
         want = "ints >= 0" + (" or -1" if allow_neg1 else "") + ", or Int scalars" + whole
-        dtypes = _SHAPE_DTYPES if float_ok else (DataType.Int, DataType.Int32)
+        dtypes = _SHAPE_DTYPES if float_ok else _INDEX_DTYPES
         out = []
         for i, x in enumerate(xs):
             if isinstance(x, ScalarVal) and x.is_constant:
                 whole_float = float_ok and isinstance(x.value, float) and x.value.is_integer()
                 x = int(x.value) if whole_float else x.value
             if isinstance(x, Val):
-                if x.fusion is not self.ir:
-                    raise DefinitionError(f"{op}: {arg} entry {i} ({x.name}) belongs to another FusionDefinition")
-                if not isinstance(x, ScalarVal) or x.dtype not in dtypes:
-                    what = (f"scalar {x.name} of dtype {x.dtype}" if isinstance(x, ScalarVal) else
-                            f"{'tensor' if isinstance(x, TensorVal) else 'Vector'} {x.name}")
-                    raise DefinitionTypeError(f"{op}: {arg} entries must be {want}, got {what} at index {i} "
-                                              f"of {xs!r}")
-                out.append(x)
+                out.append(self._scalar_entry(op, arg, i, x, xs, dtypes, want))
                 continue
             out.append(int_entry(op, arg, x, xs, want, allow_neg1))
         return tuple(out)
@@ -141,32 +129,44 @@ class Builder:
         widths): a Vector of this fusion, or a tuple of ints and Int scalars (runtime
         inputs, sizes, arithmetic on them), which execute resolves; constant scalars
         become ints.  Any int is an index here: the op's shape rule checks ranges."""
+        xs = self._list_or_vector(op, arg, xs, vector_ok=True)
         if isinstance(xs, VectorVal):
+            return xs
+        want = "ints or Int scalars"
+        out = []
+        for i, x in enumerate(xs):
+            if isinstance(x, ScalarVal) and x.is_constant:
+                x = x.value
+            if isinstance(x, Val):
+                out.append(self._scalar_entry(op, arg, i, x, xs, _INDEX_DTYPES, want))
+                continue
+            if not isinstance(x, int) or isinstance(x, bool):
+                raise DefinitionTypeError(f"{op}: {arg} entries must be {want}, got {x!r} at index {i} of {xs!r}")
+            out.append(x)
+        return tuple(out)
+
+    def _list_or_vector(self, op: str, arg: str, xs, vector_ok: bool):
+        """``xs`` as a list, or the Vector of this fusion it is (``vector_ok``)."""
+        if isinstance(xs, VectorVal) and vector_ok:
             if xs.fusion is not self.ir:
                 raise DefinitionError(f"{op}: {arg} {xs.name} belongs to another FusionDefinition")
             return xs
         if isinstance(xs, tuple):
             xs = list(xs)
         if not isinstance(xs, list):
-            raise DefinitionTypeError(f"{op}: {arg} must be a list of ints and Int scalars, or a Vector, "
-                                      f"got {xs!r}")
-        out = []
-        for i, x in enumerate(xs):
-            if isinstance(x, ScalarVal) and x.is_constant:
-                x = x.value
-            if isinstance(x, Val):
-                if x.fusion is not self.ir:
-                    raise DefinitionError(f"{op}: {arg} entry {i} ({x.name}) belongs to another FusionDefinition")
-                if not isinstance(x, ScalarVal) or x.dtype not in (DataType.Int, DataType.Int32):
-                    what = (f"scalar {x.name} of dtype {x.dtype}" if isinstance(x, ScalarVal) else
-                            f"{'tensor' if isinstance(x, TensorVal) else 'Vector'} {x.name}")
-                    raise DefinitionTypeError(f"{op}: {arg} entries must be ints or Int scalars, got {what} "
-                                              f"at index {i} of {xs!r}")
-            elif not isinstance(x, int) or isinstance(x, bool):
-                raise DefinitionTypeError(f"{op}: {arg} entries must be ints or Int scalars, got {x!r} "
-                                          f"at index {i} of {xs!r}")
-            out.append(x)
-        return tuple(out)
+            also = ", or a Vector" if vector_ok else ""
+            raise DefinitionTypeError(f"{op}: {arg} must be a list of ints and Int scalars{also}, got {xs!r}")
+        return xs
+
+    def _scalar_entry(self, op: str, arg: str, i: int, x, xs, dtypes, want: str):
+        """Entry ``i`` of ``xs``, a value of the fusion: a scalar of one of ``dtypes``."""
+        if x.fusion is not self.ir:
+            raise DefinitionError(f"{op}: {arg} entry {i} ({x.name}) belongs to another FusionDefinition")
+        if not isinstance(x, ScalarVal) or x.dtype not in dtypes:
+            what = (f"scalar {x.name} of dtype {x.dtype}" if isinstance(x, ScalarVal) else
+                    f"{'tensor' if isinstance(x, TensorVal) else 'Vector'} {x.name}")
+            raise DefinitionTypeError(f"{op}: {arg} entries must be {want}, got {what} at index {i} of {xs!r}")
+        return x
 
     def fill_value(self, op: str, arg: str, v, like: DataType) -> ScalarVal:
         """A value written into a tensor of dtype ``like`` (pad's value), of ``like``'s kind

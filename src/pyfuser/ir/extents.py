@@ -209,17 +209,22 @@ def spec_length(spec) -> int:
     return spec.length if isinstance(spec, VectorVal) else len(spec)
 
 
+def _entries(spec, value_of) -> tuple[list, list]:
+    """A shape or index argument's values (None: not known yet) and the names to report
+    them by (None for a literal int)."""
+    if isinstance(spec, VectorVal):
+        vals = value_of(spec)
+        entries = list(vals) if vals is not None else [None] * spec.length
+        return entries, [f"{spec.name}[{i}]" for i in range(spec.length)]
+    return ([x if isinstance(x, int) else value_of(x) for x in spec],
+            [x.name if isinstance(x, Val) else None for x in spec])
+
+
 def resolve_shape(op: str, arg: str, spec, value_of=known, allow_neg1=False) -> tuple:
     """The extents a shape argument names: a VectorVal, or a tuple of ints and Int
     scalars.  ``value_of`` gives a scalar's or vector's value (``known`` at definition
     time, where None stands for an extent not known yet; the bound value at execute)."""
-    if isinstance(spec, VectorVal):
-        vals = value_of(spec)
-        entries = list(vals) if vals is not None else [None] * spec.length
-        names = [f"{spec.name}[{i}]" for i in range(spec.length)]
-    else:
-        entries = [x if isinstance(x, int) else value_of(x) for x in spec]
-        names = [x.name if isinstance(x, Val) else None for x in spec]
+    entries, names = _entries(spec, value_of)
     low = -1 if allow_neg1 else 0
     for i, (x, name) in enumerate(zip(entries, names)):
         if x is None:
@@ -238,13 +243,7 @@ def resolve_indices(op: str, arg: str, spec, value_of=known) -> tuple:
     """The ints an index argument names (slice's indices and strides, pad's widths):
     like ``resolve_shape``, but any int is an index (a negative one counts from the
     end, a negative width crops); None for one not known yet."""
-    if isinstance(spec, VectorVal):
-        vals = value_of(spec)
-        entries = list(vals) if vals is not None else [None] * spec.length
-        names = [f"{spec.name}[{i}]" for i in range(spec.length)]
-    else:
-        entries = [x if isinstance(x, int) else value_of(x) for x in spec]
-        names = [x.name if isinstance(x, Val) else None for x in spec]
+    entries, names = _entries(spec, value_of)
     for i, (x, name) in enumerate(zip(entries, names)):
         if x is not None and (not isinstance(x, int) or isinstance(x, bool)):
             what = f"entry {i} ({name})" if name else f"entry {i}"

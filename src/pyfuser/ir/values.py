@@ -247,7 +247,7 @@ class FusionIR:
 
     def scalar_tensor_inputs(self) -> tuple[int, ...]:
         """Positions (in ``inputs``) of the 0-dim tensor inputs, which may be given as
-        CPU tensors beside GPU tensors (``runtime.executor.cpu_scalars_on_device``)."""
+        CPU tensors beside GPU tensors (``concretize.cpu_scalars_on_device``)."""
         if self._scalar_tensors[0] != len(self.inputs):
             positions = tuple(i for i, v in enumerate(self.inputs) if isinstance(v, TensorVal) and not v.shape)
             self._scalar_tensors = (len(self.inputs), positions)

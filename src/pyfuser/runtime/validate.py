@@ -82,12 +82,12 @@ def validate(fd, inputs, device=None):
         refs = run_reference(fd.ir, ref_inputs, device=device, rng_state=rng_state)
     finally:
         _set_rng_state(dev, after)
-    names = [o.name for p, o in enumerate(fd.ir.outputs) if p not in fd.ir.output_aliases]
-    names += [f"{fd.ir.inputs[i].name} (written in place)" for i in aliased]
+    # the outputs returned, then the inputs written in place, with the output Val of each
+    outs_ir = [o for p, o in enumerate(fd.ir.outputs) if p not in fd.ir.output_aliases]
+    names = [o.name for o in outs_ir] + [f"{fd.ir.inputs[i].name} (written in place)" for i in aliased]
+    outs_ir += [fd.ir.outputs[p] for p in fd.ir.output_aliases]
     outs_seen, refs = list(outs) + [inputs[i] for i in aliased], list(refs) + [ref_inputs[i] for i in aliased]
     err = accumulation_error(fd.ir, binding.shapes)
-    outs_ir = [o for p, o in enumerate(fd.ir.outputs) if p not in fd.ir.output_aliases]
-    outs_ir += [fd.ir.outputs[p] for p in fd.ir.output_aliases]
     reports = [compare(o, r, err.get(v, 0.0)) for o, r, v in zip(outs_seen, refs, outs_ir)]
     bad = [i for i, (ok, _) in enumerate(reports) if not ok]
     if bad:
