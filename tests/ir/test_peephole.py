@@ -88,3 +88,48 @@ def test_other_draws_and_constants_are_left_to_the_float_comparison():
 
 def test_a_walk_without_outputs_rewrites_nothing():
     assert peephole.find(()) == peephole.Rewrites()
+
+
+def _softmax(fd, x, out_dtype):
+    t = fd.ops.cast(x, DataType.Float)
+    e = fd.ops.exp(t)
+    s = fd.ops.broadcast_in_dim(fd.ops.sum(e, [1]), output_shape=[4, 8], broadcast_dims=[0])
+    return fd.ops.cast(fd.ops.div(e, s), out_dtype)
+
+
+def _fast_ops(build):
+    return sorted(e.op for e in _sites(build, "fast_exp"))
+
+
+def test_fast_exp_where_every_path_reaches_a_16_bit_value():
+    def half_out(fd):  # exp -> sum -> div -> fp16 store
+        return [_softmax(fd, _x(fd, DataType.Half), DataType.Half)]
+
+    def half_then_fp32(fd):  # rounded to bf16 on the way to the fp32 store
+        return [fd.ops.cast(_softmax(fd, _x(fd, DataType.BFloat16), DataType.BFloat16), DataType.Float)]
+
+    def sigmoid_silu(fd):
+        x = _x(fd)
+        return [fd.ops.cast(fd.ops.sigmoid(x), DataType.Half), fd.ops.cast(fd.ops.silu(x), DataType.BFloat16)]
+
+    assert _fast_ops(half_out) == ["exp"]
+    assert _fast_ops(half_then_fp32) == ["exp"]
+    assert _fast_ops(sigmoid_silu) == ["sigmoid", "silu"]
+
+
+def test_expf_where_a_path_reaches_fp32_a_comparison_or_an_integer():
+    def fp32_out(fd):
+        return [_softmax(fd, _x(fd, DataType.Half), DataType.Float)]
+
+    def also_fp32(fd):  # one 16-bit store, one fp32 store of the same exp
+        e = fd.ops.exp(_x(fd))
+        return [fd.ops.cast(e, DataType.Half), e]
+
+    def compared(fd):
+        return [fd.ops.gt(fd.ops.exp(_x(fd)), 0.5)]
+
+    def to_int(fd):
+        return [fd.ops.cast(fd.ops.exp(_x(fd)), DataType.Int32)]
+
+    for build in (fp32_out, also_fp32, compared, to_int):
+        assert _fast_ops(build) == [], build.__name__

@@ -201,6 +201,7 @@ class Lowering(IndexMaps, Loads):
             else:
                 conv.append(f"({code}).to({TRITON_NAME[want]})")
         w.cdtype = TRITON_NAME[cdt]
+        w.fast_exp = e in self.rewrites.fast_exp
         try:
             if e.op == "clamp":
                 it = iter(conv[1:])

@@ -27,6 +27,7 @@ class KernelWriter:
     indent: int = 1
     _n: int = 0
     cdtype: str = "tl.float32"  # compute dtype of the op being emitted (read by op emitters)
+    fast_exp: bool = False  # the op being emitted may take the fast exp (ir.peephole.fast_exp)
     last: str = ""
     _cse: dict = field(default_factory=dict)
     helpers: dict = field(default_factory=dict)  # name -> source of a @triton.jit function the body calls

@@ -261,6 +261,22 @@ def libdevice(name):
     return lambda b, a: ld(b, name, a)
 
 
+def exact(name):
+    """exp, log, sin and friends on float32/float64 through libdevice (CUDA's expf, logf,
+    sinf: what torch's CUDA kernels and nvFuser's call, within an ulp or two).  Triton's
+    own builtins use the approximate instructions there: ``tl.exp(x)`` is ex2.approx of
+    x*log2(e), whose rounded product costs about |x| ulp (60 at x = 80); ``tl.log`` is
+    lg2.approx times ln 2, with an absolute error that is a large relative one near 1;
+    ``tl.sin`` is sin.approx, accurate only near 0.  Other dtypes keep the builtin, and
+    so does an exp whose value only 16-bit stores read (``b.fast_exp``, set from
+    ``ir.peephole.fast_exp``)."""
+    def emit(b, a):
+        if b.cdtype not in ("tl.float32", "tl.float64") or (name == "exp" and b.fast_exp):
+            return f"tl.{name}({a})"
+        return ld(b, name, a)
+    return emit
+
+
 def frac(b, a):
     t = b.tmp(a)
     return f"({t} - libdevice.trunc({t}))"  # frac(+-inf) is NaN, as torch's x - trunc(x)

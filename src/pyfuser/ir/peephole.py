@@ -45,6 +45,7 @@ class Rewrites:
     """The sites of one kernel: expr -> the rewrite that computes it."""
     shifted_tanh: dict = field(default_factory=dict)
     draw_comparisons: dict = field(default_factory=dict)
+    fast_exp: frozenset = frozenset()
 
 
 def find(outputs) -> Rewrites:
@@ -52,7 +53,8 @@ def find(outputs) -> Rewrites:
     if not outputs:
         return Rewrites()
     exprs = outputs[0].fusion.live_exprs(list(outputs))
-    return Rewrites(shifted_tanh(exprs, use_counts(exprs, outputs)), draw_comparisons(exprs))
+    return Rewrites(shifted_tanh(exprs, use_counts(exprs, outputs)), draw_comparisons(exprs),
+                    fast_exp(exprs, outputs))
 
 
 def use_counts(exprs, outputs) -> dict:
@@ -143,3 +145,41 @@ def draw_comparisons(exprs) -> dict:
                 break
     return sites
 
+
+
+_EXP_OPS = ("exp", "sigmoid", "silu")
+_HALF = (DataType.Half, DataType.BFloat16)
+
+
+def _low_precision(dt) -> bool:
+    return dt in _HALF or dt.is_fp8
+
+
+def fast_exp(exprs, outputs) -> frozenset:
+    """Rule: an fp32 ``exp`` (and the exp inside ``sigmoid`` and ``silu``) whose every
+    path to the kernel's stores keeps float values and reaches a 16-bit float (fp16,
+    bf16 or fp8) value is computed by the GPU's ex2.approx of ``x * log2(e)``
+    (``tl.exp``) instead of libdevice's expf.  Why: libdevice's range reduction costs
+    6-15% on 16-bit softmax kernels (docs/TUNING.md#fast-exp), and the fast form's
+    relative error, at most about (|x| + 4) * 2**-24 (5.5e-6 over expf's finite range),
+    is 44 times below half an fp16 ulp: once rounded to 16 bits, the value differs
+    from expf's at most by the rare rounding flip that any reordering of fp32 work
+    gives.  An exp with a path to an fp32 or fp64 store that passes no 16-bit value, or
+    to a comparison or an integer, keeps expf."""
+    consumers: dict = {}
+    for e in exprs:
+        for i in e.inputs:
+            if isinstance(i, TensorVal):
+                consumers.setdefault(i, []).append(e)
+    stored = set(outputs)
+    memo: dict = {}
+
+    def rounded(v) -> bool:  # every path from v to a store reaches a 16-bit float value
+        if v not in memo:
+            memo[v] = isinstance(v, TensorVal) and (_low_precision(v.dtype) or (
+                v.dtype.is_float and v not in stored
+                and all(rounded(o) for c in consumers.get(v, ()) for o in c.outputs)))
+        return memo[v]
+
+    return frozenset(e for e in exprs if e.op in _EXP_OPS and e.outputs[0].dtype in (DataType.Float, *_HALF)
+                     and rounded(e.outputs[0]))

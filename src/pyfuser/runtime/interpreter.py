@@ -122,6 +122,10 @@ class _Libdevice:
         self.__dict__.update(shims)
 
     def __getattr__(self, name):
+        if name in _TORCH_MATH:  # the builtin, which the interpreter computes with torch (10.)
+            import triton.language as tl
+
+            return getattr(tl, name)
         from triton.language.extra import libdevice
 
         return getattr(libdevice, name)
