@@ -133,3 +133,13 @@ def test_expf_where_a_path_reaches_fp32_a_comparison_or_an_integer():
 
     for build in (fp32_out, also_fp32, compared, to_int):
         assert _fast_ops(build) == [], build.__name__
+
+
+def test_fast_exp_walks_a_long_chain_without_recursion():
+    def chain(fd):
+        v = _x(fd)
+        for _ in range(3000):
+            v = fd.ops.exp(fd.ops.neg(v))
+        return [fd.ops.cast(v, DataType.Half)]
+
+    assert len(_sites(chain, "fast_exp")) == 3000

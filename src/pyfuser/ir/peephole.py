@@ -146,7 +146,6 @@ def draw_comparisons(exprs) -> dict:
     return sites
 
 
-
 _EXP_OPS = ("exp", "sigmoid", "silu")
 _HALF = (DataType.Half, DataType.BFloat16)
 
@@ -172,14 +171,11 @@ def fast_exp(exprs, outputs) -> frozenset:
             if isinstance(i, TensorVal):
                 consumers.setdefault(i, []).append(e)
     stored = set(outputs)
-    memo: dict = {}
-
-    def rounded(v) -> bool:  # every path from v to a store reaches a 16-bit float value
-        if v not in memo:
-            memo[v] = isinstance(v, TensorVal) and (_low_precision(v.dtype) or (
+    rounded: dict = {}  # value -> every path from it to a store reaches a 16-bit float value
+    for e in reversed(exprs):  # consumers first (program order), without recursion on long chains
+        for v in e.outputs:
+            rounded[v] = isinstance(v, TensorVal) and (_low_precision(v.dtype) or (
                 v.dtype.is_float and v not in stored
-                and all(rounded(o) for c in consumers.get(v, ()) for o in c.outputs)))
-        return memo[v]
-
+                and all(rounded.get(o, False) for c in consumers.get(v, ()) for o in c.outputs)))
     return frozenset(e for e in exprs if e.op in _EXP_OPS and e.outputs[0].dtype in (DataType.Float, *_HALF)
-                     and rounded(e.outputs[0]))
+                     and rounded[e.outputs[0]])
