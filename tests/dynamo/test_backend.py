@@ -542,6 +542,42 @@ def test_misaligned_matmuls_are_padded_and_match_eager(monkeypatch):
     assert slices and all(u.op == "call_module" or u.meta.get(ATEN_ONLY) for n in slices for u in n.users)
 
 
+def test_matmuls_with_a_symbolic_token_count_pad_their_static_dims(monkeypatch):
+    """The same layer compiled with dynamic shapes, at two token counts: the token
+    count (M) is symbolic, so only the static dims are padded (its alignment is not
+    known when the graph is compiled), and no rewrite falls back."""
+    import copy
+
+    from pyfuser.dynamo import pad_matmuls
+
+    monkeypatch.setattr(pad_matmuls, "ALWAYS", True)
+    graphs = graphs_partitioned(monkeypatch)
+    torch.manual_seed(4)
+    lin = torch.nn.Linear(64, 1001)
+    ref = copy.deepcopy(lin)
+
+    def fn(layer, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return layer(x).float().square().mean()
+
+    compiled = torch.compile(lambda x: fn(lin, x), backend="pyfuser", dynamic=True)
+    for tokens in (250, 123):
+        x = torch.randn(tokens, 64)
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.FallbackWarning)
+            loss = compiled(xa)
+            loss.backward()
+        want = fn(ref, xb)
+        want.backward()
+        torch.testing.assert_close(loss, want, rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(xa.grad, xb.grad, rtol=2e-2, atol=2e-3)
+    mms = [n for gm in graphs for n in gm.graph.nodes if n.op == "call_function"
+           and str(n.target) in ("aten.mm.default", "aten.addmm.default")]
+    static = [d for n in mms for x in n.args[-2:] for d in x.meta["val"].shape if isinstance(d, int)]
+    assert mms and 1001 not in static and all(d % 8 == 0 for d in static), static
+
+
 def test_views_between_regions_are_built_from_their_traced_strides():
     """``views.fast_views``: the views of a compiled graph (here a transpose, a view
     and an expand around a matmul, all left to ATen) become ``reinterpret`` nodes, the

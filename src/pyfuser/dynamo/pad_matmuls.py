@@ -24,6 +24,9 @@ nothing to the products.
   plus written, at 3 TB/s): break-even near 130 FLOPs per byte, so matmuls with at
   least ``MIN_FLOPS_PER_BYTE`` FLOPs per byte their pads move are rewritten.  A small
   weight next to a big activation costs little to pad.
+* A symbolic size (dynamic shapes: the token count) is not padded, its alignment
+  being unknown at compile time, and the cost rule is skipped where it has one (it
+  is a batch's token count, many rows): the static dims are padded.
 * CUDA only: on the CPU (and in the interpreter) alignment buys nothing.  ``ALWAYS``
   forces the rewrite anywhere (tests).
 
@@ -47,8 +50,10 @@ PAD_N = True  # pad the result's columns too (see the module docstring)
 _TRANSPOSES = (aten.t.default, aten.transpose.int, aten.permute.default)
 
 
-def _pad_amount(n: int) -> int:
-    return -n % ALIGN
+def _pad_amount(n) -> int:
+    """Zeros to add to a dim of size ``n``; none for a symbolic size, whose alignment
+    is not known when the graph is compiled."""
+    return -n % ALIGN if isinstance(n, int) else 0
 
 
 def pad_matmuls(gm: torch.fx.GraphModule) -> int:
@@ -88,8 +93,8 @@ def _rewrite(graph, node, cache) -> int:
         if out.device.type != "cuda":
             return 0
         copied = (va.numel() * 4 if pm or pk else 0) + (vb.numel() * 4 if pk or pn else 0)
-        if 2 * M * N * K < MIN_FLOPS_PER_BYTE * copied:
-            return 0
+        if all(isinstance(d, int) for d in (M, N, K)) and 2 * M * N * K < MIN_FLOPS_PER_BYTE * copied:
+            return 0  # (with a symbolic size the cost is not known: pad, as for the tokens of a batch)
     with graph.inserting_before(node):
         pa = _padded(graph, a, {0: pm, 1: pk}, cache)
         pb = _padded(graph, b, {0: pk, 1: pn}, cache)
