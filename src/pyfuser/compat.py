@@ -29,6 +29,9 @@ Accessor: the API behind it; its users; what runs where it is missing.
   ``register_artifact``, ``getArtifactLogger``, ``log_registry``); dynamo/logs.py; plain
   ``logging`` loggers (``TORCH_LOGS`` does not name pyfuser's; ``logging`` still does).
 - ``compile_id``: ``torch._guards.CompileContext.current_compile_id``; dynamo/logs.py; None.
+- ``aot_forward_metadata``: ``torch._guards.TracingContext.fw_metadata`` (AOTAutograd's
+  ``ViewAndMutationMeta``: ``num_forward``, ``tokens``); dynamo/backend.py; None (the
+  forward graph is not replayed as a CUDA graph).
 
 - ``load_handles``: ``CompiledKernel._init_handles``; runtime/spills.py, bench/kernel_stats.py;
   None (registers unknown until the first launch).
@@ -64,7 +67,7 @@ Accessor: the API behind it; its users; what runs where it is missing.
 - ``module_call_hooked``: ``nn.Module._forward_hooks`` and the other hook dicts,
   ``torch.nn.modules.module._global_*_hooks``, ``torch._C._get_tracing_state``;
   dynamo/region.py; none.
-- ``op_schema``: ``OpOverload._schema``; dynamo/accuracy.py; none (dynamo/rules.py still reads
+- ``op_schema``: ``OpOverload._schema``; dynamo/accuracy.py, dynamo/graphs.py; none (dynamo/rules.py still reads
   ``target._schema``: its module is at its line ceiling).
 - ``reinterpret_tensor``: ``torch._C._dynamo.guards._reinterpret_tensor``; dynamo/views.py,
   dynamo/graphs.py; ``Tensor.as_strided``.
@@ -158,6 +161,18 @@ def compile_id() -> str | None:
     except (ImportError, AttributeError, RuntimeError):
         return None
     return None if cid is None else str(cid)
+
+
+def aot_forward_metadata():
+    """AOTAutograd's metadata of the forward graph being compiled (which of its outputs
+    are the caller's, ``num_forward``), or None outside such a compile."""
+    try:
+        from torch._guards import TracingContext
+
+        ctx = TracingContext.try_get()
+    except (ImportError, AttributeError):
+        return None
+    return getattr(ctx, "fw_metadata", None)
 
 
 # -- Triton ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""When a backward graph may be replayed as a CUDA graph (``dynamo/graphs.py``).
+"""When a forward or backward graph may be replayed as a CUDA graph (``dynamo/graphs.py``).
 
 CUDA graphs need a GPU (``test_gpu.py`` runs the real thing); here a stand-in
 capture plays the graph's part on CPU tensors with a CUDA graph's memory semantics:
@@ -8,6 +8,7 @@ tensors come back at the same addresses) and writes the results into the recorde
 outputs' memory.  So every check the wrapper makes before a replay is exercised:
 inputs in place, outputs no longer held, outputs that are inputs, small inputs
 copied, capture again after address misses."""
+import copy
 import gc
 import warnings
 
@@ -31,6 +32,17 @@ class FakeGraph:
 def fake_capture(fn, args):
     outs = fn(*args)
     return FakeGraph(fn, list(args), outs), outs
+
+
+def effect_free_capture(fn, args):
+    """``fake_capture`` for a function that writes its inputs: a real capture runs
+    nothing, so the inputs are put back as they were."""
+    before = [a.clone() for a in args]
+    graph, outs = fake_capture(fn, args)
+    with torch.no_grad():
+        for a, b in zip(args, before):
+            a.copy_(b)
+    return graph, outs
 
 
 def failing_capture(fn, args):
@@ -82,7 +94,7 @@ SETTLED = graphs.WARMUP_CALLS + 1
 def test_replays_after_warmup_and_matches_the_function():
     pd.reset()
     w, saved, _ = fresh()
-    wrapped = graphs.GraphedBackward(backward_like, capture=fake_capture)
+    wrapped = graphs.GraphedCall(backward_like, capture=fake_capture)
     run_steps(wrapped, w, saved, steps=8)
     s = pd.stats()
     assert s["graph_captures"] == 1 and s.get("graph_misses", 0) == 0
@@ -92,7 +104,7 @@ def test_replays_after_warmup_and_matches_the_function():
 def test_a_held_output_is_never_overwritten():
     pd.reset()
     w, saved, _ = fresh()
-    wrapped = graphs.GraphedBackward(backward_like, capture=fake_capture)
+    wrapped = graphs.GraphedCall(backward_like, capture=fake_capture)
     kept = run_steps(wrapped, w, saved, steps=8, keep=True)
     for got, want in kept:  # each result kept its own values
         torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
@@ -103,7 +115,7 @@ def test_a_held_output_is_never_overwritten():
 def test_a_kept_view_of_a_gradient_blocks_the_replay():
     pd.reset()
     w, saved, _ = fresh()
-    wrapped = graphs.GraphedBackward(backward_like, capture=fake_capture)
+    wrapped = graphs.GraphedCall(backward_like, capture=fake_capture)
     run_steps(wrapped, w, saved, steps=SETTLED)
     tangent = torch.ones(4)
     got = wrapped([w, saved, tangent])
@@ -121,7 +133,7 @@ def test_a_kept_view_of_a_gradient_blocks_the_replay():
 def test_inputs_elsewhere_run_as_usual_then_capture_again():
     pd.reset()
     w, saved, _ = fresh()
-    wrapped = graphs.GraphedBackward(backward_like, capture=fake_capture)
+    wrapped = graphs.GraphedCall(backward_like, capture=fake_capture)
     run_steps(wrapped, w, saved, steps=SETTLED)
     moved = saved.clone()  # the large saved tensor at another address from now on
     run_steps(wrapped, w, moved, steps=5)
@@ -135,7 +147,7 @@ def test_an_output_that_is_an_input_is_the_call_s_own():
         return [x[1:], y * 2]
 
     pd.reset()
-    wrapped = graphs.GraphedBackward(passthrough, capture=fake_capture)
+    wrapped = graphs.GraphedCall(passthrough, capture=fake_capture)
     x, y, _ = fresh()
     for k in range(5):
         x.add_(1)
@@ -154,7 +166,7 @@ def test_an_output_viewing_an_input_at_an_offset_is_the_call_s_own():
         return [x[1:], y * 2]
 
     pd.reset()
-    wrapped = graphs.GraphedBackward(passthrough, capture=fake_capture)
+    wrapped = graphs.GraphedCall(passthrough, capture=fake_capture)
     base, y, _ = fresh()
     x = base[3:]
     for k in range(5):
@@ -169,7 +181,7 @@ def test_an_output_viewing_an_input_at_an_offset_is_the_call_s_own():
 def test_dumps_and_profiles_see_every_call(monkeypatch):
     pd.reset()
     w, saved, _ = fresh()
-    wrapped = graphs.GraphedBackward(backward_like, capture=fake_capture)
+    wrapped = graphs.GraphedCall(backward_like, capture=fake_capture)
     run_steps(wrapped, w, saved, steps=SETTLED + 1)
     replays = pd.stats()["graph_replays"]
     monkeypatch.setenv("PYFUSER_DUMP", "segmented_fusion")
@@ -183,7 +195,7 @@ def test_dumps_and_profiles_see_every_call(monkeypatch):
 def test_a_failed_capture_warns_once_and_runs_as_usual():
     pd.reset()
     w, saved, _ = fresh()
-    wrapped = graphs.GraphedBackward(backward_like, capture=failing_capture)
+    wrapped = graphs.GraphedCall(backward_like, capture=failing_capture)
     with pytest.warns(pd.FallbackWarning, match="capturing a backward graph failed"):
         run_steps(wrapped, w, saved, steps=3)
     with warnings.catch_warnings():
@@ -205,3 +217,165 @@ def test_which_graphs_may_be_captured():
         xc = x.cuda()
         assert graphs.not_graphable(traced(lambda a: a * 2, xc)) is None
         assert "random" in graphs.not_graphable(traced(lambda a: torch.rand_like(a) * a, xc))
+
+
+# -- forward graphs ---------------------------------------------------------------------
+def forward_like(w, batch):
+    """A training forward's outputs: the caller's (a loss and logits), then a saved tensor."""
+    logits = batch @ w
+    return [logits.square().mean(), logits, torch.tanh(logits)]
+
+
+def _all_equal(got, want):  # (a function: a loop variable would hold a buffer into the next call)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+
+
+def forward_steps(wrapped, w, steps=6, hold_saved=False):
+    """A training loop: a new batch at a new address each step; the previous step's
+    outputs are still held when the next forward runs (``out = model(x)`` is assigned
+    after the call), the saved tensor is dropped by its 'backward' unless
+    ``hold_saved``."""
+    previous, held = None, []
+    for k in range(steps):
+        batch = torch.randn(16, 8, generator=torch.Generator().manual_seed(300 + k))
+        with torch.no_grad():
+            want = forward_like(w, batch)
+            got = wrapped([w, batch])
+        _all_equal(got, want)
+        if previous is not None:  # the last step's caller outputs kept their values
+            _all_equal(*previous)
+        if hold_saved:
+            held.append(got[2])
+        previous = (got[:2], want[:2])
+        del got
+    return held
+
+
+def test_a_forward_replays_with_the_caller_holding_its_last_outputs():
+    pd.reset()
+    w = torch.nn.Parameter(torch.randn(8, 8))
+    wrapped = graphs.GraphedCall(forward_like, capture=fake_capture, role="forward", visible=2)
+    forward_steps(wrapped, w, steps=8)
+    s = pd.stats()
+    # the first replay hands out the logits' buffer; the next call finds it held, runs
+    # as usual, and the logits are copied out from then on (the loss from the start)
+    assert s["graph_captures_forward"] == 1 and s["graph_misses_forward"] == 1
+    assert s["graph_replays_forward"] == 8 - SETTLED
+    assert wrapped.cap.copied == (1,)  # the batch is copied in, the parameter pinned
+    assert wrapped.copy_out == {0, 1}
+
+
+def test_a_forward_whose_caller_drops_its_outputs_hands_out_the_buffers():
+    pd.reset()
+    w = torch.nn.Parameter(torch.randn(8, 8))
+    wrapped = graphs.GraphedCall(forward_like, capture=fake_capture, role="forward", visible=2)
+    ptrs = set()
+    for k in range(7):
+        batch = torch.randn(16, 8, generator=torch.Generator().manual_seed(400 + k))
+        with torch.no_grad():
+            want = forward_like(w, batch)
+            got = wrapped([w, batch])
+        _all_equal(got, want)
+        if k >= SETTLED - 1:
+            ptrs.add(got[1].data_ptr())
+        del got
+    assert len(ptrs) == 1 and wrapped.copy_out == {0}  # the logits are the buffer; only the loss is copied
+    assert pd.stats().get("graph_misses", 0) == 0
+
+
+def test_a_forward_without_visible_outputs_never_overwrites_what_the_caller_holds():
+    """The same loop with no output counted as the caller's: the logits the caller
+    still holds block every other replay (those calls run as usual, and the held
+    values stay), which is what ``visible`` is for."""
+    pd.reset()
+    w = torch.nn.Parameter(torch.randn(8, 8))
+    wrapped = graphs.GraphedCall(forward_like, capture=fake_capture, role="forward", visible=0)
+    forward_steps(wrapped, w, steps=8)
+    s = pd.stats()
+    assert s["graph_misses_forward"] == 3 and s["graph_replays_forward"] == 3  # calls 4, 6, 8 miss
+
+
+def test_a_held_saved_tensor_blocks_the_forward_replay():
+    pd.reset()
+    w = torch.nn.Parameter(torch.randn(8, 8))
+    wrapped = graphs.GraphedCall(forward_like, capture=fake_capture, role="forward", visible=2)
+    held = forward_steps(wrapped, w, steps=7, hold_saved=True)
+    assert pd.stats()["graph_misses_forward"] == 7 - SETTLED
+    for k, t in enumerate(held):  # each kept its own values
+        batch = torch.randn(16, 8, generator=torch.Generator().manual_seed(300 + k))
+        torch.testing.assert_close(t, torch.tanh(batch @ w.detach()), rtol=0, atol=0)
+
+
+def test_an_input_the_graph_writes_is_pinned_and_written():
+    """A graph that updates a (small, non-parameter) input in place: the replay must
+    write the caller's tensor, not a copy of it."""
+    def counting(w, count):
+        count.add_(1)
+        return [w * count]
+
+    pd.reset()
+    w, count = torch.nn.Parameter(torch.randn(4)), torch.zeros(4)
+    wrapped = graphs.GraphedCall(counting, capture=effect_free_capture, role="forward", visible=1, mutated={1})
+    for k in range(6):
+        with torch.no_grad():
+            got = wrapped([w, count])
+        torch.testing.assert_close(count, torch.full((4,), k + 1.0), rtol=0, atol=0)
+        torch.testing.assert_close(got[0], w.detach() * (k + 1), rtol=0, atol=0)
+    assert pd.stats()["graph_replays_forward"] == 6 - graphs.WARMUP_CALLS
+
+
+def _fx(fn, *args):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn)(*args)
+
+
+def test_mutated_inputs_follow_views_and_submodules():
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    assert graphs.mutated_inputs(_fx(lambda a, b: a + b, x, y)) == frozenset()
+    assert graphs.mutated_inputs(_fx(lambda a, b: a.add_(b), x.clone(), y)) == {0}
+    assert graphs.mutated_inputs(_fx(lambda a, b: b[1].mul_(2), x, y.clone())) == {1}
+    inner = _fx(lambda a, b: b.t().copy_(a), x, y.clone())
+    outer = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    outer.add_submodule("region", inner)
+    g = outer.graph
+    p, q = g.placeholder("p"), g.placeholder("q")
+    g.output(g.call_module("region", (q, p)))
+    outer.recompile()
+    assert graphs.mutated_inputs(outer) == {0}  # the region writes its second input, the outer first
+
+
+def test_the_backend_replays_a_training_loop_s_forward_and_backward(monkeypatch):
+    """The backend end to end with the stand-in capture (CPU tensors pass for CUDA
+    ones here): the forward knows its caller's outputs from AOTAutograd (the loop
+    holds the last output while the next forward runs), the backward's inputs are the
+    forward replay's buffers; losses and gradients are eager's at every step."""
+    monkeypatch.setattr(graphs, "enabled", lambda: True)
+    monkeypatch.setattr(graphs, "not_graphable", lambda gm: None)
+    monkeypatch.setattr(graphs, "_cuda_capture", fake_capture)
+    monkeypatch.setattr(graphs, "SMALL_INPUT_BYTES", 1 << 20)
+    monkeypatch.setenv("PYFUSER_CHECK", "0")
+    torch._dynamo.reset()
+    pd.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(16), torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 4))
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="pyfuser")
+    out = None
+    for k in range(7):
+        g = torch.Generator().manual_seed(k)
+        x, y = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+        out = compiled(x)  # the last step's out is alive during this call
+        loss = torch.nn.functional.cross_entropy(out, y)
+        loss.backward()
+        want = reference(x)
+        torch.nn.functional.cross_entropy(want, y).backward()
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+            p.grad = q.grad = None
+    s = pd.stats()
+    assert s["graph_replays_forward"] == 7 - graphs.WARMUP_CALLS and s.get("graph_misses", 0) == 0
+    assert s["graph_replays_backward"] == 7 - graphs.WARMUP_CALLS

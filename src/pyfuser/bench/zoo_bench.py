@@ -66,7 +66,9 @@ def _counters() -> dict:
     s = pd.stats()
     return {"graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"],
             "fusions": s.get("fusions_created", 0), "regions": s.get("regions", 0),
-            "fallbacks": s.get("fallbacks", 0), "kernels_compiled": pyfuser.cache_info()["kernels_compiled"]}
+            "fallbacks": s.get("fallbacks", 0), "kernels_compiled": pyfuser.cache_info()["kernels_compiled"],
+            **{f"{k}_{role}": s.get(f"{k}_{role}", 0) for k in ("graph_replays", "graph_misses")
+               for role in ("forward", "backward")}}
 
 
 def _delta(after: dict, before: dict) -> dict:
@@ -207,6 +209,12 @@ def run_model(name, *, steps=10, warmup=3, device="cuda", tiny=False, implementa
     state = copy.deepcopy(built.model.state_dict())
     batches = _batches(built, spec["batch"], warmup + steps, seed + 1, lengths)
     torch._dynamo.reset()
+    # Every implementation compiles the same model code (transformers' decorated
+    # forwards share one code object), each backend's entries fail the others' match,
+    # and a variable-length run adds a dynamic entry per backend: past Dynamo's limit
+    # of 8 entries per code object the rest of the run would silently run eagerly.
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 64))
     import pyfuser.dynamo.region as region
 
     region.forget_translations()

@@ -16,7 +16,8 @@ and ``REWRITES`` give the partitioner fewer, larger regions (one-hot sums per ro
 reshapes moved below pointwise ops, sums through views); after it, the views left between regions are built from their traced strides
 (``views.py``) instead of going through ATen's dispatcher.  A backward graph that
 draws no random numbers and computes on the GPU alone is replayed as one CUDA graph
-(``graphs.py``), which checks on every call that a replay is safe.
+(``graphs.py``), which checks on every call that a replay is safe; so is a training
+forward graph.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from collections import Counter
 
 import torch
 
-from ..compat import (aot_autograd, functorch_config, fx_graph_cse, min_cut_partition, share_codegen,
+from ..compat import (aot_autograd, aot_forward_metadata, functorch_config, fx_graph_cse, min_cut_partition, share_codegen,
                       unset_fake_temporarily)
 from . import accuracy, graphs, logs
 from .decompositions import decomposition_table
@@ -95,7 +96,7 @@ def _rewritten(gm):
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, check=None, kind=None):
-    """AOTAutograd's forward / backward / inference compiler; a ``backward`` graph that
+    """AOTAutograd's forward / backward / inference compiler; a training graph that
     can be replayed as a CUDA graph is (``graphs.py``).  ``check``: the accuracy mode
     (``accuracy.py``; None: as it is now).  ``kind`` names the graph in the logs
     (``logs.py``; default "backward" or "forward")."""
@@ -127,12 +128,25 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, chec
     forward = gm.forward
     if logs.log.isEnabledFor(logging.INFO):  # the first run's kernels and segments, logged
         forward = logs.first_run_logged(forward, gm, name)
-    if backward and graphs.enabled():
-        why_not = graphs.not_graphable(gm)
+    if kind in ("forward", "backward") and graphs.enabled():
+        visible, why_not = (0, None) if backward else _visible_outputs()
+        why_not = why_not or graphs.not_graphable(gm)
         if why_not is None:
-            return graphs.GraphedBackward(forward)
-        _log.debug("backward graph not captured: %s", why_not)
+            return graphs.GraphedCall(forward, role=kind, visible=visible, mutated=graphs.mutated_inputs(gm))
+        _log.debug("%s graph not captured: %s", kind, why_not)
     return make_boxed_func(forward)
+
+
+def _visible_outputs():
+    """``(n, None)``: a training forward graph's first ``n`` outputs are what its
+    caller gets (AOTAutograd's mutated inputs, user outputs and their bases; the rest
+    are saved for the backward), or ``(0, why)`` when AOTAutograd does not say."""
+    meta = aot_forward_metadata()
+    if meta is None or not hasattr(meta, "num_forward"):
+        return 0, "AOTAutograd's output metadata is not available"
+    if getattr(meta, "tokens", None):
+        return 0, "the graph threads effect tokens"
+    return meta.num_forward, None
 
 
 def _checked(traced, gm, kind):

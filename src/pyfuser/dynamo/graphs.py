@@ -1,48 +1,57 @@
-"""A compiled backward graph replayed as one CUDA graph, when that is safe.
+"""A compiled forward or backward graph replayed as one CUDA graph, when that is safe.
 
-Why: a BERT-base training step is host-bound: the forward and backward launch
-about half as much kernel time as they take host time (docs/TUNING.md#host-time), and
-the backward is the larger half: some 90 fused-region calls, 200 matmuls and their
-views, each a few microseconds of Python and a CUDA launch.  Replayed as a CUDA
-graph, the whole backward is one launch; the GPU then runs it while the host goes
-on to the optimizer and the next forward.
+Why: a transformer's training step is host-bound: the forward and backward launch
+less kernel time than they take host time (docs/TUNING.md#host-time; GPT-2 small's
+forward took 15 ms of host time for 77 region calls and about 180 launches), each
+region call, matmul and view a few microseconds of Python and a CUDA launch.
+Replayed as a CUDA graph, a whole graph is one launch; the GPU then runs it while
+the host goes on to the next graph, the optimizer and the next step.
 
-Only backward graphs (AOTAutograd's ``bw_compiler``) are graphed, and only those
+Only AOTAutograd's training graphs (forward and backward) are graphed, and only those
 that draw no random numbers (pyfuser draws dropout's seeds on the host, so a replay
-would repeat one mask; the backward reads the forward's saved mask instead) and
-whose every input and value is a CUDA tensor (a CPU computation would not be
-replayed).  The forward runs as before.
+would repeat one mask) and whose every input and value is a CUDA tensor (a CPU
+computation would not be replayed).  Inference graphs run as usual.
 
 A replay computes into the addresses the capture used, so three things are checked
-on every call, and any that fails runs the graph as usual (``misses``), never a
-stale or overwritten result:
+or done on every call, and a check that fails runs the graph as usual (``misses``),
+never a stale or overwritten result:
 
-* **inputs**: every input must be at the address and strides it had at capture.
-  The forward runs eagerly, and PyTorch's caching allocator hands a repeated
-  sequence of requests the same blocks, so a training loop's saved tensors land
-  where the captured step's did (two models of one architecture, trained in turns,
-  even share one graph: their activations take the same blocks).  Inputs of at most
-  ``SMALL_INPUT_BYTES`` are not checked but copied into buffers of the graph, in one
-  ``_foreach_copy_`` per replay: small blocks move between steps as soon as the loop
-  keeps something small (its losses), and letting each small input move once before
-  copying it used up the captures on BERT (0.15 replays per step instead of 0.95).
-  After ``MISSES_BEFORE_RECAPTURE`` calls in a row with a large input elsewhere the
-  graph is captured again; at most ``MAX_CAPTURES`` captures, then it runs as usual.
-* **outputs**: the graph's outputs (the parameters' gradients) are handed out as
-  fresh views of its buffers, which autograd may keep as ``.grad``.  The next replay
-  overwrites those buffers, so it waits until nothing but the graph holds them: the
-  buffers' storage use counts must be back to what they were right after capture
-  (``zero_grad(set_to_none=True)``, PyTorch's default, releases them; gradient
-  accumulation, or a kept view of a gradient, makes the step run as usual).
-* an output that is an input (or a view of one) is rebuilt from this call's input.
+* **inputs**: an input is either *pinned* (it must be at the address and strides it
+  had at capture) or *copied* into a buffer of the graph, all copies in one
+  ``_foreach_copy_`` per replay.  Pinned: an input the graph writes (``mutated_inputs``,
+  its write must reach the caller's tensor), one that is not dense (a copy into it
+  would overlap), and by role: in a backward every input above ``SMALL_INPUT_BYTES``
+  (the saved activations: PyTorch's caching allocator hands a repeated sequence of
+  requests the same blocks, and a forward replay hands out the same buffers, so they
+  come back where the captured step's were; small blocks move as soon as the loop
+  keeps something small, its losses, and pinning them used up the captures on BERT),
+  in a forward every parameter (a leaf that requires grad); the batch, new every
+  step, is copied.  After ``MISSES_BEFORE_RECAPTURE`` calls in a row with a pinned
+  input elsewhere the graph is captured again; at most ``MAX_CAPTURES`` captures,
+  then it runs as usual.
+* **outputs**: the next replay overwrites the graph's output buffers, so it waits
+  until nothing but the graph holds them: their storage use counts must be back to
+  what they were right after capture.  The backward's outputs (the gradients) are
+  handed out as views of the buffers; ``zero_grad(set_to_none=True)``, PyTorch's
+  default, releases them (gradient accumulation, or a kept view of a gradient, makes
+  the step run as usual).  The forward's outputs saved for the backward are views of
+  the buffers too (the backward frees them).  Its first ``visible`` outputs, the ones
+  the caller gets (AOTAutograd's user outputs, mutated inputs and their bases), are
+  handed out as views of the buffers as long as the caller lets them go before the
+  next call; one the caller still holds then (``out = model(x)`` in a loop is
+  assigned after the next forward returns) makes that call run as usual and is
+  copied out of the buffers at every replay from then on (``copy_out``), and so is
+  every small one from the start (the loss, which loops keep).
+* an output that is a pinned input (or a view of one) is rebuilt from this call's input.
 
 The first ``WARMUP_CALLS`` calls run as usual (kernels compile, launchers settle);
 the next is captured on a side stream and replayed.  While ``PYFUSER_DUMP`` or
 ``PYFUSER_PROF`` is set, or a scheduler override is on, calls run as usual, so the
 dumps and profiles see every region.  Under distributed training (a process group
 of more than one rank, or a graph holding a collective) nothing is captured: see
-``collectives.py``.  ``PYFUSER_CUDA_GRAPHS=0`` turns graphing
-off, and so does the accuracy mode (``accuracy.py``).  ``stats()`` counts ``graph_captures``, ``graph_replays`` and ``graph_misses``.
+``collectives.py``.  ``PYFUSER_CUDA_GRAPHS=0`` turns graphing off, and so does the
+accuracy mode (``accuracy.py``).  ``stats()`` counts ``graph_captures``,
+``graph_replays`` and ``graph_misses``, and each per role (``graph_replays_forward``...).
 """
 from __future__ import annotations
 
@@ -50,7 +59,8 @@ import os
 
 import torch
 
-from ..compat import foreach_copy_, mark_boxed, reinterpret_tensor as _reinterpret, storage_id, storage_use_count
+from ..compat import (foreach_copy_, mark_boxed, op_schema, reinterpret_tensor as _reinterpret, storage_id,
+                      storage_use_count)
 from ..runtime.executor import fast_path_allowed
 from .collectives import distributed_world, first_communication
 from .region import STATS, capturing, warn_once
@@ -109,13 +119,61 @@ def not_graphable(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
+def _written_args(node) -> list:
+    """The arguments ``node``'s op writes (its schema's mutable arguments)."""
+    schema = op_schema(node.target)
+    if schema is None:
+        return []
+    out = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            v = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            out.extend(v if isinstance(v, (list, tuple)) else [v])
+    return [v for v in out if isinstance(v, torch.fx.Node)]
+
+
+def _view_base(node):
+    """The node ``node`` is a view of, through ATen's view ops (their first argument
+    aliases the result without being written), or ``node`` itself."""
+    while node.op == "call_function":
+        schema = op_schema(node.target)
+        if schema is None or not schema.arguments or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            break
+        info = schema.arguments[0].alias_info
+        if info is None or info.is_write:
+            break
+        node = node.args[0]
+    return node
+
+
+def mutated_inputs(gm: torch.fx.GraphModule) -> frozenset:
+    """The positions of ``gm``'s inputs that one of its ops writes, directly or
+    through a view, here or inside a submodule it calls (a fused region's graph)."""
+    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    out = set()
+    for n in gm.graph.nodes:
+        written = []
+        if n.op == "call_function":
+            written = _written_args(n)
+        elif n.op == "call_module":
+            sub = gm.get_submodule(n.target)
+            if isinstance(getattr(sub, "graph", None), torch.fx.Graph):
+                written = [n.args[i] for i in mutated_inputs(sub)
+                           if i < len(n.args) and isinstance(n.args[i], torch.fx.Node)]
+        for w in written:
+            base = _view_base(w)
+            if base in placeholders:
+                out.add(placeholders[base])
+    return frozenset(out)
+
+
 def _storage_key(t: torch.Tensor) -> int:
     return storage_id(t)
 
 
 class _Capture:
     """One captured graph and what a replay needs: the inputs that must be in place,
-    the buffers small inputs are copied into, how to build each output."""
+    the buffers the others are copied into, how to build each output."""
 
     def __init__(self, graph, fixed, buffers, copied, outputs, storages):
         self.graph = graph
@@ -124,6 +182,7 @@ class _Capture:
         self.copied = copied
         self.outputs = outputs  # ("graph", tensor) | ("input", position, size, stride, offset delta) | ("value", v)
         self.storages = storages  # (storage handle, use count right after capture)
+        self.visible = {}  # storage handle -> positions of the caller's outputs in it
 
 
 _SIDE_STREAMS: dict = {}  # device index -> the stream captures record on
@@ -151,16 +210,46 @@ def _cuda_capture(fn, args):
     return graph, outs
 
 
-class GraphedBackward:
-    """A boxed callable (AOTAutograd's convention: one list of arguments) running
-    ``fn`` (a compiled backward graph's ``forward``) through a CUDA graph when the
-    module docstring's checks pass, else as usual.  ``capture(fn, args)`` makes the
-    graph (tests pass their own)."""
+def _dense(x: torch.Tensor) -> bool:
+    """Whether ``x``'s elements fill its memory once each (some order of its dims is
+    row-major), so a copy into a tensor of its strides writes each element once."""
+    if x.numel() == 0:
+        return True
+    expected = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(x.shape, x.stride()) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
-    def __init__(self, fn, capture=_cuda_capture):
+
+def _pinned_backward(x: torch.Tensor) -> bool:
+    return x.numel() * x.element_size() > SMALL_INPUT_BYTES
+
+
+def _pinned_forward(x: torch.Tensor) -> bool:
+    return isinstance(x, torch.nn.Parameter) or (x.requires_grad and x.is_leaf)
+
+
+class GraphedCall:
+    """A boxed callable (AOTAutograd's convention: one list of arguments) running
+    ``fn`` (a compiled graph's ``forward``) through a CUDA graph when the module
+    docstring's checks pass, else as usual.  ``role``: "backward" or "forward" (which
+    inputs are pinned); ``visible``: the number of leading outputs that are the
+    caller's (copied out of the graph's buffers once the caller is seen to keep
+    one); ``mutated``: the positions of the inputs ``fn`` writes (``mutated_inputs``).
+    ``capture(fn, args)`` makes the graph (default ``_cuda_capture``, read when the
+    wrapper is made; tests pass their own)."""
+
+    def __init__(self, fn, capture=None, *, role="backward", visible=0, mutated=frozenset()):
         mark_boxed(self)  # an instance attribute: Dynamo's wrappers copy __dict__
         self.fn = fn
-        self._capture_fn = capture
+        self._capture_fn = capture or _cuda_capture
+        self.role = role
+        self.visible = visible
+        self.copy_out: set = set()  # output positions copied out of the buffers at each replay
+        self.mutated = frozenset(mutated)
+        self._pinned = _pinned_forward if role == "forward" else _pinned_backward
         self.calls = 0
         self.captures = 0
         self.misses_in_row = 0
@@ -181,9 +270,16 @@ class GraphedBackward:
         except (AttributeError, TypeError):  # an argument that is not a tensor (not_graphable saw tensors)
             outs = None
         if outs is None:
-            STATS["graph_misses"] += 1
+            self._count("graph_misses")
             return self.fn(*args)
         return outs
+
+    def _count(self, key):
+        STATS[key] += 1
+        STATS[f"{key}_{self.role}"] += 1
+
+    def _pins(self, i, x) -> bool:
+        return i in self.mutated or not _dense(x) or self._pinned(x)
 
     # -- capture ---------------------------------------------------------------------
     def _capture(self, args):
@@ -193,11 +289,11 @@ class GraphedBackward:
             return self.fn(*args)
         copied, fixed, static = [], [], list(args)
         for i, x in enumerate(args):
-            if x.numel() * x.element_size() <= SMALL_INPUT_BYTES:
+            if self._pins(i, x):
+                fixed.append((i, x.data_ptr(), tuple(x.stride())))
+            else:
                 static[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device).copy_(x)
                 copied.append(i)
-            else:
-                fixed.append((i, x.data_ptr(), tuple(x.stride())))
         self.captures += 1
         try:
             with capturing():
@@ -205,7 +301,7 @@ class GraphedBackward:
         except Exception as err:  # an optimization: the graph runs as usual from now on
             self.off = True
             msg = str(err).splitlines()[0] if str(err) else ""
-            warn_once(f"cuda graph: {type(err).__name__}", f"capturing a backward graph failed "
+            warn_once(f"cuda graph: {type(err).__name__}", f"capturing a {self.role} graph failed "
                                                            f"({type(err).__name__}: {msg[:160]}); it runs uncaptured")
             return self.fn(*args)
         by_storage = {}
@@ -218,7 +314,7 @@ class GraphedBackward:
                 continue
             inputs = by_storage.get(_storage_key(o), [])
             pos = next((p for p in inputs if p not in copied), None)
-            if pos is not None:  # a (view of a) fixed input: rebuilt from the call's own
+            if pos is not None:  # a (view of a) pinned input: rebuilt from the call's own
                 x = static[pos]
                 outputs.append(("input", pos, tuple(o.size()), tuple(o.stride()),
                                 o.storage_offset() - x.storage_offset()))
@@ -229,8 +325,13 @@ class GraphedBackward:
         storages = dict.fromkeys(_storage_key(out[1]) for out in outputs if out[0] == "graph")
         storages = tuple((k, _use_count(k)) for k in storages)
         self.cap = _Capture(graph, tuple(fixed), buffers, tuple(copied), tuple(outputs), storages)
+        for k, out in enumerate(outputs[:self.visible]):
+            if out[0] == "graph":
+                self.cap.visible.setdefault(_storage_key(out[1]), []).append(k)
+                if out[1].numel() * out[1].element_size() <= SMALL_INPUT_BYTES:
+                    self.copy_out.add(k)
         self.misses_in_row = 0
-        STATS["graph_captures"] += 1
+        self._count("graph_captures")
         outs = self._replay(args)
         if outs is None:  # cannot happen: inputs were just recorded in place
             self.cap, self.off = None, True
@@ -249,16 +350,22 @@ class GraphedBackward:
                 return None
         for key, count in cap.storages:
             if _use_count(key) != count:  # a previous output is still held
+                self.copy_out.update(cap.visible.get(key, ()))  # the caller keeps those: copy them out
                 return None
         self.misses_in_row = 0
         if cap.copied:
             foreach_copy_(cap.buffers, [args[i] for i in cap.copied])
         cap.graph.replay()
-        STATS["graph_replays"] += 1
-        outs = []
-        for out in cap.outputs:
+        self._count("graph_replays")
+        outs, fresh, kept = [], [], []
+        for k, out in enumerate(cap.outputs):
             kind = out[0]
-            if kind == "graph":
+            if kind == "graph" and k in self.copy_out:
+                o = torch.empty_like(out[1])
+                fresh.append(o)
+                kept.append(out[1])
+                outs.append(o)
+            elif kind == "graph":
                 outs.append(out[1].detach())
             elif kind == "input":
                 _, pos, size, stride, delta = out
@@ -266,4 +373,6 @@ class GraphedBackward:
                 outs.append(_reinterpret(x, size, stride, delta))
             else:
                 outs.append(out[1])
+        if fresh:
+            foreach_copy_(fresh, kept)
         return outs
