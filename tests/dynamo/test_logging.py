@@ -173,3 +173,16 @@ def test_nothing_is_reported_without_logging(records):
     with torch.no_grad():
         torch.compile(mixed, backend="pyfuser")(*_inputs())
     assert not records.records
+
+
+def test_info_says_whether_each_training_graph_is_replayed_as_a_cuda_graph(records, monkeypatch):
+    from pyfuser.dynamo import graphs
+
+    monkeypatch.setattr(graphs, "enabled", lambda: True)  # on the CPU the check itself says why not
+    torch._logging.set_logs(modules={"pyfuser": logging.INFO})
+    x = torch.randn(3, 4, requires_grad=True)
+    torch.compile(lambda a: (a * 2).exp().sum(), backend="pyfuser")(x).backward()
+    lines = [r.getMessage() for r in records.records if "CUDA graph" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("forward ") and lines[1].startswith("backward ")
+    assert all("not replayed as a CUDA graph: input" in s and "is not a CUDA tensor" in s for s in lines)

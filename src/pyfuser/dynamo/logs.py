@@ -1,6 +1,7 @@
 """The backend's logs, registered with ``torch._logging``: what was fused and why not.
 
     TORCH_LOGS="pyfuser" python train.py      # INFO: per graph its regions, the ops left outside and why,
+                                              # whether it is replayed as a CUDA graph and if not why,
                                               # progress of long compiles, kernels built at the first run
     TORCH_LOGS="+pyfuser" python train.py     # DEBUG: also each region's FusionDefinition and kernels
     torch._logging.set_logs(modules={"pyfuser": logging.INFO})        # the same, in the process
