@@ -357,8 +357,8 @@ def gcd(b, x, y):
 def nextafter(b, x, y):
     """The float after ``x`` toward ``y``, on the bits: one unit up or down in the last
     place, the smallest subnormal (with ``y``'s sign) from zero, ``y`` when the two are
-    equal, NaN from NaN.  libdevice's nextafterf flushes subnormals (in Triton's build)
-    and returns the smallest normal from zero."""
+    equal, NaN from NaN.  On the bits, so that it holds in any libdevice build: the
+    flush-to-zero one Triton links by default returns the smallest normal from zero."""
     tx, ty = b.tmp(tensor_arg(b, x)), b.tmp(tensor_arg(b, y))
     n = 64 if b.cdtype == "tl.float64" else 32
     bits = f"{tx}.to(tl.int{n}, bitcast=True)"

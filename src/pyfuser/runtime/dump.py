@@ -197,7 +197,7 @@ def launch_params(number: int, name: str, scheduler: str, grid, kw: dict, device
     parts = [f"grid = {g}"]
     if device_type == "cuda":
         parts += [f"num_warps = {kw.get('num_warps', 4)}", f"num_stages = {kw.get('num_stages', 3)}"]
-    parts += [f"{k} = {v}" for k, v in kw.items() if k not in ("num_warps", "num_stages")]
+    parts += [f"{k} = {v}" for k, v in kw.items() if k not in ("num_warps", "num_stages", "enable_reflect_ftz")]
     line = f"Launch Parameters: kernel{number} ({name}, {scheduler}): {', '.join(parts)}"
     if device_type != "cuda":
         line += " (CPU: Triton interpreter, one program at a time; num_warps/num_stages do not apply)"
