@@ -1,9 +1,9 @@
 """A compiled forward or backward graph replayed as one CUDA graph, when that is safe.
 
 Why: a transformer's training step is host-bound: the forward and backward launch
-less kernel time than they take host time (docs/TUNING.md#host-time; GPT-2 small's
-forward took 15 ms of host time for 77 region calls and about 180 launches), each
-region call, matmul and view a few microseconds of Python and a CUDA launch.
+less kernel time than they take host time (docs/TUNING.md#host-time and
+#cuda-graph-backward), each region call, matmul and view a few microseconds of
+Python and a CUDA launch.
 Replayed as a CUDA graph, a whole graph is one launch; the GPU then runs it while
 the host goes on to the next graph, the optimizer and the next step.
 
