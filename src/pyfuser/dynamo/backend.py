@@ -14,10 +14,10 @@ pyfuser, everything else stays an ATen call.  Before that, matmuls with sizes th
 are not multiples of 8 are padded (``pad_matmuls.py``: BERT's vocabulary of 30522),
 and ``REWRITES`` give the partitioner fewer, larger regions (one-hot sums per row,
 reshapes moved below pointwise ops, sums through views); after it, the views left between regions are built from their traced strides
-(``views.py``) instead of going through ATen's dispatcher.  A backward graph that
-draws no random numbers and computes on the GPU alone is replayed as one CUDA graph
-(``graphs.py``), which checks on every call that a replay is safe; so is a training
-forward graph.
+(``views.py``) instead of going through ATen's dispatcher.  A training graph
+(forward or backward) that draws no random numbers and computes on the GPU alone is
+replayed as one CUDA graph (``graphs.py``), which checks on every call that a replay
+is safe.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from collections import Counter
 
 import torch
 
-from ..compat import (aot_autograd, aot_forward_metadata, functorch_config, fx_graph_cse, min_cut_partition, share_codegen,
-                      unset_fake_temporarily)
+from ..compat import (aot_autograd, aot_forward_metadata, functorch_config, fx_graph_cse, min_cut_partition,
+                      share_codegen, unset_fake_temporarily)
 from . import accuracy, graphs, logs
 from .decompositions import decomposition_table
 from .in_place import index_add_in_place
