@@ -3,7 +3,7 @@
 Triton links libdevice's flush-to-zero variants by default (``enable_reflect_ftz``):
 ``expf(-100)`` is then 0 instead of 3.7e-44, and ``powf`` rounds some normal results
 differently from torch's (nvFuser's op sweep saw 2.4e-7 relative).  Every CUDA launch
-and ahead-of-time compile takes ``runtime.args.cuda_options``, which turns that off.
+and ahead-of-time compile takes ``runtime.args.launch_kw``, which turns that off.
 On the CPU machine the PTX of a libdevice kernel compiled offline with those options
 is checked (no flushing arithmetic left, only the hardware's approximate ``ex2`` and
 ``rcp``, which libdevice applies to scaled arguments); on the GPU the results are
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from pyfuser import DataType, FusionDefinition
-from pyfuser.runtime.args import cuda_options
+from pyfuser.runtime.args import launch_kw
 
 from .common import need_ptxas
 
@@ -44,7 +44,7 @@ def test_cuda_launch_options_compile_libdevice_without_flush_to_zero():
 
     need_ptxas()
     x = torch.empty(256, dtype=torch.float32, device="meta")
-    kw = dict(cuda_options(SimpleNamespace(num_warps=4)), BLOCK=256)  # any params with warps
+    kw = launch_kw(SimpleNamespace(constexprs={"BLOCK": 256}), SimpleNamespace(num_warps=4), cuda=True)
     ours = set(_FTZ.findall(compile_offline(_pow_kernel(), (x, x, x, 256), kw, 90).asm["ptx"]))
     default = set(_FTZ.findall(compile_offline(_pow_kernel(), (x, x, x, 256), {"BLOCK": 256, "num_warps": 4},
                                                90).asm["ptx"]))

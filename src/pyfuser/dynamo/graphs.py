@@ -212,7 +212,8 @@ def _cuda_capture(fn, args):
 
 def _dense(x: torch.Tensor) -> bool:
     """Whether ``x``'s elements fill its memory once each (some order of its dims is
-    row-major), so a copy into a tensor of its strides writes each element once."""
+    row-major), so a copy into a tensor of its strides writes each element once.
+    Exact, where ``compat.has_internal_overlap`` may answer "too hard" (read as no)."""
     if x.numel() == 0:
         return True
     expected = 1
@@ -223,8 +224,12 @@ def _dense(x: torch.Tensor) -> bool:
     return True
 
 
+def _small(x: torch.Tensor) -> bool:
+    return x.numel() * x.element_size() <= SMALL_INPUT_BYTES
+
+
 def _pinned_backward(x: torch.Tensor) -> bool:
-    return x.numel() * x.element_size() > SMALL_INPUT_BYTES
+    return not _small(x)
 
 
 def _pinned_forward(x: torch.Tensor) -> bool:
@@ -328,7 +333,7 @@ class GraphedCall:
         for k, out in enumerate(outputs[:self.visible]):
             if out[0] == "graph":
                 self.cap.visible.setdefault(_storage_key(out[1]), []).append(k)
-                if out[1].numel() * out[1].element_size() <= SMALL_INPUT_BYTES:
+                if _small(out[1]):
                     self.copy_out.add(k)
         self.misses_in_row = 0
         self._count("graph_captures")

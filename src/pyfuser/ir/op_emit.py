@@ -277,6 +277,9 @@ def exact(name):
     return emit
 
 
+exp = exact("exp")  # also the exp inside sigmoid and silu
+
+
 def frac(b, a):
     t = b.tmp(a)
     return f"({t} - libdevice.trunc({t}))"  # frac(+-inf) is NaN, as torch's x - trunc(x)

@@ -70,13 +70,17 @@ def rng_words(seed, offset) -> tuple:
     return tuple(h for w in words for h in ((w >> 16) & 0xFFFF, w & 0xFFFF))
 
 
-def cuda_options(params) -> dict:
-    """Triton's compile options of a CUDA launch: the params' warps, and libdevice
-    built without flush-to-zero.  Triton's default links libdevice's flush-to-zero
-    variants (``enable_reflect_ftz``), which return 0 for a subnormal result
-    (``expf(-100)``) and round some results differently (``powf``) from torch's
-    CUDA kernels, built without it, as nvFuser's are."""
-    return {"num_warps": params.num_warps, "enable_reflect_ftz": False}
+def launch_kw(src, params, cuda: bool) -> dict:
+    """The keyword arguments of a launch of ``src``: its constexprs and, on CUDA,
+    Triton's compile options (``dump.COMPILE_OPTIONS``): the params' warps, and
+    libdevice built without flush-to-zero.  Triton's default links libdevice's
+    flush-to-zero variants (``enable_reflect_ftz``), which return 0 for a subnormal
+    result (``expf(-100)``) and round some results differently (``powf``) from
+    torch's CUDA kernels, built without it, as nvFuser's are."""
+    kw = dict(src.constexprs)
+    if cuda:
+        kw.update(num_warps=params.num_warps, enable_reflect_ftz=False)
+    return kw
 
 
 def warmup_args(src, params, sched, seg, b):
@@ -84,5 +88,4 @@ def warmup_args(src, params, sched, seg, b):
     outputs, zero random state (only types and alignment matter to the compiler)."""
     outs = scratch_outputs(src, b)
     args = [arg_value(a, b, b.values, outs, {id(a.source[1]): (0, 0)} if a.kind == "rng" else {}) for a in src.args]
-    kw = dict(src.constexprs, **cuda_options(params))
-    return args, sched.grid(seg, params), kw
+    return args, sched.grid(seg, params), launch_kw(src, params, cuda=True)

@@ -192,12 +192,16 @@ def scheduler_params(fusion_id: int, explanation) -> str:
 
 # -- launch_params, kernel_time, ptx -----------------------------------------------------
 
+# A launch's keywords that are Triton compile options, not the kernel's constexprs.
+COMPILE_OPTIONS = ("num_warps", "num_stages", "enable_reflect_ftz")
+
+
 def launch_params(number: int, name: str, scheduler: str, grid, kw: dict, device_type: str) -> str:
     g = tuple(grid) + (1,) * (3 - len(grid))
     parts = [f"grid = {g}"]
     if device_type == "cuda":
         parts += [f"num_warps = {kw.get('num_warps', 4)}", f"num_stages = {kw.get('num_stages', 3)}"]
-    parts += [f"{k} = {v}" for k, v in kw.items() if k not in ("num_warps", "num_stages", "enable_reflect_ftz")]
+    parts += [f"{k} = {v}" for k, v in kw.items() if k not in COMPILE_OPTIONS]
     line = f"Launch Parameters: kernel{number} ({name}, {scheduler}): {', '.join(parts)}"
     if device_type != "cuda":
         line += " (CPU: Triton interpreter, one program at a time; num_warps/num_stages do not apply)"

@@ -40,7 +40,7 @@ from ..segment.subfusion import bind_sub, needed_exprs
 from . import dump, profiler
 from .cache import count
 from .plan import ExecutorCache, Explanation, explain_plan
-from .args import arg_value, cuda_options, random_exprs
+from .args import arg_value, launch_kw, random_exprs
 from .launch import launch_error, poison_tensor
 from .prepared import Prepared, expand_output, view_of_input
 from .probe import LaunchMeta, Probe, input_positions
@@ -354,9 +354,7 @@ def launch(src, fn, sched, seg, params, b: Binding, env, rng_table, probe=None, 
         out_tensors[o] = t
     args = [arg_value(a, b, env, out_tensors, rng_table) for a in src.args]
     grid = sched.grid(seg, params)
-    kw = dict(src.constexprs)
-    if b.device.type == "cuda":
-        kw.update(cuda_options(params))
+    kw = launch_kw(src, params, b.device.type == "cuda")
     try:
         if probe is None:
             fn[grid](*args, **kw)

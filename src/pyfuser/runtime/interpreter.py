@@ -121,14 +121,14 @@ class _Libdevice:
     def __init__(self, shims):
         self.__dict__.update(shims)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # once per name: the value is kept as an attribute
         if name in _TORCH_MATH:  # the builtin, which the interpreter computes with torch (10.)
-            import triton.language as tl
-
-            return getattr(tl, name)
-        from triton.language.extra import libdevice
-
-        return getattr(libdevice, name)
+            import triton.language as source
+        else:
+            from triton.language.extra import libdevice as source
+        value = getattr(source, name)
+        setattr(self, name, value)
+        return value
 
 
 def _interpreted_function_type():

@@ -120,7 +120,7 @@ class Probe:
                 info.name, info.number, info.scheduler, info.params, ms, nin, nout, tuple(grid),
                 kw.get("num_warps") if self.cuda else None,
                 getattr(meta_ck, "num_stages", None) if meta_ck is not None else None,
-                {k: v for k, v in kw.items() if k not in ("num_warps", "num_stages", "enable_reflect_ftz")},
+                {k: v for k, v in kw.items() if k not in dump.COMPILE_OPTIONS},
                 regs, spills, info.build_ms + info.jit_ms, self.copy_gbps))
 
     def _dump_ptx(self, info: KernelInfo, ck):

@@ -12,7 +12,7 @@ from ..ir.shapes import contiguous_strides
 from ..ir.values import ScalarVal, TensorVal
 from ..segment.aliases import broadcast_chain
 from ..segment.subfusion import bind_sub
-from .args import arg_value, cuda_options, random_exprs, warmup_args
+from .args import arg_value, launch_kw, random_exprs, warmup_args
 from .prepared import HostRun, Launch, Prepared
 from .probe import LaunchMeta
 from .spills import choose_params
@@ -127,9 +127,7 @@ class _Builder:
                 refs.append(self.const(arg_value(a, sb, sb.values, {}, {})))
         for o in src.outputs:
             self.append(orig(o))
-        kw = dict(src.constexprs)
-        if b.device.type == "cuda":
-            kw.update(cuda_options(params))
+        kw = launch_kw(src, params, b.device.type == "cuda")
         alloc = tuple((sb.shapes[o], contiguous_strides(sb.shapes[o]), o.dtype.torch) for o in src.outputs)
         self.kernels.append((src, fn, sched.grid(seg, params), kw, alloc, refs, params))
         self.program.append(len(self.kernels) - 1)
