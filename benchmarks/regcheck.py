@@ -34,6 +34,7 @@ from torch.overrides import TorchFunctionMode
 from pyfuser.bench.cases import select
 from pyfuser.ir.concretize import bind
 from pyfuser.ir.values import ScalarVal, TensorVal
+from pyfuser.runtime.args import launch_kw
 from pyfuser.runtime.executor import arg_value
 from pyfuser.runtime.plan import ExecutorCache
 from pyfuser.runtime.spills import H200, candidates, first_fit, offline_usage, rejection
@@ -71,11 +72,12 @@ class _Env(dict):
 
 
 def offline_args(src, sched, seg, params, b, env):
-    """What ``args.warmup_args`` builds, from meta tensors: args, kw for ``offline_usage``."""
+    """What ``args.warmup_args`` builds, from meta tensors: args, and a CUDA launch's
+    keywords (``args.launch_kw``) for ``offline_usage``."""
     outs = {o: torch.empty(b.shapes[o], dtype=o.dtype.torch, device="meta") for o in src.outputs}
     rng = {id(a.source[1]): (0, 0) for a in src.args if a.kind == "rng"}
     args = [_meta_scratch(a, b) if a.source[0] == "scratch" else arg_value(a, b, env, outs, rng) for a in src.args]
-    return args, dict(src.constexprs, num_warps=params.num_warps)
+    return args, launch_kw(src, params, cuda=True)
 
 
 def _meta_scratch(a, b):

@@ -23,7 +23,7 @@ import contextlib
 from ..errors import Unsupported
 from ..ir import peephole
 from ..ir.dtypes import TRITON_NAME, DataType
-from ..ir.op_emit import is_number
+from ..ir.op_emit import ex2_approx, is_number
 from ..ir.ops import OPS
 from ..ir.values import ScalarVal, TensorVal
 from .dtype_policy import bf16_constant, compute_dtype, constant_of, convert, literal, promote, scalar_cast, via_16_bit
@@ -235,7 +235,7 @@ class Lowering(IndexMaps, Loads):
         # 1 + tanh(u) = 2 / (1 + e^(-2u)); 1 - tanh(u) = 2 / (1 + e^(2u)); 2 log2(e) = 2.885...
         factor = "-2.8853900817779268" if site.sign > 0 else "2.8853900817779268"
         self.expr_axes[e] = self.expr_axes.get(e, frozenset()) | axes
-        return self.w.tmp(f"2.0 / (1.0 + tl.exp2({code} * {factor}))"), axes
+        return self.w.tmp(f"2.0 / (1.0 + {ex2_approx(self.w, f'{code} * {factor}')})"), axes
 
     def draw_comparison(self, e, conv):
         """A comparison of a uniform draw with a constant (``peephole.draw_comparisons``) as

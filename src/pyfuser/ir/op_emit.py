@@ -41,8 +41,8 @@ _POW_BY_MUL = {2.0: "{x} * {x}", 3.0: "{x} * {x} * {x}", 1.0: "{x}"}
 
 def pow_(b, x, y):
     """Constant exponents 1, 2, 3 as products and 0.5 as sqrt (what eager computes); others
-    through libdevice.pow, which follows C's pow like torch.  Integer tensors take only
-    small constant exponents (unrolled products)."""
+    through libdevice.pow, which follows C's pow like torch (fp32 in double).
+    Integer tensors take only small constant exponents (unrolled products)."""
     try:
         const = float(y)
     except ValueError:
@@ -61,6 +61,13 @@ def pow_(b, x, y):
         return "(" + _POW_BY_MUL[const].format(x=tx) + ")"
     if const == 0.5:  # eager takes sqrt for a scalar exponent of 0.5 (so pow(-inf, 0.5) is nan)
         return sqrt(b, x)
+    if b.cdtype == "tl.float32":
+        # In double, rounded once to fp32 (a constant exponent rounded to fp32 first, as
+        # torch's scalar is): correctly rounded but for the double rounding, and much
+        # nearer torch's CUDA powf than libdevice's powf, which is not the same
+        # implementation (docs/SEMANTICS.md).
+        wide = (f"({tensor_arg(b, a)}).to(tl.float64)" for a in (x, y))
+        return f"libdevice.pow({', '.join(wide)}).to(tl.float32)"
     return ld(b, "pow", x, y)
 
 
@@ -197,8 +204,9 @@ def div(b, x, y):
 # squares, iterated toward equal ripple; 1.25 ulp at most in fp32 with fused
 # multiply-adds, and -0 stays -0); above, 1 - 2 / (e^2|x| + 1) with x's sign (on x
 # itself the subtraction cancelled for x < 0: 3 ulp), whose ex2 and division are the
-# approximate instructions libdevice uses there.  On the GPU against float64
-# (``benchmarks/tanh_probe.py``): 1.81 ulp at most, as libdevice's.
+# approximate instructions libdevice uses there (flushing subnormals: EX2_APPROX).  On
+# the GPU against float64 (``benchmarks/tanh_probe.py``): 1.81 ulp at most, as
+# libdevice's.
 TANH_FP32 = """@triton.jit
 def _pyfuser_tanh(x):
     x2 = x * x
@@ -208,15 +216,39 @@ def _pyfuser_tanh(x):
     p = p * x2 - 0.33333301544189453
     small = x * (x2 * p + 1.0)
     a = tl.abs(x)
-    big = 1.0 - libdevice.fast_dividef(2.0, tl.exp2(a * 2.8853900817779268) + 1.0)
+    big = 1.0 - _pyfuser_fdiv_approx(2.0, _pyfuser_ex2_approx(a * 2.8853900817779268) + 1.0)
     sign = x.to(tl.uint32, bitcast=True) & 0x80000000
     big = (big.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
     return tl.where(a < 0.6, small, big)"""
 
 
+# The hardware's approximate fp32 2^x and division, flushing subnormals, as PTX.
+# Triton emits these (for tl.exp2 and libdevice's fast_dividef) only when libdevice's
+# flush-to-zero build is on, which pyfuser's launches turn off (runtime.args.launch_kw);
+# the non-flushing forms take more instructions (docs/TUNING.md#branchless-tanh).  The
+# tanh forms call them only where flushing cannot change the result: 2^x feeds 1 + 2^x,
+# and the divisor is at least 1.  Triton's interpreter cannot run PTX: the CPU copy of
+# a kernel calls torch's function instead (runtime.interpreter).
+EX2_APPROX = """@triton.jit
+def _pyfuser_ex2_approx(x):
+    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                     pack=1)"""
+FDIV_APPROX = """@triton.jit
+def _pyfuser_fdiv_approx(x, y):
+    return tl.inline_asm_elementwise("div.approx.ftz.f32 $0, $1, $2;", "=f,f,f", [x, y], dtype=tl.float32,
+                                     is_pure=True, pack=1)"""
+
+
+def ex2_approx(b, x):
+    """2^x of an fp32 ``x`` whose result is only ever added to 1 (see EX2_APPROX)."""
+    return f"{b.helper('_pyfuser_ex2_approx', EX2_APPROX)}({x})"
+
+
 def tanh(b, a):
     if b.cdtype != "tl.float32":
         return f"libdevice.tanh({a})"  # fp64: libdevice's double tanh
+    b.helper("_pyfuser_ex2_approx", EX2_APPROX)
+    b.helper("_pyfuser_fdiv_approx", FDIV_APPROX)
     return f"{b.helper('_pyfuser_tanh', TANH_FP32)}({a})"
 
 

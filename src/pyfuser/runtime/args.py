@@ -75,8 +75,10 @@ def launch_kw(src, params, cuda: bool) -> dict:
     Triton's compile options (``dump.COMPILE_OPTIONS``): the params' warps, and
     libdevice built without flush-to-zero.  Triton's default links libdevice's
     flush-to-zero variants (``enable_reflect_ftz``), which return 0 for a subnormal
-    result (``expf(-100)``) and round some results differently (``powf``) from
-    torch's CUDA kernels, built without it, as nvFuser's are."""
+    result (``expf(-100)`` is 3.7e-44 in torch's CUDA kernels, built without it, as
+    nvFuser's are).  The option also turns Triton's own approximate 2^x non-flushing;
+    the tanh forms that gain nothing from that call the flushing instructions
+    themselves (``op_emit.EX2_APPROX``)."""
     kw = dict(src.constexprs)
     if cuda:
         kw.update(num_warps=params.num_warps, enable_reflect_ftz=False)

@@ -10,7 +10,9 @@
    so a compiled launch, in any thread, sees the originals.
 2. Helper functions: a kernel may call ``@triton.jit`` functions defined next to it
    (``_pyfuser_tanh``).  The interpreter runs only a call to its own function type,
-   so the CPU copy binds each helper to an interpreted copy of itself.
+   so the CPU copy binds each helper to an interpreted copy of itself.  A helper
+   that is inline PTX (``_pyfuser_ex2_approx``), which the interpreter cannot run,
+   is bound to torch's equivalent, as libdevice's functions are.
 3. Reductions: fast paths for pyfuser's combine functions (below).
 4. Float arguments: see ``_float_argument``.
 5. fp32 -> bf16 (and -> fp8) rounds to nearest even, as the GPU does; the interpreter truncated,
@@ -95,13 +97,18 @@ def _libdevice_shims():
     return {"tanh": _torch_fn(torch.tanh), "expm1": _torch_fn(torch.expm1), "log1p": _torch_fn(torch.log1p),
             "erfc": _torch_fn(torch.erfc), "atan2": _torch_fn(torch.atan2), "pow": _torch_fn(torch.pow),
             "tan": _torch_fn(torch.tan), "rint": _torch_fn(torch.round), "trunc": _torch_fn(torch.trunc),
-            "fast_dividef": _torch_fn(torch.div),
             **{name: _torch_fn(getattr(torch, name)) for name in (
                 "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "lgamma", "erfinv", "log10")},
             "erfcinv": _torch_fn(erfcinv),  # torch has none: the op table's reference
             # C's fmod, exact as libdevice's: torch's CPU fmod is a - trunc(a / b) * b in its
             # vectorized loop, NaN once a / b overflows
             "fmod": _torch_fn(np.fmod, numpy=True)}
+
+
+def _asm_helpers():
+    import torch
+
+    return {"_pyfuser_ex2_approx": _torch_fn(torch.exp2), "_pyfuser_fdiv_approx": _torch_fn(torch.div)}
 
 
 def _float_argument(arg):
@@ -145,7 +152,7 @@ def _interpreted_function_type():
     return _INTERPRETED
 
 
-_SHIMS = None
+_SHIMS = _ASM = None
 _INTERPRETED = None
 
 
@@ -155,17 +162,19 @@ def interpreted_module(mod):
     interpreted copy, rewritten now while the source is at hand."""
     from triton.runtime.jit import JITFunction
 
-    global _SHIMS
+    global _SHIMS, _ASM
     with INTERPRETER_LOCK:
         install_fast_paths()
         if _SHIMS is None:
-            _SHIMS = _Libdevice(_libdevice_shims())
+            _SHIMS, _ASM = _Libdevice(_libdevice_shims()), _asm_helpers()
         interpreted = _interpreted_function_type()
         g = mod.__dict__
         g["libdevice"] = _SHIMS
         g["range"] = _tensor_range
         for name, f in list(g.items()):
-            if isinstance(f, JITFunction):
+            if name in _ASM:
+                g[name] = _ASM[name]
+            elif isinstance(f, JITFunction):
                 g[name] = interpreted(f.fn)
                 g[name].rewrite()
 
