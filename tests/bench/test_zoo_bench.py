@@ -6,9 +6,13 @@ from pyfuser.bench import zoo_bench
 pytest.importorskip("transformers")
 
 
-def test_run_model_counts_and_losses_on_cpu():
+def test_run_model_counts_and_losses_on_cpu(monkeypatch, capsys):
+    monkeypatch.setattr(zoo_bench, "SLOW_STEP_S", 0.0)  # every step reports itself
     res = zoo_bench.run_model("gpt2", steps=2, warmup=1, device="cpu", tiny=True,
                               implementations=("eager", "pyfuser"))
+    out = capsys.readouterr().out
+    assert "[zoo] gpt2 pyfuser, warmup step 1:" in out and "[zoo] gpt2 eager, timed step 3:" in out
+    assert "pyfuser kernel(s) compiled" in out
     eager, fused = res["eager"], res["pyfuser"]
     assert len(eager["losses"]) == len(fused["losses"]) == 2
     assert fused["counts"]["warmup_fusions"] > 0 and fused["counts"]["warmup_graphs"] > 0

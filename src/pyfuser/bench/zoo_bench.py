@@ -59,6 +59,9 @@ MODELS = tuple(FULL)
 VARLEN_LENGTHS = 20
 
 
+SLOW_STEP_S = 5.0  # a step longer than this compiled something; the bench prints a line for it
+
+
 def _counters() -> dict:
     import pyfuser
     import pyfuser.dynamo as pd
@@ -90,7 +93,7 @@ class _Run:
     random state; steps are run and timed one at a time so that implementations can
     take turns."""
 
-    def __init__(self, impl, built: zoo.ZooModel, state, device, amp, dynamic, lr=1e-4, seed=0):
+    def __init__(self, impl, built: zoo.ZooModel, state, device, amp, dynamic, lr=1e-4, seed=0, label=""):
         model = copy.deepcopy(built.model)
         model.load_state_dict(state)
         model.to(device).train()
@@ -104,7 +107,7 @@ class _Run:
         self.rng = gen.get_rng_state()
         gen.set_rng_state(saved)
         self.times, self.losses, self.counts = [], [], {}
-        self.first_step_s = None
+        self.first_step_s, self.label, self.steps = None, label, 0
 
     def _on_device(self, batch):
         return {k: v.to(self.device) for k, v in batch.items()}
@@ -146,8 +149,15 @@ class _Run:
         finally:
             self.rng = gen.get_rng_state()
             gen.set_rng_state(saved)
-        for k, v in _delta(_counters(), before).items():
+        delta = _delta(_counters(), before)
+        for k, v in delta.items():
             self.counts[f"{phase}_{k}"] = self.counts.get(f"{phase}_{k}", 0) + v
+        self.steps += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed > SLOW_STEP_S:  # a compiling step: say so, so that a long run is never silent
+            print(f"[zoo] {self.label} {self.impl}, {phase} step {self.steps}: {elapsed:.1f} s, "
+                  f"{delta['graphs']} new Dynamo graph(s), {delta['kernels_compiled']} pyfuser kernel(s) compiled, "
+                  f"{delta['fallbacks']} fallback(s)", flush=True)
 
     def breakdown(self, batch) -> dict:
         """Where one step's wall time goes: the host's time in the forward call, the
@@ -186,13 +196,13 @@ class _Run:
 
 def _batches(built: zoo.ZooModel, batch: int, n: int, seed: int, lengths=None) -> list:
     """``n`` batches; with ``lengths``, the i-th cut to ``lengths[i]`` tokens (every
-    sequence-shaped input: ids, masks, labels)."""
+    sequence-shaped input: ids, masks, labels), contiguous as a data loader gives them."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for i in range(n):
         b = built.batch(batch, g)
         if lengths is not None:
-            b = {k: v[:, :lengths[i]] if v.dim() == 2 else v for k, v in b.items()}
+            b = {k: v[:, :lengths[i]].contiguous() if v.dim() == 2 else v for k, v in b.items()}
         out.append(b)
     return out
 
@@ -218,7 +228,8 @@ def run_model(name, *, steps=10, warmup=3, device="cuda", tiny=False, implementa
     import pyfuser.dynamo.region as region
 
     region.forget_translations()
-    runs = {impl: _Run(impl, built, copy.deepcopy(state), device, spec["amp"], dynamic, seed=seed + 2)
+    label = name if lengths is None else f"{name} at lengths {min(lengths)}..{max(lengths)}"
+    runs = {impl: _Run(impl, built, copy.deepcopy(state), device, spec["amp"], dynamic, seed=seed + 2, label=label)
             for impl in implementations}
     for b in batches[:warmup]:
         for run in runs.values():
@@ -298,7 +309,7 @@ def varlen_lengths(seq: int, n: int, distinct: int, seed: int) -> list:
     return [draws[i] for i in order][:n]
 
 
-def run_varlen(name, *, steps, warmup, device, tiny, seed=0) -> dict:
+def run_varlen(name, *, steps, warmup, device, tiny, seed=0, implementations=("inductor", "pyfuser")) -> dict:
     """A run at a new sequence length each step, and a fixed-length run at the mean."""
     spec = (TINY if tiny else FULL)[name]
     seq = spec["sizes"].get("seq") or inspect.signature(zoo.BUILDERS[name]).parameters.get("seq")
@@ -308,16 +319,18 @@ def run_varlen(name, *, steps, warmup, device, tiny, seed=0) -> dict:
     n = warmup + steps
     lengths = varlen_lengths(seq, n, min(VARLEN_LENGTHS, n), seed)
     var = run_model(name, steps=steps, warmup=warmup, device=device, tiny=tiny, lengths=lengths, dynamic=None,
-                    implementations=("inductor", "pyfuser"), seed=seed)
+                    implementations=implementations, seed=seed)
+    print(f"[zoo] {name} at {len(set(lengths))} lengths: median step "
+          + ", ".join(f"{impl} {r['median_ms']:.2f} ms" for impl, r in var.items()), flush=True)
     mean = int(round(statistics.mean(lengths[warmup:])))
     fixed = run_model(name, steps=steps, warmup=warmup, device=device, tiny=tiny, lengths=[mean] * n,
-                      dynamic=None, implementations=("inductor", "pyfuser"), seed=seed)
+                      dynamic=None, implementations=implementations, seed=seed)
     return {"lengths": lengths, "mean_length": mean, "variable": var, "fixed": fixed}
 
 
 def varlen_rows(name, v) -> list:
     rows = []
-    for impl in ("inductor", "pyfuser"):
+    for impl in v["variable"]:
         r, f = v["variable"][impl], v["fixed"][impl]
         c = r["counts"]
         first = max(f["counts"].get("warmup_kernels_compiled", 0), 1)
@@ -391,8 +404,9 @@ def main(argv=None):
             print("\n".join(BREAKDOWN_HEADER + brows), end="\n\n", flush=True)
     vrows = []
     for name in filter(None, args.varlen.split(",")):
+        impls = tuple(i for i in args.impl.split(",") if i in ("inductor", "pyfuser"))
         everything[f"{name}_varlen"] = v = run_varlen(name, steps=args.steps, warmup=args.warmup,
-                                                      device=args.device, tiny=args.tiny)
+                                                      device=args.device, tiny=args.tiny, implementations=impls)
         save()
         vrows += varlen_rows(name, v)
         print("\n".join(VARLEN_HEADER + vrows), end="\n\n", flush=True)
