@@ -76,3 +76,24 @@ def test_online_log_softmax_of_fp16_rows(align, block_j, out_reversed):
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5, equal_nan=True)
     (src, _), = fd._runtime.kernels.values()
     assert ("for i0 in range(0, nb" in src.source) == out_reversed  # the output pass, backwards
+
+
+@pytest.mark.parametrize("spelling", ["broadcast_in_dim", "expand"])
+def test_online_pair_found_through_any_broadcast(spelling):
+    """sum(exp(x - max)) is an online pair whether the max is broadcast back in one
+    broadcast_in_dim or unsqueezed then expanded (a same-rank broadcast_in_dim is
+    recorded as an expand)."""
+    from pyfuser.ir.analysis import online_softmax_pairs
+    from pyfuser.ir.ops import OPS, REDUCTION_KINDS
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        m = fd.ops.max(x, dims=[1])
+        if spelling == "broadcast_in_dim":
+            mb = fd.ops.broadcast_in_dim(m, shape=[-1, -1], broadcast_dims=[0])
+        else:
+            mb = fd.ops.expand(fd.ops.broadcast_in_dim(m, shape=[-1, 1], broadcast_dims=[0]), x.shape())
+        fd.add_output(fd.ops.sum(fd.ops.exp(fd.ops.sub(x, mb)), dims=[1]))
+    reductions = {e: 0 for e in fd.ir.program if OPS[e.op].kind in REDUCTION_KINDS}
+    pairs = online_softmax_pairs(reductions)
+    assert [s.op for s in pairs] == ["sum"]

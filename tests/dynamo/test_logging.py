@@ -101,7 +101,7 @@ def test_debug_adds_fusion_definitions_and_kernels(records):
     assert {r.pyfuser_region.name for r in kernels} == {r.name for r in rep.regions}
     for r in fusions:
         ids = r.pyfuser_region.fusion_ids
-        assert f"def nvfuser_fusion_id{ids[0]}(" in r.getMessage()
+        assert f"# fusion{ids[0]}\ndef nvfuser_fusion(" in r.getMessage()
     assert all(r.pyfuser_kernel in r.getMessage() for r in kernels)
 
 
@@ -165,7 +165,7 @@ def test_dumps_name_the_region_of_each_fusion(capsys, monkeypatch):
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("pyfuser.dynamo: inference"))
     fusion = line.split(" runs fusion")[1].split(":")[0]
-    assert f"def nvfuser_fusion_id{fusion}(" in out and "nodes " in line
+    assert f"# fusion{fusion}\ndef nvfuser_fusion(" in out and "nodes " in line
     assert "test_logging.py" in out
 
 

@@ -19,7 +19,7 @@ def _round_trip(fd, inputs):
     """``repr(fd)`` run again: the same text and the same results."""
     namespace = {"FusionDefinition": FusionDefinition, "DataType": DataType}
     exec(repr(fd), namespace)
-    (build,) = [v for k, v in namespace.items() if k.startswith("nvfuser_fusion_id")]
+    (build,) = [v for k, v in namespace.items() if k == "nvfuser_fusion"]
     with FusionDefinition() as again:
         build(again)
     assert repr(again).split("\n", 1)[1] == repr(fd).split("\n", 1)[1]

@@ -100,4 +100,4 @@ def test_a_fusion_that_runs_is_spelled_from_the_ir(sources):
     (out,) = fd.execute([x])
     torch.testing.assert_close(out, x * 2)
     assert sources and all("def pyfuser_f" in s for s in sources)
-    assert f"def nvfuser_fusion_id{fd.id}(fd : FusionDefinition) -> None :" in repr(fd)
+    assert "def nvfuser_fusion(fd : FusionDefinition) -> None :" in repr(fd)

@@ -17,18 +17,13 @@ def rebuild(fd: FusionDefinition) -> FusionDefinition:
     namespace = {"FusionDefinition": FusionDefinition, "DataType": DataType}
     exec(compile(text, f"<repr of fusion {fd.id}>", "exec"), namespace)
     with FusionDefinition() as fd2:
-        namespace[f"nvfuser_fusion_id{fd.id}"](fd2)
+        namespace["nvfuser_fusion"](fd2)
     return fd2
-
-
-def _body(fd) -> str:
-    """The printed definition without its first line, which carries the fusion id."""
-    return repr(fd).split("\n", 1)[1]
 
 
 def assert_round_trip(fd, inputs):
     fd2 = rebuild(fd)
-    assert _body(fd2) == _body(fd)
+    assert repr(fd2) == repr(fd)
     torch.manual_seed(0)  # random ops without a seed draw from torch's generator
     want = fd.execute(inputs)
     torch.manual_seed(0)
@@ -43,7 +38,7 @@ def test_seed_fusions_round_trip(name):
     with FusionDefinition(fs) as fd:
         case.build(fd, *case.small_sizes)
     text = repr(fd)
-    assert text.startswith(f"def nvfuser_fusion_id{fd.id}(fd : FusionDefinition) -> None :\n")
+    assert text.startswith("def nvfuser_fusion(fd : FusionDefinition) -> None :\n")
     assert "fd.ops.view" not in text and "axes=" not in text  # printed in the current API's spelling
     assert_round_trip(fd, case.make_inputs(case.small_sizes, "cpu", gen_for(name)))
 
@@ -83,4 +78,27 @@ def test_round_trip_of_runtime_rng_scalars_and_an_empty_fusion():
     assert_round_trip(fd, [torch.ones(9, dtype=torch.bfloat16), 11, 8])
     with FusionDefinition() as empty:
         pass
-    assert _body(rebuild(empty)) == _body(empty)
+    assert repr(rebuild(empty)) == repr(empty)
+
+
+def test_two_fusions_of_the_same_ops_print_the_same_text():
+    """The printed name carries no fusion id (nvFuser's ``nvfuser_fusion``), and a
+    ``broadcast_in_dim`` that adds no dim is the expand it is, as nvFuser records it: the
+    two definitions below print alike, and compute as eager's ``expand``."""
+    def build(fd, spelling):
+        t0 = fd.define_tensor(shape=[1, -1], contiguity=[None, True])
+        t1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+        t2 = fd.ops.broadcast_in_dim(t0, t1.shape(), [0, 1]) if spelling == "bid" else fd.ops.expand(t0, t1.shape())
+        fd.add_output(fd.ops.add(t2, t1))
+
+    fds = []
+    for spelling in ("bid", "expand"):
+        with FusionDefinition() as fd:
+            build(fd, spelling)
+        fds.append(fd)
+    assert fds[0].id != fds[1].id and repr(fds[0]) == repr(fds[1])
+    assert "fd.ops.expand(T0, shape=V2)" in repr(fds[0]) and "broadcast_in_dim" not in repr(fds[0])
+    gen = gen_for("printer", "bid")
+    a, b = make_tensor((1, 6), torch.float32, gen), make_tensor((5, 6), torch.float32, gen)
+    assert_all_match(fds[0].execute([a, b]), [a.expand(5, 6) + b], tol=(0.0, 0.0))
+    assert_round_trip(fds[0], [a, b])

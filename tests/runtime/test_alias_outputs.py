@@ -176,7 +176,7 @@ def test_printer_round_trips_the_alias():
     namespace = {"FusionDefinition": FusionDefinition, "DataType": DataType}
     exec(text, namespace)
     with FusionDefinition() as fd2:
-        namespace[f"nvfuser_fusion_id{fd.id}"](fd2)
+        namespace["nvfuser_fusion"](fd2)
     assert repr(fd2).splitlines()[1:] == text.splitlines()[1:]
     x, y = (make_tensor((9,), torch.float32, gen_for("print", i)) for i in range(2))
     want = [x + y, x * y]

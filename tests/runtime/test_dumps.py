@@ -43,8 +43,8 @@ def test_python_definition_once_per_fusion(dumps, capsys):
     dumps("python_definition")
     fd, inputs = gelu_fd(), gelu_inputs()
     _, out = run(capsys, fd, inputs)
-    assert out == repr(fd)
-    assert out.startswith(f"def nvfuser_fusion_id{fd.id}(fd : FusionDefinition) -> None :")
+    assert out == f"# fusion{fd.id}\n{repr(fd)}"
+    assert repr(fd).startswith("def nvfuser_fusion(fd : FusionDefinition) -> None :")
     _, again = run(capsys, fd, gelu_inputs(rows=5))
     assert again == ""
 
@@ -238,6 +238,6 @@ def test_all_options_together_on_the_report_fusion(dumps, capsys):
     dumps(",".join(dump.VALID))
     fd = bert_fd()
     _, out = run(capsys, fd, bert_inputs())
-    for marker in ("def nvfuser_fusion_id", "===== kernel", "Segmented fusion", "Scheduler params", "Launch Parameters",
+    for marker in ("def nvfuser_fusion(", "===== kernel", "Segmented fusion", "Scheduler params", "Launch Parameters",
                    "Arguments for fusion", "cache fusion"):
         assert marker in out, marker

@@ -182,7 +182,7 @@ def _fusion_text(gm, region) -> list:
     lines += [f"  from {s}" for s in region.sources]
     for entry in mod.entries.values():
         if hasattr(entry, "fd"):
-            lines.append(repr(entry.fd).rstrip("\n"))
+            lines += [f"# fusion{entry.fd.id}", repr(entry.fd).rstrip("\n")]
     return lines
 
 

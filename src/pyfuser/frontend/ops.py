@@ -197,6 +197,10 @@ class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
         shape = b.shape_arg("broadcast_in_dim", "shape", shape, allow_neg1=True)
         bdims = b.check_int_list("broadcast_in_dim", "broadcast_dims", broadcast_dims)
         attrs = {"shape": shape, "broadcast_dims": tuple(bdims)}
+        if list(bdims) == list(range(t.rank)) and spec_length(shape) == t.rank:
+            # no new dim: an expand, recorded (and printed) as one, as nvFuser does
+            (out,) = self._record("expand", [t], attrs, [t.dtype], f"{fmt(t)}, shape={fmt(shape)}")
+            return out
         sp = f"{fmt(t)}, shape={fmt(shape)}, broadcast_dims={fmt(bdims)}"
         (out,) = self._record("broadcast_in_dim", [t], attrs, [t.dtype], sp)
         return out

@@ -1,20 +1,24 @@
-"""``repr(fd)``: a runnable ``nvfuser_fusion_id<N>`` that rebuilds the same fusion.
+"""``repr(fd)``: a runnable ``nvfuser_fusion`` function that rebuilds the same fusion.
 
 The printer uses the current API's spelling whatever era the definition was written
 in (a 2022 ``view`` prints as ``reshape`` with its resolved shape), so the output runs
-with ``with FusionDefinition() as fd: nvfuser_fusion_id0(fd)``.
+with ``with FusionDefinition() as fd: nvfuser_fusion(fd)``.  The name is nvFuser's
+(``nvfuser_direct``): it carries no fusion id, so two fusions that record the same ops
+print the same text; the 2022 frontend's ``nvfuser_fusion_id<N>`` did.  Dumps and logs
+that show several fusions name each one beside its definition (``# fusion<N>``).
 """
 from __future__ import annotations
 
 from ..ir.values import ScalarVal, TensorVal
 from .ops import fmt
 
+FUNCTION = "nvfuser_fusion"
 FD_METHODS = ("define_vector",)  # recorded like ops, spelled fd.<name>(...) as nvFuser prints them
 
 
 def python_definition(fd) -> str:
     ir = fd.ir
-    lines = [f"def nvfuser_fusion_id{fd.id}(fd : FusionDefinition) -> None :"]
+    lines = [f"def {FUNCTION}(fd : FusionDefinition) -> None :"]
     printed: set[int] = set()
     exprs_by_first_out = {id(e.outputs[0]): e for e in ir.program if e.outputs}
     for v in ir.vals:

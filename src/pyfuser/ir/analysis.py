@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from .dtypes import DataType
-from .ops import OPS, REDUCTION_KINDS
+from .ops import OPS, REDUCTION_KINDS, OpKind
 from .shapes import reduce_shape
 from .values import TensorVal
 
@@ -105,7 +105,7 @@ def online_softmax_pairs(levels: dict) -> dict:
         if sub is None or sub.op != "sub" or not all(isinstance(v, TensorVal) for v in sub.inputs):
             continue
         a, b = sub.inputs
-        while b.definition is not None and b.definition.op == "broadcast_in_dim":
+        while b.definition is not None and OPS[b.definition.op].kind is OpKind.BROADCAST_IN_DIM:  # or expand
             b = b.definition.inputs[0]
         m_expr = maxes.get(b)
         if m_expr is None or m_expr.inputs[0] is not a or m_expr.attrs["dims"] != s_expr.attrs["dims"]:

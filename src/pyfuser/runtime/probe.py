@@ -72,7 +72,7 @@ class Probe:
         self.copy_gbps = profiler.copy_bandwidth(device) if profile else None
         if "python_definition" in active and not rt.definition_dumped:
             rt.definition_dumped = True
-            dump.emit(repr(fd))
+            dump.emit(f"# fusion{fd.id}\n{repr(fd)}")
 
     # -- launches ------------------------------------------------------------------------
     def launch(self, meta: LaunchMeta, fn, grid, args, kw, inputs, out_tensors):

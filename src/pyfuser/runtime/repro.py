@@ -84,7 +84,7 @@ def repro_script(fd, inputs, device=None, error: BaseException | None = None) ->
         lines.append("# It failed with:")
         lines += [f"#   {line}" for line in f"{type(error).__name__}: {error}".splitlines()]
     lines += ["import sys", "", "import torch", "", "from pyfuser import DataType, FusionDefinition", "", "",
-              repr(fd).rstrip("\n"), "", "", "with FusionDefinition() as fd:", f"    nvfuser_fusion_id{fd.id}(fd)", "",
+              repr(fd).rstrip("\n"), "", "", "with FusionDefinition() as fd:", "    nvfuser_fusion(fd)", "",
               f"DEVICE = sys.argv[1] if len(sys.argv) > 1 else {dev!r}"]
     lines.append(HELPERS.rstrip("\n"))
     lines += ["", "", "torch.manual_seed(0)", "inputs = ["]
