@@ -307,16 +307,18 @@ def test_peeled_chunks_of_rows_compared_as_integers(params):
 
 
 def test_a_row_narrower_than_its_block_has_a_constant_length():
-    """``ReductionTile.constant_row``: a log-softmax row of 257 in a block of 512 lanes
-    passes its length as a compile-time constant; the same fusion at another length
-    that fits the same block (300), and back, still matches the reference (Triton
-    compiles one kernel per length)."""
+    """``reduction.constant_row_length``: a log-softmax row of 257 in a block of 512
+    lanes passes its length as a compile-time constant; the same fusion at another
+    length that fits the same block (300) takes a kernel with the length at run time
+    (``runtime.program.CONSTANT_ROW_LENGTHS``), and 257 again its constant kernel; each
+    matches the reference."""
     fd = fusion(lambda fd: _log_softmax(fd))
     for width in (257, 300, 257):
         x = make_tensor((6, width), torch.float16, gen_for("constant row", width))
         check(fd, [x], n_launches=1, scheduler="inner_normalization", persistent=True)
     srcs = sources_of(fd)
-    assert srcs and all("\n    J: tl.constexpr," in s for s in srcs)
+    assert len(srcs) == 2
+    assert ["\n    J: tl.constexpr," in s for s in srcs] == [True, False]
 
 
 def _log_softmax(fd):

@@ -38,6 +38,7 @@ import time
 
 import torch
 
+from ..runtime.cache import binaries
 from . import zoo
 from .bert_bench import paired_speedup, profile_step
 
@@ -70,6 +71,7 @@ def _counters() -> dict:
     return {"graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"],
             "fusions": s.get("fusions_created", 0), "regions": s.get("regions", 0),
             "fallbacks": s.get("fallbacks", 0), "kernels_compiled": pyfuser.cache_info()["kernels_compiled"],
+            "binaries": binaries(),
             **{f"{k}_{role}": s.get(f"{k}_{role}", 0) for k in ("graph_replays", "graph_misses")
                for role in ("forward", "backward")}}
 
@@ -157,6 +159,7 @@ class _Run:
         if elapsed > SLOW_STEP_S:  # a compiling step: say so, so that a long run is never silent
             print(f"[zoo] {self.label} {self.impl}, {phase} step {self.steps}: {elapsed:.1f} s, "
                   f"{delta['graphs']} new Dynamo graph(s), {delta['kernels_compiled']} pyfuser kernel(s) compiled, "
+                  f"{delta['binaries']} Triton binaries compiled, "
                   f"{delta['fallbacks']} fallback(s)", flush=True)
 
     def breakdown(self, batch) -> dict:
@@ -338,7 +341,8 @@ def varlen_rows(name, v) -> list:
         per_kernel = f"{total / first:.2f}" if impl == "pyfuser" else "-"
         rows.append(f"| {name} | {impl} | {len(set(v['lengths']))} | {r['median_ms']:.2f} | {f['median_ms']:.2f} "
                     f"| {r['median_ms'] / f['median_ms']:.3f} | {c.get('warmup_graphs', 0) + c.get('timed_graphs', 0)} "
-                    f"| {total} | {per_kernel} | {c.get('warmup_fallbacks', 0) + c.get('timed_fallbacks', 0)} |")
+                    f"| {total} | {per_kernel} | {c.get('warmup_binaries', 0)} + {c.get('timed_binaries', 0)} "
+                    f"| {c.get('warmup_fallbacks', 0) + c.get('timed_fallbacks', 0)} |")
     return rows
 
 
@@ -361,8 +365,8 @@ BREAKDOWN_HEADER = ["| model | implementation | step wall (ms) | host: forward |
 
 VARLEN_HEADER = ["| model | implementation | distinct lengths | median step, variable (ms) "
                  "| median step, fixed at the mean (ms) | variable / fixed | Dynamo graphs | pyfuser kernels compiled "
-                 "| kernels compiled per kernel of one length | fallbacks |",
-                 "|---|---|---|---|---|---|---|---|---|---|"]
+                 "| kernels compiled per kernel of one length | Triton binaries compiled (warm-up + timed) | fallbacks |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
 
 
 def main(argv=None):

@@ -278,6 +278,22 @@ def _evict(keep: int):
             linecache.cache.pop(mod.__file__, None)
 
 
+def binaries() -> int:
+    """Triton binaries the loaded CUDA kernels hold: one per kernel and specialization
+    (its constexpr values, which integer arguments are 1 or multiples of 16), each a
+    compile of its own; 0 where none is loaded (the interpreter compiles nothing).
+    An evicted module's binaries no longer count."""
+    with _LOAD_LOCK:
+        mods = [m for (_, kind), m in _modules.items() if kind == "cuda"]
+    n = 0
+    for mod in mods:
+        for fn in vars(mod).values():
+            caches = getattr(fn, "device_caches", None)
+            if isinstance(caches, dict):
+                n += sum(len(c[0]) for c in caches.values() if isinstance(c, tuple) and c)
+    return n
+
+
 def loaded_modules() -> list:
     """Names of the kernel modules imported now, least recently used first."""
     with _LOAD_LOCK:

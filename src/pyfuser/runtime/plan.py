@@ -51,6 +51,8 @@ class ExecutorCache:
         self.lock = threading.RLock()
         self.spill_choice: dict = {}  # (scheduler, outputs, signature, heuristics' params) -> params that do not spill
         self.kernels: dict = {}  # (scheduler, outputs, signature, params) -> (KernelSource, kernel)
+        # (scheduler, outputs, signature) -> the constant row lengths its kernels were prepared for (``program``)
+        self.row_lengths: dict = {}
         self.refused: dict = {}  # while planning: (outputs, loads) -> why no scheduler took them
         # (scheduler, outputs, signature, heuristics' params) -> the Rejects of the spill check, in order
         self.spill_rejections: dict = {}

@@ -11,6 +11,7 @@ from ..ir.extents import ScalarProgram
 from ..ir.shapes import contiguous_strides
 from ..ir.values import ScalarVal, TensorVal
 from ..segment.aliases import broadcast_chain
+from ..schedulers.reduction import constant_row_length, runtime_row
 from ..segment.subfusion import bind_sub
 from .args import arg_value, launch_kw, random_exprs, warmup_args
 from .prepared import HostRun, Launch, Prepared
@@ -44,6 +45,36 @@ def cacheable(plan) -> bool:
     """Whether every step is a kernel or a host step (a reference step runs the whole
     reference executor: such plans take the uncached general path)."""
     return all(s.scheduler is not None or s.is_host for s in plan.steps)
+
+
+def _built(rt, seg, sched, params, b):
+    """(params, source, kernel) for ``params``: on CUDA the spill check may move to the
+    scheduler's next candidate."""
+    if checks_spills(b.device):
+        return choose_params(rt, seg, sched, params, b, None, lambda s, p: warmup_args(s, p, sched, seg, b))
+    return (params, *rt.build(seg, sched, params))
+
+
+# Row lengths a segment's kernels compile as constants before they take them at run time.
+CONSTANT_ROW_LENGTHS = 1
+
+
+def _another_row_length(rt, segment, length: int | None) -> bool:
+    """Whether a kernel of ``segment`` (scheduler, outputs, signature) that would take
+    its row length as a compile-time constant meets a new one after the segment's
+    kernels met ``CONSTANT_ROW_LENGTHS`` others.  Each constant is a binary of its own
+    (a second or so of compiling on the GPU), so the segment then takes a kernel with
+    the length at run time (``reduction.runtime_row``), one binary for every length.  A
+    fusion run at one row length keeps its constant rows (a padded row is faster with
+    them); one run at ever new sequence lengths compiles one constant-row kernel and
+    one runtime-row kernel per block width (docs/TUNING.md#reduction-tiles)."""
+    if length is None:
+        return False
+    seen = rt.row_lengths.setdefault(segment, set())
+    if length in seen or len(seen) < CONSTANT_ROW_LENGTHS:
+        seen.add(length)
+        return False
+    return True
 
 
 class _Builder:
@@ -108,11 +139,10 @@ class _Builder:
             seg, orig = rt.sub_segment(b, sf), sf.orig.__getitem__
             rexpr = lambda e: sf.exprs[id(e)]  # noqa: E731
         params = sched.heuristics(seg)
-        if checks_spills(b.device):
-            params, src, fn = choose_params(rt, seg, sched, params, sb, None,
-                                            lambda s, p: warmup_args(s, p, sched, seg, sb))
-        else:
-            src, fn = rt.build(seg, sched, params)
+        if _another_row_length(rt, (sched.NAME, tuple(o.index for o in seg.outputs), rt._current_sig),
+                               constant_row_length(seg, params)):
+            params = runtime_row(params)
+        params, src, fn = _built(rt, seg, sched, params, sb)
         first = len(self.made_vals)
         refs = []
         for a in src.args:

@@ -25,10 +25,11 @@ next row's loads in flight while it reduces and stores this one (``prefetch_pays
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from ..codegen.emit import emit_kernel
-from ..codegen.tiles.reduction import ReductionTile
+from ..codegen.tiles.reduction import ReductionTile, is_trailing, peels
 from ..ir.analysis import is_reduction
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS, OpKind
@@ -434,9 +435,39 @@ def _generate(seg: Segment, params: ReductionParams, name: str, scheduler: str):
                          align=p.align, online=p.online, split=effective_split(seg, p), aligned_rows=p.aligned_rows,
                          stages=p.stages, out_reversed=p.out_reversed, contig_multiple=p.contig_multiple,
                          prefetch=p.prefetch, rewiden=p.rewiden if seg.device_type == "cuda" else 0,  # (no PTX interpreted)
-                         flush=p.flush)
+                         flush=p.flush, constant_row=constant_row_length(seg, p) is not None)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"],
                        seg.values)
+
+
+def constant_row_length(seg: Segment, params) -> int | None:
+    """The row length ``J`` a kernel of ``params`` takes as a compile-time constant
+    (Triton compiles one binary per value), or None for a runtime length.  Constant for
+    a persistent inner row narrower than its block, neither peeled nor prefetched: the
+    compiler then knows which lanes past ``J`` are masked for every row and drops their
+    loads, math and stores instead of predicating them off at run time (fewer
+    registers, a faster padded row).  The price is a binary per distinct row length,
+    where a runtime length serves them all, so a kernel met at ever new row lengths
+    takes them at run time (``runtime_row``, set by ``runtime.program``).  The
+    inner-outer tile keeps a runtime length: a constant one gained nothing there.
+    docs/TUNING.md#reduction-tiles"""
+    if not isinstance(params, ReductionParams) or params.runtime_row or params.prefetch \
+            or not (params.inner and params.persistent):
+        return None
+    ref, dims = analyse(seg)
+    shape = seg.shapes[ref]
+    if peels(params.align, True, params.block_k, is_trailing(dims, len(shape))):
+        return None
+    J = math.prod(shape[d] for d in dims)
+    return J if J < params.block_j else None
+
+
+def runtime_row(params: ReductionParams) -> ReductionParams:
+    """``params`` of a constant row (``constant_row_length``) with the row length at run
+    time instead, for every length the block holds: what the heuristics derive from
+    one length goes (its multiples, four-element random draws; the alignment, which an
+    unpeeled row does not use), so that one kernel serves them all."""
+    return replace(params, runtime_row=True, contig_multiple=1, quad_rng=False, align=1)
 
 
 def reduction_grid(seg: Segment, params: ReductionParams):

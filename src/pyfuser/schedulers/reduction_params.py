@@ -6,7 +6,7 @@ carry the fields that mean something for it, nothing else:
 =================  ======================================================================
 form               fields beyond ``block_k, block_j, num_warps, int64``
 =================  ======================================================================
-InnerPersistent    quad_rng, align, aligned_rows, contig_multiple (a row in one block)
+InnerPersistent    quad_rng, align, aligned_rows, contig_multiple, runtime_row (a row in one block)
 InnerChunked       the same, online, out_reversed, flush (rows walked in passes over chunks)
 PrefetchRows       align, rewiden; no block_k (one row per program, one program per SM)
 OuterPersistent    contig_multiple (a column strip over all the reduced rows at once)
@@ -23,6 +23,10 @@ The fields (each means the same in every form that has it):
   row is peeled (head, aligned body, tail); ``aligned_rows``: a peeled row's streamed
   input starts 16-byte aligned (a padded row stride), so the body starts at the row's
   first element (``reduction.strided_rows_dominate``).
+* ``runtime_row``: a row narrower than its block takes its length at run time, not as
+  the compile-time constant it otherwise is (``reduction.constant_row_length``): set once
+  a kernel has met ``CONSTANT_ROW_LENGTHS`` distinct row lengths
+  (``runtime.program``), since each constant is a compile of its own.
 * ``contig_multiple``: the extent along the tile's contiguous axis (J inner, K outer)
   is a multiple of this, which the kernel tells the compiler (``base.contiguous_multiple``).
 * ``online``: max and sum(exp(a - max)) in one pass with a rescaled running sum
@@ -57,7 +61,7 @@ from .base import powers_of_2, require_valid, too_many_warps
 
 # What every attribute reads where no form carries it as a field.
 _DEFAULTS = dict(block_k=1, quad_rng=False, align=1, aligned_rows=False, contig_multiple=1, online=False,
-                 out_reversed=False, split=1, stages=1, rewiden=0, flush=0)
+                 out_reversed=False, split=1, stages=1, rewiden=0, flush=0, runtime_row=False)
 # The names besides the fields that ``Choices`` may set: they pick the form.
 SWITCHES = ("persistent", "prefetch")
 
@@ -122,7 +126,7 @@ class ReductionParams:
 
 # What only an inner tile has, and the geometry a prefetching row needs.
 _INNER_ONLY = frozenset({"prefetch", "quad_rng", "align", "aligned_rows", "online", "out_reversed", "rewiden",
-                         "flush"})
+                         "flush", "runtime_row"})
 _PREFETCH_GEOMETRY = dict(persistent=True, block_k=1, aligned_rows=False)
 
 
@@ -138,10 +142,15 @@ class InnerPersistent(ReductionParams):
     align: int = 1
     aligned_rows: bool = False
     contig_multiple: int = 1
+    # Printed only when set, so that fixed-size rows keep their kernels' headers.
+    runtime_row: bool = dataclasses.field(default=False, repr=False)
 
     FIXED: ClassVar[dict] = dict(inner=True, persistent=True, prefetch=False, online=False, out_reversed=False,
                                  split=1, stages=1, rewiden=0, flush=0)
     NUMBERS: ClassVar[tuple] = ("block_k", "align", "contig_multiple")
+
+    def __repr__(self):
+        return _repr_set_only(self, "runtime_row")
 
 
 @dataclass(frozen=True)
@@ -162,15 +171,15 @@ class InnerChunked(ReductionParams):
     # Printed only when set, so that rows without a flush keep their kernels' headers.
     flush: int = dataclasses.field(default=0, repr=False)
 
-    FIXED: ClassVar[dict] = dict(inner=True, persistent=False, prefetch=False, split=1, stages=1, rewiden=0)
+    FIXED: ClassVar[dict] = dict(inner=True, persistent=False, prefetch=False, split=1, stages=1, rewiden=0,
+                                 runtime_row=False)
     NUMBERS: ClassVar[tuple] = ("block_k", "align", "contig_multiple")
 
     def _problems(self) -> list:
         return super()._problems() + ([f"flush={self.flush} must be >= 0"] if self.flush < 0 else [])
 
     def __repr__(self):
-        fields = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr]
-        return f"{type(self).__name__}({', '.join(fields + ([f'flush={self.flush}'] if self.flush else []))})"
+        return _repr_set_only(self, "flush")
 
 
 @dataclass(frozen=True)
@@ -186,7 +195,7 @@ class PrefetchRows(ReductionParams):
 
     FIXED: ClassVar[dict] = dict(inner=True, persistent=True, prefetch=True, block_k=1, quad_rng=False,
                                  aligned_rows=False, contig_multiple=1, online=False, out_reversed=False, split=1,
-                                 stages=1, flush=0)
+                                 stages=1, flush=0, runtime_row=False)
 
     def _problems(self) -> list:
         bad = super()._problems()
@@ -209,7 +218,7 @@ class OuterPersistent(ReductionParams):
 
     FIXED: ClassVar[dict] = dict(inner=False, persistent=True, prefetch=False, quad_rng=False, align=1,
                                  aligned_rows=False, online=False, out_reversed=False, split=1, stages=1, rewiden=0,
-                                 flush=0)
+                                 flush=0, runtime_row=False)
     NUMBERS: ClassVar[tuple] = ("block_k", "contig_multiple")
 
 
@@ -227,12 +236,20 @@ class OuterChunked(ReductionParams):
     stages: int = 1
 
     FIXED: ClassVar[dict] = dict(inner=False, persistent=False, prefetch=False, quad_rng=False, align=1,
-                                 aligned_rows=False, online=False, out_reversed=False, rewiden=0, flush=0)
+                                 aligned_rows=False, online=False, out_reversed=False, rewiden=0, flush=0,
+                                 runtime_row=False)
     NUMBERS: ClassVar[tuple] = ("block_k", "contig_multiple")
 
     def _problems(self) -> list:
         return super()._problems() + [f"{n}={getattr(self, n)} must be >= 1" for n in ("split", "stages")
                                       if getattr(self, n) < 1]
+
+
+def _repr_set_only(params, name: str) -> str:
+    """``params``'s repr with field ``name`` shown only when it is set."""
+    fields = [f"{f.name}={getattr(params, f.name)!r}" for f in dataclasses.fields(params) if f.repr]
+    value = getattr(params, name)
+    return f"{type(params).__name__}({', '.join(fields + ([f'{name}={value!r}'] if value else []))})"
 
 
 FORMS = (InnerPersistent, InnerChunked, PrefetchRows, OuterPersistent, OuterChunked)

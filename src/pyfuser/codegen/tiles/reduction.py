@@ -23,11 +23,22 @@ from .rows import RowLoads
 from .split import SplitFold
 
 
+def is_trailing(red_dims, rank: int) -> bool:
+    """Whether the reduced dims are the last ones: a row is J consecutive elements."""
+    return tuple(red_dims) == tuple(range(rank - len(red_dims), rank))
+
+
+def peels(align: int, inner: bool, block_k: int, trailing: bool) -> bool:
+    """Whether a row is peeled: a head up to its first 16-byte aligned element, an
+    aligned body and a tail, one row per program."""
+    return align > 1 and inner and block_k == 1 and trailing
+
+
 class ReductionTile(RowLoads, Accumulators, SplitFold):
     def __init__(self, ref, red_dims, inner: bool, persistent: bool, block_k: int, block_j: int, int64: bool,
                  quad_rng: bool = False, align: int = 1, online: bool = False, split: int = 1,
                  aligned_rows: bool = False, stages: int = 1, out_reversed: bool = False, contig_multiple: int = 1,
-                 prefetch: bool = False, rewiden: int = 0, flush: int = 0):
+                 prefetch: bool = False, rewiden: int = 0, flush: int = 0, constant_row: bool = False):
         if split > 1 and (inner or persistent):
             raise Unsupported("a split reduction needs an outer, multi-pass tile", "split_tile")
         self.split = split  # programs along the reduced extent (the ``split`` module docstring)
@@ -36,12 +47,12 @@ class ReductionTile(RowLoads, Accumulators, SplitFold):
         self.ref, self.red_dims = ref, tuple(red_dims)
         n = len(ref.shape)
         # The reduced dims are the last ones: a row is J consecutive elements.
-        self.trailing = trailing = self.red_dims == tuple(range(n - len(self.red_dims), n))
+        self.trailing = trailing = is_trailing(self.red_dims, n)
         # Peeling: a row that does not start on a 16-byte boundary is split into a head
         # (up to the first aligned element), an aligned body and a tail, so the body's
         # loads and stores are provably aligned and vectorize.  One row per program.
         self.align = align
-        self.peeled = align > 1 and inner and block_k == 1 and trailing
+        self.peeled = peels(align, inner, block_k, trailing)
         # Rows of the streamed input start 16-byte aligned in memory (a strided input
         # whose row stride was padded): the body is [0, J rounded down), addressed
         # through each tensor's strides, and only the tail is peeled.
@@ -64,6 +75,8 @@ class ReductionTile(RowLoads, Accumulators, SplitFold):
         self.contig_multiple = contig_multiple
         # Rows walked by one program per SM, the next row loaded ahead (the ``rows`` module docstring).
         self.prefetch = prefetch
+        # J is a compile-time constant (the scheduler's ``reduction.constant_row_length``)
+        self.constant_row = constant_row
         if prefetch and not (self.peeled and persistent and not self.aligned_rows):
             raise Unsupported("prefetching the next row needs a peeled persistent row of contiguous tensors",
                               "prefetch_tile")
@@ -161,27 +174,12 @@ class ReductionTile(RowLoads, Accumulators, SplitFold):
         say_multiple(w, "J" if self.inner else "K", self.contig_multiple)
 
     def row_length(self, low):
-        """Declare ``J``: a compile-time constant for a row narrower than its block
+        """Declare ``J``: a compile-time constant when the scheduler says so
         (``constant_row``), else a runtime size said to be a multiple of what it is."""
         w = low.w
-        constant = self.constant_row(low)
-        w.arg("J", "flag" if constant else "numel", ("numel", self.ref, self.red_dims))
-        if not constant:
+        w.arg("J", "flag" if self.constant_row else "numel", ("numel", self.ref, self.red_dims))
+        if not self.constant_row:
             self.say_multiple(w)
-
-    def constant_row(self, low) -> bool:
-        """Whether the row length ``J`` is a compile-time constant (Triton compiles one
-        kernel per value): for a row held in one block wider than the row.  The
-        compiler then knows which lanes past ``J`` are masked for every row and drops
-        their loads, math and stores instead of predicating them off at run time (fewer
-        registers, a faster padded row).  The price is a compile per distinct row
-        length, where a runtime length serves them all.  The inner-outer tile keeps a
-        runtime length: a constant one gained nothing there.
-        docs/TUNING.md#reduction-tiles"""
-        if not (self.inner and self.persistent and not self.peeled and not self.prefetch):
-            return False
-        shape = low.shapes[self.ref]
-        return math.prod(shape[d] for d in self.red_dims) < self.block_j
 
     def quads(self, lin: Coord):
         if not (self.quad_rng and self.inner and lin.code == "(k * J + j)" and self.block_j >= 4) or self.peeled:
