@@ -25,6 +25,7 @@ import time
 
 import torch
 
+import pyfuser.dynamo  # noqa: F401  (registers the "pyfuser" backend)
 from pyfuser.bench import zoo, zoo_bench
 
 

@@ -21,9 +21,10 @@ the timed steps: the latter are recompiles), pyfuser's FusionDefinitions, fused
 regions, fallbacks to ATen and kernels compiled.
 
 ``--varlen MODEL`` adds one run whose sequence length is drawn from a range at every
-step (``VARLEN_LENGTHS`` distinct lengths), under torch.compile's default dynamic-shape
-behaviour; it reports the pyfuser kernels compiled per kernel of the first length and
-the step time next to a fixed-length run at the same mean length.
+step (``VARLEN_LENGTHS`` distinct lengths), then the same lengths once more, under
+torch.compile's default dynamic-shape behaviour; it reports the pyfuser kernels
+compiled per kernel of the first length and the median step at lengths not seen
+before and at lengths seen before, next to a fixed-length run at the same mean length.
 """
 from __future__ import annotations
 
@@ -313,7 +314,10 @@ def varlen_lengths(seq: int, n: int, distinct: int, seed: int) -> list:
 
 
 def run_varlen(name, *, steps, warmup, device, tiny, seed=0, implementations=("inductor", "pyfuser")) -> dict:
-    """A run at a new sequence length each step, and a fixed-length run at the mean."""
+    """A run at a new sequence length each step, then the same lengths again (what a
+    long training run meets once every length has been seen), and a fixed-length run
+    at the mean.  Each variable step's time is filed under ``new`` or ``seen`` by
+    whether its length came before."""
     spec = (TINY if tiny else FULL)[name]
     seq = spec["sizes"].get("seq") or inspect.signature(zoo.BUILDERS[name]).parameters.get("seq")
     if seq is None:
@@ -321,26 +325,45 @@ def run_varlen(name, *, steps, warmup, device, tiny, seed=0, implementations=("i
     seq = seq if isinstance(seq, int) else seq.default
     n = warmup + steps
     lengths = varlen_lengths(seq, n, min(VARLEN_LENGTHS, n), seed)
-    var = run_model(name, steps=steps, warmup=warmup, device=device, tiny=tiny, lengths=lengths, dynamic=None,
-                    implementations=implementations, seed=seed)
+    lengths += lengths[warmup:]
+    var = run_model(name, steps=len(lengths) - warmup, warmup=warmup, device=device, tiny=tiny, lengths=lengths,
+                    dynamic=None, implementations=implementations, seed=seed)
+    for r in var.values():
+        r.update(split_by_novelty(r["times_ms"], lengths, warmup))
     print(f"[zoo] {name} at {len(set(lengths))} lengths: median step "
-          + ", ".join(f"{impl} {r['median_ms']:.2f} ms" for impl, r in var.items()), flush=True)
+          + ", ".join(f"{impl} {r['median_new_ms']:.2f} ms at new lengths, {r['median_seen_ms']:.2f} at seen ones"
+                      for impl, r in var.items()), flush=True)
     mean = int(round(statistics.mean(lengths[warmup:])))
     fixed = run_model(name, steps=steps, warmup=warmup, device=device, tiny=tiny, lengths=[mean] * n,
                       dynamic=None, implementations=implementations, seed=seed)
     return {"lengths": lengths, "mean_length": mean, "variable": var, "fixed": fixed}
 
 
+def split_by_novelty(times, lengths, warmup) -> dict:
+    """The medians of the timed steps whose length is new (not met in an earlier step,
+    warm-up included) and of those whose length was met before."""
+    met, new, seen = set(lengths[:warmup]), [], []
+    for t, n in zip(times, lengths[warmup:]):
+        (seen if n in met else new).append(t)
+        met.add(n)
+    med = lambda ts: statistics.median(ts) if ts else None  # noqa: E731
+    return {"median_new_ms": med(new), "median_seen_ms": med(seen), "new_steps": len(new), "seen_steps": len(seen)}
+
+
 def varlen_rows(name, v) -> list:
     rows = []
+    ms = lambda t: "-" if t is None else f"{t:.2f}"  # noqa: E731
     for impl in v["variable"]:
         r, f = v["variable"][impl], v["fixed"][impl]
         c = r["counts"]
         first = max(f["counts"].get("warmup_kernels_compiled", 0), 1)
         total = c.get("warmup_kernels_compiled", 0) + c.get("timed_kernels_compiled", 0)
         per_kernel = f"{total / first:.2f}" if impl == "pyfuser" else "-"
-        rows.append(f"| {name} | {impl} | {len(set(v['lengths']))} | {r['median_ms']:.2f} | {f['median_ms']:.2f} "
-                    f"| {r['median_ms'] / f['median_ms']:.3f} | {c.get('warmup_graphs', 0) + c.get('timed_graphs', 0)} "
+        seen = r.get("median_seen_ms")
+        ratio = f"{seen / f['median_ms']:.3f}" if seen else "-"
+        rows.append(f"| {name} | {impl} | {len(set(v['lengths']))} | {ms(r.get('median_new_ms'))} "
+                    f"({r.get('new_steps', 0)}) | {ms(seen)} ({r.get('seen_steps', 0)}) | {f['median_ms']:.2f} "
+                    f"| {ratio} | {c.get('warmup_graphs', 0) + c.get('timed_graphs', 0)} "
                     f"| {total} | {per_kernel} | {c.get('warmup_binaries', 0)} + {c.get('timed_binaries', 0)} "
                     f"| {c.get('warmup_fallbacks', 0) + c.get('timed_fallbacks', 0)} |")
     return rows
@@ -363,10 +386,11 @@ BREAKDOWN_HEADER = ["| model | implementation | step wall (ms) | host: forward |
                     "|---|---|---|---|---|---|---|---|---|---|---|"]
 
 
-VARLEN_HEADER = ["| model | implementation | distinct lengths | median step, variable (ms) "
-                 "| median step, fixed at the mean (ms) | variable / fixed | Dynamo graphs | pyfuser kernels compiled "
+VARLEN_HEADER = ["| model | implementation | distinct lengths | median step at a new length (ms, steps) "
+                 "| median step at a length seen before (ms, steps) | median step, fixed at the mean (ms) "
+                 "| seen / fixed | Dynamo graphs | pyfuser kernels compiled "
                  "| kernels compiled per kernel of one length | Triton binaries compiled (warm-up + timed) | fallbacks |",
-                 "|---|---|---|---|---|---|---|---|---|---|---|"]
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
 
 def main(argv=None):
