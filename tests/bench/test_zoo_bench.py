@@ -36,17 +36,20 @@ def test_unknown_model_is_a_usage_error(capsys):
 
 
 def test_variable_steps_are_split_by_whether_their_length_was_met_before():
-    # warm-up 64, then 65 (new), 64 (seen), 66 (new), 65 (seen), 66 (seen)
-    split = zoo_bench.split_by_novelty([10.0, 1.0, 30.0, 2.0, 3.0], [64, 65, 64, 66, 65, 66], warmup=1)
-    assert split == {"median_new_ms": 20.0, "median_seen_ms": 2.0, "new_steps": 2, "seen_steps": 3}
+    # warm-up 64; then 65 (new), 64 (settling), 66 (new), 65, 64 (settling), 64 (seen), 65 (settling), 65 (seen)
+    split = zoo_bench.split_by_novelty([10.0, 1.0, 30.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+                                       [64, 65, 64, 66, 65, 64, 64, 65, 65], warmup=1)
+    assert split == {"median_new_ms": 20.0, "median_settling_ms": 2.5, "median_seen_ms": 5.0,
+                     "new_steps": 2, "settling_steps": 4, "seen_steps": 2}
     assert zoo_bench.split_by_novelty([5.0], [8, 9], warmup=1)["median_seen_ms"] is None
 
 
 def test_varlen_rows_match_the_header():
-    var = {"median_new_ms": 3.0, "median_seen_ms": 2.0, "new_steps": 2, "seen_steps": 2,
+    var = {"median_new_ms": 3.0, "median_settling_ms": 2.5, "median_seen_ms": 2.0, "new_steps": 2,
+           "settling_steps": 1, "seen_steps": 2, "memory_reserved_gb": 1.25,
            "counts": {"warmup_kernels_compiled": 4, "timed_kernels_compiled": 1}}
     v = {"lengths": [4, 5, 6, 5, 6], "variable": {"pyfuser": var},
          "fixed": {"pyfuser": {"median_ms": 1.0, "counts": {"warmup_kernels_compiled": 4}}}}
     (row,) = zoo_bench.varlen_rows("bert", v)
     assert row.count("|") == zoo_bench.VARLEN_HEADER[0].count("|")
-    assert "| 3.00 (2) | 2.00 (2) | 1.00 | 2.000 |" in row and "| 1.25 |" in row
+    assert "| 3.00 (2) | 2.50 (1) | 2.00 (2) | 1.00 | 2.000 |" in row and "| 1.25 |" in row

@@ -154,3 +154,48 @@ def test_forward_cuda_graph_matches_the_uncaptured_forward(monkeypatch):
     torch.testing.assert_close(logits, want_logits, rtol=2e-2, atol=2e-2)
     for p, q in zip(params, want_params):
         torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
+
+
+def _train_tiny_gpt2_varlen(lengths):
+    """``_train_tiny_gpt2`` at a sequence length per step (Dynamo's default dynamic shapes)."""
+    pytest.importorskip("transformers")
+    from pyfuser.bench import zoo
+
+    torch._dynamo.reset()
+    built = zoo.build("gpt2", hidden=64, layers=2, heads=2, vocab=500, seq=64)
+    model = built.model.cuda().train()
+    compiled = torch.compile(model, backend="pyfuser")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(5)
+    losses = []
+    for n in lengths:
+        batch = {k: v[:, :n].contiguous().cuda() for k, v in built.batch(4, g).items()}
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = compiled(**batch)
+        out.loss.backward()
+        losses.append(out.loss.detach())
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return torch.stack(losses).cpu(), [p.detach().clone() for p in model.parameters()]
+
+
+def test_variable_lengths_replay_one_cuda_graph_per_length(monkeypatch):
+    """GPT-2 at three sequence lengths in turn: the graph with symbolic sizes is recorded
+    once per length (``graphs.SizedGraphs``) and gives the uncaptured run's losses and weights."""
+    monkeypatch.setenv("PYFUSER_CHECK", "0")
+    lengths = [32, 40, 48, 56] * 4
+    monkeypatch.setenv("PYFUSER_CUDA_GRAPHS", "0")
+    pd.reset()
+    want_losses, want_params = _train_tiny_gpt2_varlen(lengths)
+    monkeypatch.setenv("PYFUSER_CUDA_GRAPHS", "1")
+    pd.reset()
+    losses, params = _train_tiny_gpt2_varlen(lengths)
+    s = pd.stats()
+    assert s.get("fallbacks", 0) == 0 and s.get("graph_misses", 0) == 0
+    # The first length's first step runs the graph Dynamo compiled with fixed sizes, its
+    # later steps the symbolic one: 3 calls there, 4 at every other length.
+    assert s["graph_captures_forward"] == 4 and s["graph_captures_backward"] == 4  # one per length
+    assert s["graph_replays_forward"] == 3 * 2 + 1 and s.get("graph_sizes_uncaptured", 0) == 0
+    torch.testing.assert_close(losses, want_losses, rtol=1e-3, atol=1e-4)
+    for p, q in zip(params, want_params):
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)

@@ -379,3 +379,128 @@ def test_the_backend_replays_a_training_loop_s_forward_and_backward(monkeypatch)
     s = pd.stats()
     assert s["graph_replays_forward"] == 7 - graphs.WARMUP_CALLS and s.get("graph_misses", 0) == 0
     assert s["graph_replays_backward"] == 7 - graphs.WARMUP_CALLS
+
+
+# -- graphs with symbolic sizes: one recording per size ------------------------------------
+def sized_backward(w, saved, tangent, n):
+    """``backward_like`` at ``n`` rows, the size given as an argument as a symbolic graph's is."""
+    return [(saved[:n] * tangent.sum()).sum(0), w[:n] * saved[:n].mean(), None]
+
+
+def sized_steps(wrapped, w, saved_by_size, sizes):
+    """A variable-length loop: each size's saved tensor comes back at its own address (a
+    forward replay at that size hands out its buffers), new contents every step."""
+    for k, n in enumerate(sizes):
+        saved = saved_by_size[n]
+        saved.copy_(torch.randn(saved.shape, generator=torch.Generator().manual_seed(100 + k)))
+        tangent = torch.randn(4, generator=torch.Generator().manual_seed(200 + k))
+        TANGENTS.append(tangent)
+        want = sized_backward(w, saved, tangent, n)
+        got = wrapped([w, saved, tangent, n])
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+        torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+        del got
+
+
+def _plenty():
+    return 1 << 40, 1 << 40
+
+
+def test_each_size_is_recorded_once_and_replayed_at_that_size():
+    pd.reset()
+    w = torch.randn(256, 8)
+    saved = {n: torch.randn(n, 8) for n in (100, 120, 140)}
+    wrapped = graphs.SizedGraphs(sized_backward, capture=fake_capture, available=_plenty)
+    rounds = 5
+    sized_steps(wrapped, w, saved, [100, 120, 140] * rounds)
+    s = pd.stats()
+    assert s["graph_captures"] == 3 and s.get("graph_misses", 0) == 0
+    assert s["graph_replays"] == 3 * (rounds - graphs.WARMUP_CALLS) and wrapped.captured == 3
+
+
+def test_a_size_is_not_recorded_without_room_for_it():
+    pd.reset()
+    w = torch.randn(256, 8)
+    saved = {n: torch.randn(n, 8) for n in (100, 120)}
+    total = 1000
+    room = {100: 900}  # after size 100's recording the device is short of memory
+
+    def available():
+        return room.get("now", 900), total
+
+    def capture(fn, args):
+        room["now"] = 200  # this recording took the memory
+        return fake_capture(fn, args)
+
+    wrapped = graphs.SizedGraphs(sized_backward, capture=capture, available=available)
+    sized_steps(wrapped, w, saved, [100, 120] * 5)
+    s = pd.stats()
+    assert s["graph_captures"] == 1 and wrapped.captured == 1
+    assert s["graph_sizes_uncaptured"] == 5 - graphs.WARMUP_CALLS  # size 120's calls after its warm-up
+
+
+def test_sizes_past_the_limit_run_as_usual(monkeypatch):
+    monkeypatch.setattr(graphs, "MAX_SIZES", 2)
+    pd.reset()
+    w = torch.randn(256, 8)
+    saved = {n: torch.randn(n, 8) for n in (100, 120, 140)}
+    wrapped = graphs.SizedGraphs(sized_backward, capture=fake_capture, available=_plenty)
+    sized_steps(wrapped, w, saved, [100, 120, 140] * 4)
+    s = pd.stats()
+    assert s["graph_captures"] == 2 and s["graph_sizes_uncaptured"] == 4
+
+
+def test_a_recording_never_replays_at_other_sizes():
+    """A fixed-size wrapper given a size argument checks it: a replay has the recorded value."""
+    pd.reset()
+    w, saved = torch.randn(256, 8), torch.randn(256, 8)
+    wrapped = graphs.GraphedCall(sized_backward, capture=fake_capture)
+    sized_steps(wrapped, w, {n: saved for n in (100, 120)}, [100] * SETTLED + [120, 100, 120])
+    s = pd.stats()
+    assert s["graph_captures"] == 1 and s["graph_replays"] == 2 and s["graph_misses"] == 2
+
+
+def test_graphs_traced_with_symbolic_sizes_are_recorded_per_size():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = torch.randn(4, 4)
+    assert graphs.symbolic(make_fx(lambda a: a * 2, tracing_mode="symbolic")(x))
+    assert not graphs.symbolic(make_fx(lambda a: a * 2, tracing_mode="fake")(x))
+
+
+def test_the_backend_replays_a_variable_batch_loop_per_size(monkeypatch):
+    """Dynamic shapes end to end with the stand-in capture: batches of three sizes in
+    turn, compiled with symbolic sizes; each size's forward and backward are recorded
+    once and replayed, losses and gradients eager's at every step."""
+    monkeypatch.setattr(graphs, "enabled", lambda: True)
+    monkeypatch.setattr(graphs, "not_graphable", lambda gm: None)
+    monkeypatch.setattr(graphs, "_cuda_capture", fake_capture)
+    monkeypatch.setattr(graphs, "_available", _plenty)
+    monkeypatch.setattr(graphs, "SMALL_INPUT_BYTES", 1 << 20)
+    monkeypatch.setenv("PYFUSER_CHECK", "0")
+    torch._dynamo.reset()
+    pd.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(16), torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 4))
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="pyfuser", dynamic=True)
+    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    sizes = [8, 12, 6] * 4
+    for k, n in enumerate(sizes):
+        g = torch.Generator().manual_seed(k)
+        x, y = torch.randn(n, 16, generator=g), torch.randint(0, 4, (n,), generator=g)
+        out = compiled(x)
+        torch.nn.functional.cross_entropy(out, y).backward()
+        want = reference(x)
+        torch.nn.functional.cross_entropy(want, y).backward()
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+            p.grad = q.grad = None
+        del out
+    s = pd.stats()
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs_before + 1  # no recompile
+    assert s["graph_captures_forward"] == 3 and s["graph_captures_backward"] == 3
+    assert s["graph_replays_forward"] == 3 * (4 - graphs.WARMUP_CALLS) and s.get("graph_misses", 0) == 0
+    assert s["graph_replays_backward"] == 3 * (4 - graphs.WARMUP_CALLS)

@@ -21,10 +21,13 @@ the timed steps: the latter are recompiles), pyfuser's FusionDefinitions, fused
 regions, fallbacks to ATen and kernels compiled.
 
 ``--varlen MODEL`` adds one run whose sequence length is drawn from a range at every
-step (``VARLEN_LENGTHS`` distinct lengths), then the same lengths once more, under
-torch.compile's default dynamic-shape behaviour; it reports the pyfuser kernels
-compiled per kernel of the first length and the median step at lengths not seen
-before and at lengths seen before, next to a fixed-length run at the same mean length.
+step (``VARLEN_LENGTHS`` distinct lengths), then the same lengths three times more,
+under torch.compile's default dynamic-shape behaviour; it reports the pyfuser kernels
+compiled per kernel of the first length and the median step at lengths met for the
+first time, for the second or third time (caches settle: pyfuser builds a program's
+straight line at its second run and records a CUDA graph per length at the third)
+and after that (a long training run's steady state), next to a fixed-length run at
+the same mean length.
 """
 from __future__ import annotations
 
@@ -73,7 +76,8 @@ def _counters() -> dict:
             "fusions": s.get("fusions_created", 0), "regions": s.get("regions", 0),
             "fallbacks": s.get("fallbacks", 0), "kernels_compiled": pyfuser.cache_info()["kernels_compiled"],
             "binaries": binaries(),
-            **{f"{k}_{role}": s.get(f"{k}_{role}", 0) for k in ("graph_replays", "graph_misses")
+            **{f"{k}_{role}": s.get(f"{k}_{role}", 0)
+               for k in ("graph_captures", "graph_replays", "graph_misses", "graph_sizes_uncaptured")
                for role in ("forward", "backward")}}
 
 
@@ -195,7 +199,9 @@ class _Run:
         return {"median_ms": statistics.median(self.times) if self.times else None, "times_ms": self.times,
                 "losses": self.losses, "first_step_s": self.first_step_s, "counts": self.counts,
                 "kernel_ms": prof["kernel_ms_parts"]["model"] if prof else None,
-                "top_other_kernels": prof["top_other"][:12] if prof else None}
+                "top_other_kernels": prof["top_other"][:12] if prof else None,
+                # the process's, all implementations of the run together
+                "memory_reserved_gb": torch.cuda.memory_reserved() / 1e9 if self.cuda else None}
 
 
 def _batches(built: zoo.ZooModel, batch: int, n: int, seed: int, lengths=None) -> list:
@@ -314,10 +320,10 @@ def varlen_lengths(seq: int, n: int, distinct: int, seed: int) -> list:
 
 
 def run_varlen(name, *, steps, warmup, device, tiny, seed=0, implementations=("inductor", "pyfuser")) -> dict:
-    """A run at a new sequence length each step, then the same lengths again (what a
-    long training run meets once every length has been seen), and a fixed-length run
-    at the mean.  Each variable step's time is filed under ``new`` or ``seen`` by
-    whether its length came before."""
+    """A run at a new sequence length each step, then the same lengths three times more (what
+    a long training run meets once every length has been seen), and a fixed-length run
+    at the mean.  Each variable step's time is filed by how often its length came
+    before (``split_by_novelty``)."""
     spec = (TINY if tiny else FULL)[name]
     seq = spec["sizes"].get("seq") or inspect.signature(zoo.BUILDERS[name]).parameters.get("seq")
     if seq is None:
@@ -325,13 +331,15 @@ def run_varlen(name, *, steps, warmup, device, tiny, seed=0, implementations=("i
     seq = seq if isinstance(seq, int) else seq.default
     n = warmup + steps
     lengths = varlen_lengths(seq, n, min(VARLEN_LENGTHS, n), seed)
-    lengths += lengths[warmup:]
+    lengths += lengths[warmup:] * 3
     var = run_model(name, steps=len(lengths) - warmup, warmup=warmup, device=device, tiny=tiny, lengths=lengths,
                     dynamic=None, implementations=implementations, seed=seed)
     for r in var.values():
         r.update(split_by_novelty(r["times_ms"], lengths, warmup))
+    ms = lambda t: "-" if t is None else f"{t:.2f}"  # noqa: E731
     print(f"[zoo] {name} at {len(set(lengths))} lengths: median step "
-          + ", ".join(f"{impl} {r['median_new_ms']:.2f} ms at new lengths, {r['median_seen_ms']:.2f} at seen ones"
+          + ", ".join(f"{impl} {ms(r['median_new_ms'])} ms at new lengths, {ms(r['median_settling_ms'])} at their "
+                      f"second and third meetings, {ms(r['median_seen_ms'])} after that"
                       for impl, r in var.items()), flush=True)
     mean = int(round(statistics.mean(lengths[warmup:])))
     fixed = run_model(name, steps=steps, warmup=warmup, device=device, tiny=tiny, lengths=[mean] * n,
@@ -341,13 +349,21 @@ def run_varlen(name, *, steps, warmup, device, tiny, seed=0, implementations=("i
 
 def split_by_novelty(times, lengths, warmup) -> dict:
     """The medians of the timed steps whose length is new (not met in an earlier step,
-    warm-up included) and of those whose length was met before."""
-    met, new, seen = set(lengths[:warmup]), [], []
+    warm-up included), met once or twice before (``settling``: straight lines and CUDA
+    graphs are built at those meetings) and met three times or more (``seen``: the
+    steady state)."""
+    met: dict = {}
+    for n in lengths[:warmup]:
+        met[n] = met.get(n, 0) + 1
+    groups = ([], [], [])
     for t, n in zip(times, lengths[warmup:]):
-        (seen if n in met else new).append(t)
-        met.add(n)
+        before = met.get(n, 0)
+        groups[0 if before == 0 else 1 if before < 3 else 2].append(t)
+        met[n] = before + 1
     med = lambda ts: statistics.median(ts) if ts else None  # noqa: E731
-    return {"median_new_ms": med(new), "median_seen_ms": med(seen), "new_steps": len(new), "seen_steps": len(seen)}
+    new, settling, seen = groups
+    return {"median_new_ms": med(new), "median_settling_ms": med(settling), "median_seen_ms": med(seen),
+            "new_steps": len(new), "settling_steps": len(settling), "seen_steps": len(seen)}
 
 
 def varlen_rows(name, v) -> list:
@@ -362,11 +378,18 @@ def varlen_rows(name, v) -> list:
         seen = r.get("median_seen_ms")
         ratio = f"{seen / f['median_ms']:.3f}" if seen else "-"
         rows.append(f"| {name} | {impl} | {len(set(v['lengths']))} | {ms(r.get('median_new_ms'))} "
-                    f"({r.get('new_steps', 0)}) | {ms(seen)} ({r.get('seen_steps', 0)}) | {f['median_ms']:.2f} "
+                    f"({r.get('new_steps', 0)}) | {ms(r.get('median_settling_ms'))} ({r.get('settling_steps', 0)}) "
+                    f"| {ms(seen)} ({r.get('seen_steps', 0)}) | {f['median_ms']:.2f} "
                     f"| {ratio} | {c.get('warmup_graphs', 0) + c.get('timed_graphs', 0)} "
                     f"| {total} | {per_kernel} | {c.get('warmup_binaries', 0)} + {c.get('timed_binaries', 0)} "
-                    f"| {c.get('warmup_fallbacks', 0) + c.get('timed_fallbacks', 0)} |")
+                    f"| {c.get('warmup_fallbacks', 0) + c.get('timed_fallbacks', 0)} "
+                    f"| {_recordings(c, 'forward')} + {_recordings(c, 'backward')} "
+                    f"| {'-' if r.get('memory_reserved_gb') is None else format(r['memory_reserved_gb'], '.1f')} |")
     return rows
+
+
+def _recordings(counts, role) -> int:
+    return counts.get(f"warmup_graph_captures_{role}", 0) + counts.get(f"timed_graph_captures_{role}", 0)
 
 
 def breakdown_rows(name: str, results: dict) -> list:
@@ -387,10 +410,11 @@ BREAKDOWN_HEADER = ["| model | implementation | step wall (ms) | host: forward |
 
 
 VARLEN_HEADER = ["| model | implementation | distinct lengths | median step at a new length (ms, steps) "
-                 "| median step at a length seen before (ms, steps) | median step, fixed at the mean (ms) "
-                 "| seen / fixed | Dynamo graphs | pyfuser kernels compiled "
-                 "| kernels compiled per kernel of one length | Triton binaries compiled (warm-up + timed) | fallbacks |",
-                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                 "| at its second and third meetings (ms, steps) | at a length met three times before (ms, steps) "
+                 "| median step, fixed at the mean (ms) | steady / fixed | Dynamo graphs | pyfuser kernels compiled "
+                 "| kernels compiled per kernel of one length | Triton binaries compiled (warm-up + timed) | fallbacks "
+                 "| CUDA-graph recordings (fwd + bwd) | memory reserved at the end (GB) |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
 
 def main(argv=None):

@@ -132,9 +132,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, chec
         visible, why_not = (0, None) if backward else _visible_outputs()
         why_not = why_not or graphs.not_graphable(gm)
         if why_not is None:
-            _log.info("%s: replayed as one CUDA graph after %d ordinary calls, while its checks pass",
-                      name, graphs.WARMUP_CALLS)
-            return graphs.GraphedCall(forward, role=kind, visible=visible, mutated=graphs.mutated_inputs(gm))
+            sized = graphs.symbolic(gm)
+            _log.info("%s: replayed as one CUDA graph%s after %d ordinary calls, while its checks pass",
+                      name, " per size" if sized else "", graphs.WARMUP_CALLS)
+            call = graphs.SizedGraphs if sized else graphs.GraphedCall
+            return call(forward, role=kind, visible=visible, mutated=graphs.mutated_inputs(gm))
         _log.info("%s: not replayed as a CUDA graph: %s", name, why_not)
     return make_boxed_func(forward)
 

@@ -9,8 +9,11 @@ the host goes on to the next graph, the optimizer and the next step.
 
 Only AOTAutograd's training graphs (forward and backward) are graphed, and only those
 that draw no random numbers (pyfuser draws dropout's seeds on the host, so a replay
-would repeat one mask) and whose every input and value is a CUDA tensor (a CPU
-computation would not be replayed).  Inference graphs run as usual.
+would repeat one mask), whose every input is a CUDA tensor or a size and every value
+a CUDA tensor (a CPU computation would not be replayed), and none of whose sizes
+depends on the data.  Inference graphs run as usual.  A graph with symbolic sizes
+(dynamic shapes) is recorded once per size it meets (``SizedGraphs``): a replay
+has the sizes of its recording, and the sizes are part of what is checked.
 
 A replay computes into the addresses the capture used, so three things are checked
 or done on every call, and a check that fails runs the graph as usual (``misses``),
@@ -51,13 +54,16 @@ dumps and profiles see every region.  Under distributed training (a process grou
 of more than one rank, or a graph holding a collective) nothing is captured: see
 ``collectives.py``.  ``PYFUSER_CUDA_GRAPHS=0`` turns graphing off, and so does the
 accuracy mode (``accuracy.py``).  ``stats()`` counts ``graph_captures``,
-``graph_replays`` and ``graph_misses``, and each per role (``graph_replays_forward``...).
+``graph_replays`` and ``graph_misses``, and each per role (``graph_replays_forward``...);
+``graph_sizes_uncaptured`` the calls at a size that ``SizedGraphs`` does not record.
 """
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from ..compat import (foreach_copy_, mark_boxed, op_schema, reinterpret_tensor as _reinterpret, storage_id,
                       storage_use_count)
@@ -69,8 +75,13 @@ SMALL_INPUT_BYTES = 1 << 20
 WARMUP_CALLS = 2
 MISSES_BEFORE_RECAPTURE = 2
 MAX_CAPTURES = 4
+MAX_SIZES = 32  # sizes of one symbolic graph recorded (``SizedGraphs``); later ones run as usual
+# A new size is recorded only while the device keeps this share of its memory free
+# after it (the free memory less the largest recording of that graph so far).
+MEMORY_RESERVE = 0.25
 
 _use_count = storage_use_count
+_log = logging.getLogger(__name__)
 
 
 def enabled() -> bool:
@@ -99,10 +110,10 @@ def not_graphable(gm: torch.fx.GraphModule) -> str | None:
         return "no inputs"
     for n in placeholders:
         v = n.meta.get("val")
+        if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):
+            continue  # a size: part of ``SizedGraphs``'s key
         if not isinstance(v, torch.Tensor) or v.device.type != "cuda":
             return f"input {n.name} is not a CUDA tensor"
-        if not all(isinstance(s, int) for s in (*v.shape, *v.stride())):
-            return f"input {n.name} has symbolic sizes (a replay has the captured ones)"
     for mod in gm.modules():
         graph = getattr(mod, "graph", None)
         if not isinstance(graph, torch.fx.Graph):
@@ -113,10 +124,26 @@ def not_graphable(gm: torch.fx.GraphModule) -> str | None:
             tags = getattr(n.target, "tags", ())
             if torch.Tag.nondeterministic_seeded in tags:
                 return f"{n.name} draws random numbers"
+            if free_unbacked_symbols(n.meta.get("val")):
+                return f"{n.name} has a size that depends on the data (a replay has the captured one)"
             for v in _vals(n):
                 if isinstance(v, torch.Tensor) and v.device.type != "cuda" and v.dim() > 0:
                     return f"{n.name} computes on {v.device}"
     return None
+
+
+def symbolic(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` was traced with symbolic sizes (a SymInt input, or a tensor input
+    with a symbolic size or stride): ``SizedGraphs`` replays it, one graph per size."""
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        v = n.meta.get("val")
+        if isinstance(v, torch.SymInt):
+            return True
+        if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in (*v.shape, *v.stride())):
+            return True
+    return False
 
 
 def _written_args(node) -> list:
@@ -175,8 +202,9 @@ class _Capture:
     """One captured graph and what a replay needs: the inputs that must be in place,
     the buffers the others are copied into, how to build each output."""
 
-    def __init__(self, graph, fixed, buffers, copied, outputs, storages):
+    def __init__(self, graph, fixed, buffers, copied, outputs, storages, ints=()):
         self.graph = graph
+        self.ints = ints  # (input position, value) of the sizes the graph was recorded at
         self.fixed = fixed  # (input position, data_ptr, strides)
         self.buffers = buffers  # list: the graph's copies of the inputs at positions ``copied``
         self.copied = copied
@@ -246,9 +274,11 @@ class GraphedCall:
     ``capture(fn, args)`` makes the graph (default ``_cuda_capture``, read when the
     wrapper is made; tests pass their own)."""
 
-    def __init__(self, fn, capture=None, *, role="backward", visible=0, mutated=frozenset()):
+    def __init__(self, fn, capture=None, *, role="backward", visible=0, mutated=frozenset(), room=None):
         mark_boxed(self)  # an instance attribute: Dynamo's wrappers copy __dict__
         self.fn = fn
+        self.room = room  # None, or a callable: may a capture be made now (``SizedGraphs``)
+        self.footprint = 0  # device memory the captures reserved, bytes
         self._capture_fn = capture or _cuda_capture
         self.role = role
         self.visible = visible
@@ -260,10 +290,13 @@ class GraphedCall:
         self.misses_in_row = 0
         self.cap: _Capture | None = None
         self.off = False
+        self.refused = False  # ``room`` said no: the calls run as usual
 
     def __call__(self, args):
         self.calls += 1
         if self.off or self.calls <= WARMUP_CALLS or not fast_path_allowed():
+            if self.refused:
+                self._count("graph_sizes_uncaptured")
             return self.fn(*args)  # a dump or profile asked for sees every region run
         if self.cap is None:
             if self.captures >= MAX_CAPTURES:
@@ -289,17 +322,27 @@ class GraphedCall:
     # -- capture ---------------------------------------------------------------------
     def _capture(self, args):
         args = list(args)
-        if not all(isinstance(x, torch.Tensor) for x in args):
-            self.off = True  # (not_graphable saw tensors only; the call disagrees)
+        if not all(isinstance(x, torch.Tensor) or _is_size(x) for x in args):
+            self.off = True  # (not_graphable saw tensors and sizes only; the call disagrees)
+            return self.fn(*args)
+        if self.room is not None and not self.room():
+            self.off = self.refused = True
+            self._count("graph_sizes_uncaptured")
+            _log.info("a %s graph at a new size is not recorded: the device's memory is short of the "
+                      "recording and a reserve of %d%%; that size runs uncaptured", self.role, MEMORY_RESERVE * 100)
             return self.fn(*args)
         copied, fixed, static = [], [], list(args)
+        ints = tuple((i, x) for i, x in enumerate(args) if not isinstance(x, torch.Tensor))
         for i, x in enumerate(args):
+            if not isinstance(x, torch.Tensor):
+                continue  # a size: the graph computed with it (``ints``)
             if self._pins(i, x):
                 fixed.append((i, x.data_ptr(), tuple(x.stride())))
             else:
                 static[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device).copy_(x)
                 copied.append(i)
         self.captures += 1
+        before = _reserved()
         try:
             with capturing():
                 graph, outs = self._capture_fn(self.fn, static)
@@ -309,9 +352,11 @@ class GraphedCall:
             warn_once(f"cuda graph: {type(err).__name__}", f"capturing a {self.role} graph failed "
                                                            f"({type(err).__name__}: {msg[:160]}); it runs uncaptured")
             return self.fn(*args)
+        self.footprint += max(_reserved() - before, 0)
         by_storage = {}
         for pos, x in enumerate(static):
-            by_storage.setdefault(_storage_key(x), []).append(pos)
+            if isinstance(x, torch.Tensor):
+                by_storage.setdefault(_storage_key(x), []).append(pos)
         outputs = []
         for o in outs:
             if not isinstance(o, torch.Tensor):
@@ -329,7 +374,7 @@ class GraphedCall:
         del outs, static
         storages = dict.fromkeys(_storage_key(out[1]) for out in outputs if out[0] == "graph")
         storages = tuple((k, _use_count(k)) for k in storages)
-        self.cap = _Capture(graph, tuple(fixed), buffers, tuple(copied), tuple(outputs), storages)
+        self.cap = _Capture(graph, tuple(fixed), buffers, tuple(copied), tuple(outputs), storages, ints)
         for k, out in enumerate(outputs[:self.visible]):
             if out[0] == "graph":
                 self.cap.visible.setdefault(_storage_key(out[1]), []).append(k)
@@ -346,6 +391,9 @@ class GraphedCall:
     # -- replay ----------------------------------------------------------------------
     def _replay(self, args):
         cap = self.cap
+        for i, value in cap.ints:
+            if args[i] != value:  # recorded at other sizes (``SizedGraphs`` keys by them)
+                return None
         for i, ptr, stride in cap.fixed:
             x = args[i]
             if x.data_ptr() != ptr or x.stride() != stride:
@@ -381,3 +429,66 @@ class GraphedCall:
         if fresh:
             foreach_copy_(fresh, kept)
         return outs
+
+
+def _is_size(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _reserved() -> int:
+    """Device memory PyTorch's caching allocator holds, bytes (0 without CUDA)."""
+    return torch.cuda.memory_reserved() if torch.cuda.is_available() else 0
+
+
+def _available() -> tuple:
+    """``(available, total)`` bytes of the current device: the driver's free memory
+    plus what the caching allocator holds unused."""
+    free, total = torch.cuda.mem_get_info()
+    return free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated(), total
+
+
+def size_key(args) -> tuple:
+    """What a call's graph was recorded at: each tensor's sizes and strides, each size's value."""
+    return tuple([(x.shape, x.stride()) if isinstance(x, torch.Tensor) else x for x in args])
+
+
+class SizedGraphs:
+    """A training graph with symbolic sizes (``symbolic``) replayed as one CUDA graph
+    per size: a ``GraphedCall`` per ``size_key``, each with its own warm-up, capture,
+    checks and counts, as for a graph of fixed sizes.  Each recording has its own
+    memory pool (its buffers are the graph's at that size), so the recordings of all
+    sizes add up: a new size is recorded while the device keeps ``MEMORY_RESERVE``
+    of its memory free after it (judged by the graph's largest recording so far) and
+    while fewer than ``MAX_SIZES`` are; every other size runs as usual
+    (``graph_sizes_uncaptured`` counts those calls).  Why: at a length met before, a
+    variable-length training step is otherwise host-bound (docs/TUNING.md#cuda-graph-sizes)."""
+
+    def __init__(self, fn, capture=None, *, role="backward", visible=0, mutated=frozenset(), available=None):
+        mark_boxed(self)
+        self.fn = fn
+        self._capture_fn = capture
+        self.role, self.visible, self.mutated = role, visible, frozenset(mutated)
+        self._available = available or _available
+        self.by_size: dict = {}
+
+    def __call__(self, args):
+        key = size_key(args)
+        call = self.by_size.get(key)
+        if call is None:
+            if len(self.by_size) >= MAX_SIZES:
+                STATS["graph_sizes_uncaptured"] += 1
+                STATS[f"graph_sizes_uncaptured_{self.role}"] += 1
+                return self.fn(*args)
+            call = self.by_size[key] = GraphedCall(self.fn, self._capture_fn, role=self.role, visible=self.visible,
+                                                   mutated=self.mutated, room=self._room)
+        return call(args)
+
+    def _room(self) -> bool:
+        largest = max((c.footprint for c in self.by_size.values()), default=0)
+        available, total = self._available()
+        return available - largest >= MEMORY_RESERVE * total
+
+    @property
+    def captured(self) -> int:
+        """The sizes recorded and replaying."""
+        return sum(1 for c in self.by_size.values() if c.cap is not None)
