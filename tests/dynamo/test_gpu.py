@@ -111,11 +111,12 @@ def test_backward_cuda_graph_matches_the_uncaptured_backward(monkeypatch, accumu
         torch.testing.assert_close(p, q, rtol=1e-4, atol=5e-5)
 
 
-def _train_tiny_gpt2(steps):
+def _train_tiny_gpt2(steps, lengths=None):
     """Losses and final weights of a tiny GPT-2 (dropout off: the forward draws no
     random numbers) trained with SGD through the backend (SGD for the reason
     ``test_backward_cuda_graph_matches_the_uncaptured_backward`` gives), the loop
-    holding the last step's output while the next forward runs."""
+    holding the last step's output while the next forward runs; with ``lengths``,
+    step i's sequences cut to ``lengths[i]`` tokens (Dynamo's default dynamic shapes)."""
     pytest.importorskip("transformers")
     from pyfuser.bench import zoo
 
@@ -126,8 +127,9 @@ def _train_tiny_gpt2(steps):
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(5)
     losses, out = [], None
-    for _ in range(steps):
-        batch = {k: v.cuda() for k, v in built.batch(4, g).items()}
+    for i in range(steps):
+        n = None if lengths is None else lengths[i]
+        batch = {k: v[:, :n].contiguous().cuda() for k, v in built.batch(4, g).items()}
         with torch.autocast("cuda", dtype=torch.bfloat16):
             out = compiled(**batch)
         out.loss.backward()
@@ -156,40 +158,17 @@ def test_forward_cuda_graph_matches_the_uncaptured_forward(monkeypatch):
         torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
 
 
-def _train_tiny_gpt2_varlen(lengths):
-    """``_train_tiny_gpt2`` at a sequence length per step (Dynamo's default dynamic shapes)."""
-    pytest.importorskip("transformers")
-    from pyfuser.bench import zoo
-
-    torch._dynamo.reset()
-    built = zoo.build("gpt2", hidden=64, layers=2, heads=2, vocab=500, seq=64)
-    model = built.model.cuda().train()
-    compiled = torch.compile(model, backend="pyfuser")
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    g = torch.Generator().manual_seed(5)
-    losses = []
-    for n in lengths:
-        batch = {k: v[:, :n].contiguous().cuda() for k, v in built.batch(4, g).items()}
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = compiled(**batch)
-        out.loss.backward()
-        losses.append(out.loss.detach())
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return torch.stack(losses).cpu(), [p.detach().clone() for p in model.parameters()]
-
-
 def test_variable_lengths_replay_one_cuda_graph_per_length(monkeypatch):
-    """GPT-2 at three sequence lengths in turn: the graph with symbolic sizes is recorded
+    """GPT-2 at four sequence lengths in turn: the graph with symbolic sizes is recorded
     once per length (``graphs.SizedGraphs``) and gives the uncaptured run's losses and weights."""
     monkeypatch.setenv("PYFUSER_CHECK", "0")
     lengths = [32, 40, 48, 56] * 4
     monkeypatch.setenv("PYFUSER_CUDA_GRAPHS", "0")
     pd.reset()
-    want_losses, want_params = _train_tiny_gpt2_varlen(lengths)
+    want_losses, want_params, _ = _train_tiny_gpt2(len(lengths), lengths)
     monkeypatch.setenv("PYFUSER_CUDA_GRAPHS", "1")
     pd.reset()
-    losses, params = _train_tiny_gpt2_varlen(lengths)
+    losses, params, _ = _train_tiny_gpt2(len(lengths), lengths)
     s = pd.stats()
     assert s.get("fallbacks", 0) == 0 and s.get("graph_misses", 0) == 0
     # Per Dynamo graph of the step, each length is recorded once after 2 ordinary calls

@@ -346,14 +346,15 @@ def test_mutated_inputs_follow_views_and_submodules():
     assert graphs.mutated_inputs(outer) == {0}  # the region writes its second input, the outer first
 
 
-def test_the_backend_replays_a_training_loop_s_forward_and_backward(monkeypatch):
-    """The backend end to end with the stand-in capture (CPU tensors pass for CUDA
-    ones here): the forward knows its caller's outputs from AOTAutograd (the loop
-    holds the last output while the next forward runs), the backward's inputs are the
-    forward replay's buffers; losses and gradients are eager's at every step."""
+def _train_against_eager(monkeypatch, batch_sizes, dynamic=False, keep_last_out=True):
+    """An MLP trained through the backend with the stand-in capture (CPU tensors pass
+    for CUDA ones here) at the given batch sizes; its losses and gradients checked
+    against eager's at every step.  ``keep_last_out``: the loop's ``out`` holds the
+    last step's output while the next forward runs.  Returns the Dynamo graphs compiled."""
     monkeypatch.setattr(graphs, "enabled", lambda: True)
     monkeypatch.setattr(graphs, "not_graphable", lambda gm: None)
     monkeypatch.setattr(graphs, "_cuda_capture", fake_capture)
+    monkeypatch.setattr(graphs, "_available", _plenty)
     monkeypatch.setattr(graphs, "SMALL_INPUT_BYTES", 1 << 20)
     monkeypatch.setenv("PYFUSER_CHECK", "0")
     torch._dynamo.reset()
@@ -362,20 +363,30 @@ def test_the_backend_replays_a_training_loop_s_forward_and_backward(monkeypatch)
     model = torch.nn.Sequential(torch.nn.LayerNorm(16), torch.nn.Linear(16, 32), torch.nn.GELU(),
                                 torch.nn.Linear(32, 4))
     reference = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="pyfuser")
+    compiled = torch.compile(model, backend="pyfuser", dynamic=dynamic)
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     out = None
-    for k in range(7):
+    for k, n in enumerate(batch_sizes):
         g = torch.Generator().manual_seed(k)
-        x, y = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
-        out = compiled(x)  # the last step's out is alive during this call
-        loss = torch.nn.functional.cross_entropy(out, y)
-        loss.backward()
+        x, y = torch.randn(n, 16, generator=g), torch.randint(0, 4, (n,), generator=g)
+        out = compiled(x)
+        torch.nn.functional.cross_entropy(out, y).backward()
         want = reference(x)
         torch.nn.functional.cross_entropy(want, y).backward()
         torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
         for p, q in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
             p.grad = q.grad = None
+        if not keep_last_out:
+            out = None
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+
+
+def test_the_backend_replays_a_training_loop_s_forward_and_backward(monkeypatch):
+    """The backend end to end: the forward knows its caller's outputs from AOTAutograd
+    (the loop holds the last output while the next forward runs), the backward's
+    inputs are the forward replay's buffers."""
+    _train_against_eager(monkeypatch, [8] * 7)
     s = pd.stats()
     assert s["graph_replays_forward"] == 7 - graphs.WARMUP_CALLS and s.get("graph_misses", 0) == 0
     assert s["graph_replays_backward"] == 7 - graphs.WARMUP_CALLS
@@ -469,38 +480,11 @@ def test_graphs_traced_with_symbolic_sizes_are_recorded_per_size():
 
 
 def test_the_backend_replays_a_variable_batch_loop_per_size(monkeypatch):
-    """Dynamic shapes end to end with the stand-in capture: batches of three sizes in
-    turn, compiled with symbolic sizes; each size's forward and backward are recorded
-    once and replayed, losses and gradients eager's at every step."""
-    monkeypatch.setattr(graphs, "enabled", lambda: True)
-    monkeypatch.setattr(graphs, "not_graphable", lambda gm: None)
-    monkeypatch.setattr(graphs, "_cuda_capture", fake_capture)
-    monkeypatch.setattr(graphs, "_available", _plenty)
-    monkeypatch.setattr(graphs, "SMALL_INPUT_BYTES", 1 << 20)
-    monkeypatch.setenv("PYFUSER_CHECK", "0")
-    torch._dynamo.reset()
-    pd.reset()
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.LayerNorm(16), torch.nn.Linear(16, 32), torch.nn.GELU(),
-                                torch.nn.Linear(32, 4))
-    reference = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="pyfuser", dynamic=True)
-    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    sizes = [8, 12, 6] * 4
-    for k, n in enumerate(sizes):
-        g = torch.Generator().manual_seed(k)
-        x, y = torch.randn(n, 16, generator=g), torch.randint(0, 4, (n,), generator=g)
-        out = compiled(x)
-        torch.nn.functional.cross_entropy(out, y).backward()
-        want = reference(x)
-        torch.nn.functional.cross_entropy(want, y).backward()
-        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
-        for p, q in zip(model.parameters(), reference.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
-            p.grad = q.grad = None
-        del out
+    """Dynamic shapes end to end: batches of three sizes in turn, compiled with symbolic
+    sizes once; each size's forward and backward are recorded once and replayed."""
+    compiled = _train_against_eager(monkeypatch, [8, 12, 6] * 4, dynamic=True, keep_last_out=False)
     s = pd.stats()
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs_before + 1  # no recompile
+    assert compiled == 1  # no recompile
     assert s["graph_captures_forward"] == 3 and s["graph_captures_backward"] == 3
     assert s["graph_replays_forward"] == 3 * (4 - graphs.WARMUP_CALLS) and s.get("graph_misses", 0) == 0
     assert s["graph_replays_backward"] == 3 * (4 - graphs.WARMUP_CALLS)

@@ -77,8 +77,10 @@ def stats() -> dict:
     ``regions`` (fused regions compiled), ``fallbacks`` (regions running in ATen),
     ``translation_cache_hits`` (regions that reused a translation), ``region_calls``
     (regions run, pyfuser or fallback; not those inside a replayed CUDA graph), and
-    from ``graphs.py`` ``graph_captures``, ``graph_replays`` and ``graph_misses``
-    (backward calls that ran uncaptured after a capture); under the accuracy mode
+    from ``graphs.py`` ``graph_captures``, ``graph_replays``, ``graph_misses``
+    (calls that ran uncaptured after a capture) and ``graph_sizes_uncaptured`` (calls
+    at a size of a symbolic graph that is not recorded), each also per role
+    (``graph_replays_forward``, ...); under the accuracy mode
     (``accuracy.py``) ``checked_region_calls``, ``checked_views`` and
     ``checked_graph_calls``."""
     return dict(STATS)
