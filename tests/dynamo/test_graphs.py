@@ -413,7 +413,7 @@ def sized_steps(wrapped, w, saved_by_size, sizes):
         del got
 
 
-def _plenty():
+def _plenty(release=False):
     return 1 << 40, 1 << 40
 
 
@@ -434,9 +434,11 @@ def test_a_size_is_not_recorded_without_room_for_it():
     w = torch.randn(256, 8)
     saved = {n: torch.randn(n, 8) for n in (100, 120)}
     total = 1000
-    room = {100: 900}  # after size 100's recording the device is short of memory
+    room = {}  # after size 100's recording the device is short of memory
+    released = []
 
-    def available():
+    def available(release=False):
+        released.append(release)
         return room.get("now", 900), total
 
     def capture(fn, args):
@@ -448,6 +450,7 @@ def test_a_size_is_not_recorded_without_room_for_it():
     s = pd.stats()
     assert s["graph_captures"] == 1 and wrapped.captured == 1
     assert s["graph_sizes_uncaptured"] == 5 - graphs.WARMUP_CALLS  # size 120's calls after its warm-up
+    assert released == [False, False, True]  # asked again after the cache's unused blocks went back
 
 
 def test_sizes_past_the_limit_run_as_usual(monkeypatch):

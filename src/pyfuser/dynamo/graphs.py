@@ -440,11 +440,14 @@ def _reserved() -> int:
     return torch.cuda.memory_reserved() if torch.cuda.is_available() else 0
 
 
-def _available() -> tuple:
-    """``(available, total)`` bytes of the current device: the driver's free memory
-    plus what the caching allocator holds unused."""
-    free, total = torch.cuda.mem_get_info()
-    return free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated(), total
+def _available(release=False) -> tuple:
+    """``(free, total)`` bytes of the current device as the driver counts them; with
+    ``release``, after the caching allocator has handed back the blocks it holds
+    unused (its count of those would include the recordings' own pools, which no
+    other allocation can use)."""
+    if release:
+        torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info()
 
 
 def size_key(args) -> tuple:
@@ -485,8 +488,11 @@ class SizedGraphs:
 
     def _room(self) -> bool:
         largest = max((c.footprint for c in self.by_size.values()), default=0)
-        available, total = self._available()
-        return available - largest >= MEMORY_RESERVE * total
+        free, total = self._available()
+        if free - largest >= MEMORY_RESERVE * total:
+            return True
+        free, total = self._available(release=True)  # the cache's unused blocks count as free
+        return free - largest >= MEMORY_RESERVE * total
 
     @property
     def captured(self) -> int:
