@@ -37,7 +37,7 @@ from .one_hot import one_hot_sums
 from .pad_matmuls import pad_matmuls, propagate_meta
 from .partition import fuse_regions
 from .region import FusedRegion, warn_once
-from .remat import tag_scalar_derived
+from .remat import tag_scalar_derived, tag_upcast_softmax
 from .sink_views import sink_views
 from .sum_views import sums_through_views
 from .views import fast_views
@@ -171,8 +171,8 @@ _GRAPHS_CHECKED: Counter = Counter()
 
 def partition_joint(joint_module, joint_inputs, **kwargs):
     """AOTAutograd's partition function: the min-cut partitioner, with tensors made
-    from scalars alone copied per reader and marked for recomputation first
-    (``remat.py``).  The partitioner's own common-subexpression pass would merge the
+    from scalars alone copied per reader and fp32 softmaxes of 16-bit scores marked
+    for recomputation first (``remat.py``).  The partitioner's own common-subexpression pass would merge the
     copies again, so it runs here, before them, and not in the partitioner."""
     if functorch_config().cse:
         joint_module.graph = fx_graph_cse(joint_module.graph)
@@ -180,6 +180,7 @@ def partition_joint(joint_module, joint_inputs, **kwargs):
     work = _copy(joint_module)
     try:
         tag_scalar_derived(work)
+        tag_upcast_softmax(work)
         joint_module = work
     except Exception as err:  # an optimization: the cut is still valid without it
         warn_once(f"remat: {type(err).__name__}", f"copying scalar-derived tensors for recomputation failed "

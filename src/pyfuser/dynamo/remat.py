@@ -22,6 +22,17 @@ backward, where saving wins min-cut's weighting) then saves statistics.  Min-cut
 common-subexpression pass would merge the copies again, so the backend runs that
 pass before making them and turns it off inside the partitioner
 (``backend.partition_joint``).
+
+A softmax computed in fp32 from 16-bit scores (autocast's softmax; LLaMA's
+``softmax(dtype=float32)``) is the other case.  Min-cut weighs a saved tensor's bytes
+by 1.1 to the power of its distance from the backward, so the scores, a few ops
+before the probabilities, weighed more than the probabilities' twice as many bytes:
+GPT-2's layers 1-11 and all of LLaMA's saved the fp32 [batch, heads, seq, seq]
+probabilities (512 MB a layer for the 1.1B LLaMA at 4 x 1024), written by the
+forward and read by the backward.  ``tag_upcast_softmax`` marks the upcast, the
+shift, the exponential and the division of each such softmax ``MUST_RECOMPUTE``
+(not its two row reductions, which min-cut saves): the forward writes no fp32
+probabilities, and the backward reads the 16-bit scores and the row statistics.
 """
 from __future__ import annotations
 
@@ -98,3 +109,80 @@ def tag_scalar_derived(gm: torch.fx.GraphModule) -> int:
     graph.eliminate_dead_code()
     gm.recompile()
     return copies
+
+
+_CASTS = ("_to_copy", "convert_element_type")
+# Pointwise ops through which an fp32 softmax input may come from 16-bit scores (an
+# additive mask of the model's fp32 dtype promotes the sum to fp32, as in the zoo's
+# causal models).
+_POINTWISE = ("add", "sub", "mul", "div", "where", "neg")
+_NARROW = (torch.float16, torch.bfloat16)
+
+
+def _op(node, *names) -> bool:
+    return (isinstance(node, torch.fx.Node) and node.op == "call_function"
+            and getattr(node.target, "__name__", "").split(".")[0] in names)
+
+
+def _val(node):
+    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def _from_narrow(node, numel, depth=3):
+    """The fp32 nodes, ``node`` last, by which ``node`` (of ``numel`` elements) is
+    computed from 16-bit tensors of its size and smaller tensors (a broadcast mask, a
+    scalar) by casts and pointwise ops, or None when it is not."""
+    v = _val(node)
+    if v is None or v.dtype != torch.float32 or v.numel() != numel or depth == 0:
+        return None
+    if _op(node, *_CASTS):
+        src = _val(node.args[0])
+        return [node] if src is not None and src.dtype in _NARROW else None
+    if not _op(node, *_POINTWISE):
+        return None
+    chain = []
+    for a in node.all_input_nodes:
+        va = _val(a)
+        if va is None or va.numel() < numel or va.dtype in _NARROW:
+            continue
+        sub = _from_narrow(a, numel, depth - 1)
+        if sub is None:
+            return None
+        chain += [n for n in sub if n not in chain]
+    return chain + [node]
+
+
+def _upcast_softmax(div):
+    """The fp32 nodes of ``div`` as a decomposed softmax (``exp(x - amax(x)) /
+    sum(...)``) whose input ``x`` is computed from 16-bit scores (``_from_narrow``),
+    without the two row reductions, or None."""
+    v = _val(div)
+    if not _op(div, "div") or v is None or v.dtype != torch.float32 or len(div.args) != 2:
+        return None
+    exp, total = div.args
+    if not (_op(exp, "exp") and _op(total, "sum") and total.args[0] is exp):
+        return None
+    sub = exp.args[0]
+    if not (_op(sub, "sub") and len(sub.args) == 2 and _op(sub.args[1], "amax")):
+        return None
+    x = sub.args[0]
+    if sub.args[1].args[0] is not x:
+        return None
+    source = _from_narrow(x, v.numel())
+    return None if source is None else source + [sub, exp, div]
+
+
+def tag_upcast_softmax(gm: torch.fx.GraphModule) -> int:
+    """Mark each fp32 softmax of 16-bit scores for recomputation (the module docstring
+    says why); returns the number of softmaxes marked.  Nodes that carry a checkpoint
+    policy already keep it."""
+    marked = 0
+    for node in gm.graph.nodes:
+        steps = _upcast_softmax(node)
+        if steps is None or any("recompute" in n.meta for n in steps):
+            continue
+        for n in steps:
+            n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+        marked += 1
+    return marked
