@@ -477,6 +477,46 @@ def test_a_clone_of_a_transposed_tensor_is_a_copy_kernel():
     assert pyfuser.cache_info()["launches"] == launches + 1
 
 
+def test_outputs_are_written_in_aten_layout():
+    """A pointwise region whose output ATen lays out as a permutation of row-major
+    (LLaMA's keys: repeated for grouped-query attention, transposed for the scores'
+    matmul and cast to bf16, which keeps the transposed strides) has its kernel write
+    that layout directly: the fusion outputs the permuted tensor row-major and the
+    region returns the permuted view, with no copy into ATen's strides after the
+    kernel.  Values and strides match eager."""
+    from pyfuser.dynamo.region import FusedRegion
+
+    graphs = []
+    real = pd.backend.fuse_regions
+
+    def spy(gm):
+        out = real(gm)
+        graphs.append(gm)
+        return out
+
+    b, s, kv, rep, d = 2, 16, 2, 3, 8
+
+    def fn(k, q):
+        k = k.transpose(1, 2) * 2.0 + 1.0  # [b, kv, s, d]
+        k = k[:, :, None].expand(b, kv, rep, s, d).reshape(b, kv * rep, s, d)
+        kt = k.transpose(-1, -2).to(torch.bfloat16)  # ATen: strides of [b, H, s, d]
+        return kt, torch.matmul(q, kt)
+
+    g = torch.Generator().manual_seed(24)
+    k = torch.randn(b, s, kv, d, generator=g)
+    q = torch.randn(b, kv * rep, s, d, generator=g).to(torch.bfloat16)
+    import unittest.mock
+    with unittest.mock.patch.object(pd.backend, "fuse_regions", spy), torch.no_grad():
+        got = torch.compile(fn, backend="pyfuser")(k, q)
+    want = fn(k, q)
+    for a, w in zip(got, want):
+        torch.testing.assert_close(a, w, rtol=0, atol=0)
+    assert got[0].stride() == want[0].stride()
+    regions = [m for gm in graphs for m in gm.modules() if isinstance(m, FusedRegion)]
+    assert regions and not any(m.broken for m in regions)
+    assert all(not r for m in regions for r in m.restride.values())
+
+
 def test_set_is_a_copy():
     from pyfuser import FusionDefinition, DataType
 

@@ -254,13 +254,13 @@ class FusedRegion(torch.nn.Module):
             fast = self.fast.get(key)
             if fast is not None and not any([x.data_ptr() & 15 for x in inputs]) and fast_path_allowed():
                 entry, prep, device, copies, restride = fast
-                outs = run_prepared(entry.fd, prep, inputs, device)
+                outs = entry.laid_out(run_prepared(entry.fd, prep, inputs, device))
             else:
                 entry = self.entries.get(key)
                 if entry is None:
                     entry = self._prepare(args)
                 device = None if inputs else self.device
-                outs = entry.fd.execute(list(inputs), device=device)
+                outs = entry.laid_out(entry.fd.execute(list(inputs), device=device))
                 fast = None
         except Exception as err:
             return self._failed(err, args)
@@ -282,7 +282,7 @@ class FusedRegion(torch.nn.Module):
             fast = self.fast.get(key)
             if fast is not None and not _misaligned(inputs) and fast_path_allowed():
                 entry, prep, device, copies, restride, strides = fast
-                outs = run_prepared(entry.fd, prep, inputs, device)
+                outs = entry.laid_out(run_prepared(entry.fd, prep, inputs, device))
             else:
                 if len(self.fast) >= MAX_SIZES:
                     self.fast.clear()
@@ -291,7 +291,7 @@ class FusedRegion(torch.nn.Module):
                 if entry is None:
                     entry = self._prepare(args, layout)
                 device = self.device if not any(isinstance(x, torch.Tensor) for x in inputs) else None
-                outs = entry.fd.execute(inputs, device=device)
+                outs = entry.laid_out(entry.fd.execute(inputs, device=device))
                 strides = _strides_at(self._out_exprs, self._symbols, args)
                 copies = _copies(entry, args, outs)
                 restride = tuple(pos for pos, o in enumerate(outs) if pos < len(strides)

@@ -27,7 +27,7 @@ from ..frontend import FusionDefinition
 from ..frontend.descriptor import contiguity_in_allocation_order
 from ..ir.dtypes import DataType, from_torch
 from ..ir.values import TensorVal
-from .rules import ATEN_VIEWS, RESHAPES, RULES, Unsupported, bind_args, meta
+from .rules import ATEN_VIEWS, RESHAPES, RULES, Unsupported, bind_args, meta, reduction_kind
 
 
 # --- symbolic sizes -----------------------------------------------------------------
@@ -122,6 +122,15 @@ class Translation:
     aten_views: tuple  # per output: ATen returns a view of a region input there
     duplicates: tuple  # output positions holding a value an earlier output already holds
     tuple_output: bool  # the region's submodule returns a tuple (else one tensor)
+    # (position, dims) of outputs the fusion gives permuted into ATen's memory order
+    # (``dense_order``): the region returns ``out.permute(dims)``, a view in ATen's strides
+    permuted: tuple = ()
+
+    def laid_out(self, outs: list) -> list:
+        """The fusion's outputs with the permuted ones viewed back in ATen's dim order."""
+        for pos, dims in self.permuted:
+            outs[pos] = outs[pos].permute(dims)
+        return outs
 
 
 class Translator:
@@ -157,7 +166,8 @@ class Translator:
                 raise Unsupported(f"{node.op} node", f"cannot translate a {node.op} node ({node.name})")
         result = out_node.args[0]
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
-        added, duplicates = set(), []
+        pointwise = not any(reduction_kind(n) for n in graph.nodes)
+        added, duplicates, permuted = set(), [], []
         for pos, o in enumerate(outs):
             v = self.env.get(o) if isinstance(o, Node) else None
             if not isinstance(v, TensorVal):
@@ -165,9 +175,13 @@ class Translator:
             if v in added:  # e.g. x and clone(x): ATen gives two tensors, pyfuser would give one
                 duplicates.append(pos)
             added.add(v)
+            order = dense_order(meta(o)) if pointwise and not _aten_alias(o) else None
+            if order is not None:
+                v = self.ops.permute(v, list(order))
+                permuted.append((pos, tuple(sorted(range(len(order)), key=order.__getitem__))))
             self.fd.add_output(v)
         return Translation(self.fd, tuple(_aten_alias(o) for o in outs), tuple(duplicates),
-                           isinstance(result, (tuple, list)))
+                           isinstance(result, (tuple, list)), tuple(permuted))
 
     def translate(self, node):
         if node.target is operator.getitem:
@@ -303,6 +317,34 @@ def _aten_alias(node) -> bool:
             return False
         node = node.args[0]
     return isinstance(node, Node) and node.op == "placeholder"
+
+
+def dense_order(t) -> tuple | None:
+    """The dims of ``t`` outermost to innermost in memory when its strides are those of
+    a row-major tensor with its dims so permuted (size-1 dims first) and that is not
+    row-major order itself; else None.
+
+    A kernel writes its outputs row-major.  An output ATen lays out otherwise (a
+    transpose cast to another dtype keeps the transposed strides) would be copied into
+    ATen's strides after the kernel, and the kernel's walk over the logical order
+    would read its input across the memory order: LLaMA's grouped-query keys,
+    repeated and transposed for the scores' matmul, ran at 112 GB/s on the H200
+    (docs/TUNING.md#output-layout).  In a pointwise region the fusion outputs the
+    tensor permuted into memory order and the region views it back; regions with
+    reductions keep the copy (their tiles walk the reduced dims, not the memory)."""
+    if not isinstance(t, torch.Tensor) or t.dim() < 2 or is_symbolic(t):
+        return None
+    shape, stride = tuple(t.shape), tuple(t.stride())
+    big = [d for d in range(t.dim()) if shape[d] != 1]
+    inner = sorted(big, key=lambda d: (-stride[d], d))
+    if inner == big:
+        return None
+    expected = 1
+    for d in reversed(inner):
+        if stride[d] != expected:
+            return None
+        expected *= shape[d]
+    return tuple(d for d in range(t.dim()) if shape[d] == 1) + tuple(inner)
 
 
 def translate(graph, specs) -> Translation:
