@@ -745,27 +745,28 @@ def test_attention_layers_save_softmax_statistics_not_probabilities(monkeypatch)
     assert not [s for s in saved if s.shape == (B, 1, S, S)]  # the mask is not saved either
 
 
-@pytest.mark.parametrize("mask_dtype", [torch.bfloat16, torch.float32, torch.bool])
-def test_softmax_of_16_bit_scores_is_recomputed_not_saved(monkeypatch, mask_dtype):
+@pytest.mark.parametrize("mask", ["bf16", "fp32", "bool", "fp32+bool"])
+def test_softmax_of_16_bit_scores_is_recomputed_not_saved(monkeypatch, mask):
     """A softmax computed in fp32 from 16-bit scores (autocast's softmax, LLaMA's
     ``softmax(dtype=float32)``) is recomputed in the backward from the scores and two
     row statistics, in every layer, even where the mask comes from an input that all
     layers share (a padding mask, as the zoo's causal models have; in fp32, the
-    model's dtype, it promotes the masked scores to fp32): min-cut's bias
-    toward saving what lies nearest the backward saved the fp32 probabilities, twice
-    the bytes of the scores (``remat.tag_upcast_softmax``).  Gradients match eager."""
+    model's dtype, it promotes the masked scores to fp32; "fp32+bool" also selects
+    with a bool mask of the scores' full size): min-cut's bias toward saving what lies
+    nearest the backward saved the fp32 probabilities, twice the bytes of the scores
+    (``remat.tag_upcast_softmax``).  Gradients match eager."""
     graphs = graphs_partitioned(monkeypatch)
     B, H, S, D, layers = 2, 2, 8, 4, 3
 
-    def fn(q, k, v, keep):
-        if mask_dtype == torch.bool:
-            bias = None
-        else:
-            bias = torch.where(keep, 0.0, torch.finfo(torch.bfloat16).min).to(mask_dtype)
+    def fn(q, k, v, keep, full):
+        bias = None if mask == "bool" else torch.where(keep, 0.0, -1e4).to(
+            torch.bfloat16 if mask == "bf16" else torch.float32)
         x = q
         for _ in range(layers):
             s = torch.matmul(x, k.transpose(-1, -2)) * 0.5
             s = torch.where(keep, s, torch.finfo(s.dtype).min) if bias is None else s + bias
+            if mask == "fp32+bool":
+                s = torch.where(full, s, -1e4)
             p = torch.softmax(s, dim=-1, dtype=torch.float32)
             x = torch.matmul(p.to(torch.bfloat16), v)
         return x
@@ -773,12 +774,13 @@ def test_softmax_of_16_bit_scores_is_recomputed_not_saved(monkeypatch, mask_dtyp
     g = torch.Generator().manual_seed(23)
     q, k, v = (torch.randn(B, H, S, D, generator=g).to(torch.bfloat16).requires_grad_() for _ in range(3))
     keep = (torch.rand(B, 1, S, S, generator=g) > 0.2) | torch.eye(S, dtype=torch.bool)
-    out = torch.compile(fn, backend="pyfuser")(q, k, v, keep)
+    full = (torch.rand(B, H, S, S, generator=g) > 0.1) | torch.eye(S, dtype=torch.bool)
+    out = torch.compile(fn, backend="pyfuser")(q, k, v, keep, full)
     out.float().sum().backward()
     got = [t.grad.clone() for t in (q, k, v)]
     for t in (q, k, v):
         t.grad = None
-    fn(q, k, v, keep).float().sum().backward()
+    fn(q, k, v, keep, full).float().sum().backward()
     for a, t in zip(got, (q, k, v)):
         torch.testing.assert_close(a, t.grad, rtol=2e-2, atol=2e-2)
     assert len(graphs) == 2

@@ -131,8 +131,9 @@ def _val(node):
 
 def _from_narrow(node, numel, depth=3):
     """The fp32 nodes, ``node`` last, by which ``node`` (of ``numel`` elements) is
-    computed from 16-bit tensors of its size and smaller tensors (a broadcast mask, a
-    scalar) by casts and pointwise ops, or None when it is not."""
+    computed from 16-bit tensors of its size, tensors that are not floating-point (a
+    bool mask) and smaller tensors (a broadcast mask, a scalar) by casts and pointwise
+    ops, or None when it is not."""
     v = _val(node)
     if v is None or v.dtype != torch.float32 or v.numel() != numel or depth == 0:
         return None
@@ -144,7 +145,7 @@ def _from_narrow(node, numel, depth=3):
     chain = []
     for a in node.all_input_nodes:
         va = _val(a)
-        if va is None or va.numel() < numel or va.dtype in _NARROW:
+        if va is None or va.numel() < numel or va.dtype in _NARROW or not va.dtype.is_floating_point:
             continue
         sub = _from_narrow(a, numel, depth - 1)
         if sub is None:
