@@ -477,6 +477,27 @@ def test_a_clone_of_a_transposed_tensor_is_a_copy_kernel():
     assert pyfuser.cache_info()["launches"] == launches + 1
 
 
+def test_a_cat_of_one_transposed_tensor_and_empty_ones_is_a_copy_kernel():
+    """A key/value cache's first update, ``cat([tensor([]), keys])`` with transposed
+    keys (GPT-2 and LLaMA in training), is a copy: it becomes one pyfuser copy kernel,
+    as a clone of a transposed tensor does, and its result is a new tensor."""
+    def fn(x, y):
+        k = x.view(4, 64, 8, 32).transpose(1, 2)  # [4, 8, 64, 32], not contiguous
+        cache = torch.cat([torch.tensor([], dtype=x.dtype), k], dim=-2)
+        return cache, torch.matmul(cache, y)
+
+    g = torch.Generator().manual_seed(25)
+    x, y = torch.randn(4, 64, 256, generator=g), torch.randn(32, 16, generator=g)
+    launches = pyfuser.cache_info()["launches"]
+    with torch.no_grad():
+        got = torch.compile(fn, backend="pyfuser")(x, y)
+    for a, w in zip(got, fn(x, y)):
+        torch.testing.assert_close(a, w, rtol=1e-5, atol=1e-5)
+    assert got[0].is_contiguous() and got[0].untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert pd.stats()["regions"] == 1
+    assert pyfuser.cache_info()["launches"] == launches + 1
+
+
 def test_outputs_are_written_in_aten_layout():
     """A pointwise region whose output ATen lays out as a permutation of row-major
     (LLaMA's keys: repeated for grouped-query attention, transposed for the scores'

@@ -109,10 +109,18 @@ def _clone(t, n, a):
 
 
 def is_layout_copy(node) -> bool:
-    """A clone of a non-contiguous tensor: worth a kernel of its own (see partition)."""
-    if node.op != "call_function" or str(node.target) != "aten.clone.default":
+    """A copy of a non-contiguous tensor, worth a kernel of its own (see partition): a
+    clone, or a ``cat`` of one tensor and empty legacy operands (a key/value cache's
+    first update: ``cat([tensor([]), keys])`` is a copy of the transposed keys)."""
+    if node.op != "call_function":
         return False
-    x = meta(node.args[0])
+    if str(node.target) == "aten.clone.default":
+        x = meta(node.args[0])
+    elif str(node.target) == "aten.cat.default":
+        kept = [meta(a) for a in node.args[0] if not _legacy_empty(meta(a))]
+        x = kept[0] if len(kept) == 1 else None
+    else:
+        return False
     return isinstance(x, torch.Tensor) and not x.is_contiguous() and x.numel() >= LAYOUT_COPY_MIN_NUMEL
 
 
@@ -130,13 +138,14 @@ def _cat_check(n, a):
     return None
 
 
-@rule("cat.default", ops=["cat"], check=_cat_check)
+@rule("cat.default", ops=["cat", "set"], check=_cat_check)
 def _cat(t, n, a):
     """The empty legacy operands dropped (ATen skips them; ``dim`` counts in the rank of
-    the others); one operand left is the result itself."""
+    the others); one operand left is copied (``ops.set``: ATen's result is a new
+    tensor, so the kernel writes it rather than the region cloning its input after)."""
     kept = [x for x, node in zip(a.tensors, n.args[0]) if not _legacy_empty(meta(node))]
     if len(kept) == 1:
-        return kept[0]
+        return t.ops.set(kept[0])
     return t.ops.cat(kept, a.dim)
 
 

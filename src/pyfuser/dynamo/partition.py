@@ -19,8 +19,9 @@ accepts into acyclic regions.  Then:
   both sides of one in the graph's order (``split_at_communication``): the
   distributed engine placed each collective to overlap it with computation;
 * a region with fewer than ``MIN_COMPUTE_OPS`` ops that compute stays in ATen: one
-  op gains nothing from fusion and pays the fusion's host overhead.  Except a clone
-  of a non-contiguous tensor (``rules.is_layout_copy``): ATen copies a transposed
+  op gains nothing from fusion and pays the fusion's host overhead.  Except a copy
+  of a non-contiguous tensor (``rules.is_layout_copy``: a clone, or a key/value
+  cache's ``cat`` of one tensor and empty ones): ATen copies a transposed
   tensor with a generic strided kernel (BERT's attention heads: 96 such copies per
   training step), pyfuser's pointwise kernel with coalesced, tiled accesses;
 * a view inside a region whose result is also used outside it is taken again
