@@ -28,8 +28,8 @@ A softmax computed in fp32 from 16-bit scores (autocast's softmax; LLaMA's
 by 1.1 to the power of its distance from the backward, so the scores, a few ops
 before the probabilities, weighed more than the probabilities' twice as many bytes:
 GPT-2's layers 1-11 and all of LLaMA's saved the fp32 [batch, heads, seq, seq]
-probabilities (512 MB a layer for the 1.1B LLaMA at 4 x 1024), written by the
-forward and read by the backward.  ``tag_upcast_softmax`` marks the upcast, the
+probabilities, written by the forward and read by the backward
+(docs/TUNING.md#remat-softmax).  ``tag_upcast_softmax`` marks the upcast, the
 shift, the exponential and the division of each such softmax ``MUST_RECOMPUTE``
 (not its two row reductions, which min-cut saves): the forward writes no fp32
 probabilities, and the backward reads the 16-bit scores and the row statistics.
@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import torch
 from torch.utils.checkpoint import CheckpointPolicy
+
+from .rules import meta
 
 
 def _random(node) -> bool:
@@ -125,7 +127,7 @@ def _op(node, *names) -> bool:
 
 
 def _val(node):
-    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    v = meta(node)
     return v if isinstance(v, torch.Tensor) else None
 
 

@@ -327,11 +327,11 @@ def dense_order(t) -> tuple | None:
     A kernel writes its outputs row-major.  An output ATen lays out otherwise (a
     transpose cast to another dtype keeps the transposed strides) would be copied into
     ATen's strides after the kernel, and the kernel's walk over the logical order
-    would read its input across the memory order: LLaMA's grouped-query keys,
-    repeated and transposed for the scores' matmul, ran at 112 GB/s on the H200
-    (docs/TUNING.md#output-layout).  In a pointwise region the fusion outputs the
-    tensor permuted into memory order and the region views it back; regions with
-    reductions keep the copy (their tiles walk the reduced dims, not the memory)."""
+    would read its input across the memory order (LLaMA's grouped-query keys,
+    repeated and transposed for the scores' matmul: docs/TUNING.md#output-layout).
+    In a pointwise region the fusion outputs the tensor permuted into memory order and
+    the region views it back; regions with reductions keep the copy (their tiles walk
+    the reduced dims, not the memory)."""
     if not isinstance(t, torch.Tensor) or t.dim() < 2 or is_symbolic(t):
         return None
     shape, stride = tuple(t.shape), tuple(t.stride())
