@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from pyfuser.dynamo import collectives, graphs
+from pyfuser.dynamo import collectives, graph_checks, graphs
 from pyfuser.dynamo.partition import fuse_regions
 from pyfuser.dynamo.region import FusedRegion
 
@@ -75,9 +75,9 @@ def test_cuda_graphs_off_for_a_graph_with_a_collective(one_rank_group):
 def test_cuda_graphs_off_under_a_process_group_of_several_ranks(monkeypatch):
     traced = make_fx(lambda a: a * 2, tracing_mode="fake")(torch.randn(4))
     monkeypatch.setattr(collectives, "distributed_world", lambda: 2)
-    monkeypatch.setattr(graphs, "distributed_world", lambda: 2)
+    monkeypatch.setattr(graph_checks, "distributed_world", lambda: 2)
     assert "2 ranks" in graphs.not_graphable(traced)
-    monkeypatch.setattr(graphs, "distributed_world", lambda: 1)
+    monkeypatch.setattr(graph_checks, "distributed_world", lambda: 1)
     assert "2 ranks" not in (graphs.not_graphable(traced) or "")
 
 

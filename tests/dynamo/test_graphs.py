@@ -20,11 +20,29 @@ from pyfuser.dynamo import graphs
 
 
 class FakeGraph:
+    """A replay reruns ``fn`` on the recorded arguments.  A real graph holds no tensor,
+    it reads the addresses it recorded, so an argument in another live capture's
+    output buffer is read through that capture, not held (holding it would keep the
+    buffer's use count up and block the other graph's replays)."""
+
     def __init__(self, fn, args, outs):
-        self.fn, self.args, self.outs = fn, args, outs
+        owners = {graphs._storage_key(o[1]): (g, j) for g in list(graphs._LIVE) if g.cap is not None
+                  for j, o in enumerate(g.cap.outputs) if o[0] == "graph"}
+        self.found = [owners.get(graphs._storage_key(a)) if isinstance(a, torch.Tensor) else None for a in args]
+        self.views = [None if f is None else (a.size(), a.stride(), a.storage_offset() - self._buffer(f).storage_offset())
+                      for a, f in zip(args, self.found)]
+        self.fn, self.outs = fn, outs
+        self.args = [None if f else a for a, f in zip(args, self.found)]
+
+    @staticmethod
+    def _buffer(found):
+        graph, j = found
+        return graph.cap.outputs[j][1]
 
     def replay(self):
-        for o, new in zip(self.outs, self.fn(*self.args)):
+        now = [a if f is None else graphs._reinterpret(self._buffer(f), *v)
+               for a, f, v in zip(self.args, self.found, self.views)]
+        for o, new in zip(self.outs, self.fn(*now)):
             if isinstance(o, torch.Tensor) and o.data_ptr() != new.data_ptr():
                 o.copy_(new)
 
@@ -323,6 +341,37 @@ def test_an_input_the_graph_writes_is_pinned_and_written():
         torch.testing.assert_close(count, torch.full((4,), k + 1.0), rtol=0, atol=0)
         torch.testing.assert_close(got[0], w.detach() * (k + 1), rtol=0, atol=0)
     assert pd.stats()["graph_replays_forward"] == 6 - graphs.WARMUP_CALLS
+
+
+def loss_like(logits):
+    return [logits.square().mean() * 3, torch.softmax(logits, -1)]
+
+
+def test_an_input_another_graph_wrote_is_pinned_not_copied():
+    """A loss graph after a graph break takes the model graph's logits, which come back
+    in the model graph's buffer at each of its replays: it reads them there instead of
+    copying them into a buffer of its own.  A step whose caller keeps the logits makes
+    the model graph copy them out from then on; the loss graph then finds its input
+    elsewhere, runs as usual and is captured again, copying it."""
+    pd.reset()
+    w = torch.nn.Parameter(torch.randn(8, 8))
+    model = graphs.GraphedCall(forward_like, capture=fake_capture, role="forward", visible=2)
+    loss = graphs.GraphedCall(loss_like, capture=fake_capture, role="forward", visible=2)
+    kept = []
+    for k in range(12):
+        batch = torch.randn(16, 8, generator=torch.Generator().manual_seed(500 + k))
+        with torch.no_grad():
+            got = loss([model([w, batch])[1]])
+            want = loss_like(batch @ w.detach())
+        _all_equal(got, want)
+        if k == SETTLED:
+            assert loss.cap.copied == ()  # the logits are read in the model graph's buffer
+            assert pd.stats()["graph_replays_forward"] == 2 * (k + 1 - graphs.WARMUP_CALLS)
+            kept = model([w, batch])  # the caller keeps the model's outputs past its next call
+        del got
+    _all_equal(kept, forward_like(w.detach(), torch.randn(16, 8, generator=torch.Generator().manual_seed(500 + SETTLED))))
+    assert loss.captures == 2 and loss.cap.copied == (0,)
+    assert model.copy_out == {0, 1}
 
 
 def _fx(fn, *args):

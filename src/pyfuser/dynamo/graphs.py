@@ -28,8 +28,11 @@ never a stale or overwritten result:
   requests the same blocks, and a forward replay hands out the same buffers, so they
   come back where the captured step's were; small blocks move as soon as the loop
   keeps something small, its losses, and pinning them used up the captures on BERT),
-  in a forward every parameter (a leaf that requires grad); the batch, new every
-  step, is copied.  After ``MISSES_BEFORE_RECAPTURE`` calls in a row with a pinned
+  in a forward every parameter (a leaf that requires grad); in either, every input
+  that another graph's replay wrote (``_produced``: the logits a loss graph takes
+  after a graph break, a layer's hidden states; they come back in that graph's
+  buffers at each of its replays, docs/TUNING.md#cuda-graph-inputs); the batch, new
+  every step, is copied.  After ``MISSES_BEFORE_RECAPTURE`` calls in a row with a pinned
   input elsewhere the graph is captured again; at most ``MAX_CAPTURES`` captures,
   then it runs as usual.
 * **outputs**: the next replay overwrites the graph's output buffers, so it waits
@@ -61,14 +64,13 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 
 import torch
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from ..compat import (foreach_copy_, mark_boxed, op_schema, reinterpret_tensor as _reinterpret, storage_id,
-                      storage_use_count)
+from ..compat import foreach_copy_, mark_boxed, reinterpret_tensor as _reinterpret, storage_id, storage_use_count
 from ..runtime.executor import fast_path_allowed
-from .collectives import distributed_world, first_communication
+from .graph_checks import mutated_inputs, not_graphable, symbolic  # noqa: F401 - the backend asks them here
 from .region import STATS, capturing, warn_once
 
 SMALL_INPUT_BYTES = 1 << 20
@@ -87,111 +89,6 @@ _log = logging.getLogger(__name__)
 def enabled() -> bool:
     """Whether backward graphs may be captured (``PYFUSER_CUDA_GRAPHS``, default on)."""
     return os.environ.get("PYFUSER_CUDA_GRAPHS", "1") != "0" and torch.cuda.is_available()
-
-
-def _vals(node):
-    v = node.meta.get("val")
-    return v if isinstance(v, (tuple, list)) else (v,)
-
-
-def not_graphable(gm: torch.fx.GraphModule) -> str | None:
-    """Why ``gm`` cannot be replayed as a CUDA graph, or None.  Looks at its nodes and
-    those of its submodules (the fused regions' ATen graphs).  Not under distributed
-    training (``collectives.py``): DDP's reducer and FSDP's hooks read and free the
-    backward's tensors on their own streams, outside what a replay checks."""
-    comm = first_communication(gm)
-    if comm is not None:
-        return f"{comm.name} communicates between ranks"
-    world = distributed_world()
-    if world > 1:
-        return f"a process group of {world} ranks is initialized (distributed training)"
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if not placeholders:
-        return "no inputs"
-    for n in placeholders:
-        v = n.meta.get("val")
-        if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):
-            continue  # a size: part of ``SizedGraphs``'s key
-        if not isinstance(v, torch.Tensor) or v.device.type != "cuda":
-            return f"input {n.name} is not a CUDA tensor"
-    for mod in gm.modules():
-        graph = getattr(mod, "graph", None)
-        if not isinstance(graph, torch.fx.Graph):
-            continue
-        for n in graph.nodes:
-            if n.op != "call_function":
-                continue
-            tags = getattr(n.target, "tags", ())
-            if torch.Tag.nondeterministic_seeded in tags:
-                return f"{n.name} draws random numbers"
-            if free_unbacked_symbols(n.meta.get("val")):
-                return f"{n.name} has a size that depends on the data (a replay has the captured one)"
-            for v in _vals(n):
-                if isinstance(v, torch.Tensor) and v.device.type != "cuda" and v.dim() > 0:
-                    return f"{n.name} computes on {v.device}"
-    return None
-
-
-def symbolic(gm: torch.fx.GraphModule) -> bool:
-    """Whether ``gm`` was traced with symbolic sizes (a SymInt input, or a tensor input
-    with a symbolic size or stride): ``SizedGraphs`` replays it, one graph per size."""
-    for n in gm.graph.nodes:
-        if n.op != "placeholder":
-            continue
-        v = n.meta.get("val")
-        if isinstance(v, torch.SymInt):
-            return True
-        if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in (*v.shape, *v.stride())):
-            return True
-    return False
-
-
-def _written_args(node) -> list:
-    """The arguments ``node``'s op writes (its schema's mutable arguments)."""
-    schema = op_schema(node.target)
-    if schema is None:
-        return []
-    out = []
-    for i, arg in enumerate(schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            v = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
-            out.extend(v if isinstance(v, (list, tuple)) else [v])
-    return [v for v in out if isinstance(v, torch.fx.Node)]
-
-
-def _view_base(node):
-    """The node ``node`` is a view of, through ATen's view ops (their first argument
-    aliases the result without being written), or ``node`` itself."""
-    while node.op == "call_function":
-        schema = op_schema(node.target)
-        if schema is None or not schema.arguments or not node.args or not isinstance(node.args[0], torch.fx.Node):
-            break
-        info = schema.arguments[0].alias_info
-        if info is None or info.is_write:
-            break
-        node = node.args[0]
-    return node
-
-
-def mutated_inputs(gm: torch.fx.GraphModule) -> frozenset:
-    """The positions of ``gm``'s inputs that one of its ops writes, directly or
-    through a view, here or inside a submodule it calls (a fused region's graph)."""
-    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
-    out = set()
-    for n in gm.graph.nodes:
-        written = []
-        if n.op == "call_function":
-            written = _written_args(n)
-        elif n.op == "call_module":
-            sub = gm.get_submodule(n.target)
-            if isinstance(getattr(sub, "graph", None), torch.fx.Graph):
-                written = [n.args[i] for i in mutated_inputs(sub)
-                           if i < len(n.args) and isinstance(n.args[i], torch.fx.Node)]
-        for w in written:
-            base = _view_base(w)
-            if base in placeholders:
-                out.add(placeholders[base])
-    return frozenset(out)
 
 
 def _storage_key(t: torch.Tensor) -> int:
@@ -264,6 +161,16 @@ def _pinned_forward(x: torch.Tensor) -> bool:
     return isinstance(x, torch.nn.Parameter) or (x.requires_grad and x.is_leaf)
 
 
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # every GraphedCall, for ``_produced``
+
+
+def _produced() -> frozenset:
+    """The storages the live captures hand their outputs out in: an input in one is
+    another graph's output, back at the same address at each replay of that graph
+    (and elsewhere, a miss, when that graph ran as usual)."""
+    return frozenset(k for g in list(_LIVE) if g.cap is not None for k, _ in g.cap.storages)
+
+
 class GraphedCall:
     """A boxed callable (AOTAutograd's convention: one list of arguments) running
     ``fn`` (a compiled graph's ``forward``) through a CUDA graph when the module
@@ -291,6 +198,7 @@ class GraphedCall:
         self.cap: _Capture | None = None
         self.off = False
         self.refused = False  # ``room`` said no: the calls run as usual
+        _LIVE.add(self)
 
     def __call__(self, args):
         self.calls += 1
@@ -316,8 +224,8 @@ class GraphedCall:
         STATS[key] += 1
         STATS[f"{key}_{self.role}"] += 1
 
-    def _pins(self, i, x) -> bool:
-        return i in self.mutated or not _dense(x) or self._pinned(x)
+    def _pins(self, i, x, produced) -> bool:
+        return i in self.mutated or not _dense(x) or self._pinned(x) or _storage_key(x) in produced
 
     # -- capture ---------------------------------------------------------------------
     def _capture(self, args):
@@ -333,10 +241,11 @@ class GraphedCall:
             return self.fn(*args)
         copied, fixed, static = [], [], list(args)
         ints = tuple((i, x) for i, x in enumerate(args) if not isinstance(x, torch.Tensor))
+        produced = _produced()
         for i, x in enumerate(args):
             if not isinstance(x, torch.Tensor):
                 continue  # a size: the graph computed with it (``ints``)
-            if self._pins(i, x):
+            if self._pins(i, x, produced):
                 fixed.append((i, x.data_ptr(), tuple(x.stride())))
             else:
                 static[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device).copy_(x)
