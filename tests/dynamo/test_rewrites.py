@@ -161,3 +161,44 @@ def test_an_index_add_into_fresh_zeros_runs_in_place():
     assert index_add_in_place(gm) == 0
     for got, want in zip(gm(rows, ids), shared(rows, ids)):
         torch.testing.assert_close(got, want)
+
+
+# -- transposed_matmuls ------------------------------------------------------------------
+def gqa_key_grad(q, g, kv_heads):
+    """The gradient of grouped-query keys as attention's backward forms it: the bmm
+    gives the gradient of their transpose, which is transposed back and summed over
+    the query heads that share a key head."""
+    b, h, s, d = q.shape
+    kt = torch.bmm(q.reshape(b * h, s, d).transpose(1, 2), g.reshape(b * h, s, s))  # [b*h, d, s]
+    k = kt.view(b, h, d, s).float().transpose(2, 3)
+    return k.reshape(b, kv_heads, h // kv_heads, s, d).sum(2).to(q.dtype)
+
+
+def test_a_bmm_read_transposed_is_computed_transposed():
+    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+
+    gen = torch.Generator().manual_seed(21)
+    q, g = torch.randn(2, 4, 6, 8, generator=gen), torch.randn(2, 4, 6, 6, generator=gen)
+    gm = traced(lambda q, g: gqa_key_grad(q, g, 2), q, g)
+    assert transposed_matmuls(gm) == 1
+    propagate_meta(gm)
+    (bmm,) = [n for n in gm.graph.nodes if n.target == aten.bmm.default]
+    assert bmm.meta["val"].shape == (8, 6, 8) and bmm.meta["val"].is_contiguous()  # [b*h, s, d]
+    (summed,) = [n for n in gm.graph.nodes if n.target == aten.sum.dim_IntList]
+    assert summed.args[0].meta["val"].stride()[-1] == 1  # the sum reads the keys' gradient in order
+    torch.testing.assert_close(gm(q, g), gqa_key_grad(q, g, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_bmms_read_in_order_or_handed_out_stay():
+    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+
+    gen = torch.Generator().manual_seed(22)
+    a, b = torch.randn(3, 5, 7, generator=gen), torch.randn(3, 7, 4, generator=gen)
+    in_order = traced(lambda a, b: torch.bmm(a, b).exp(), a, b)  # read row-major: already in order
+    handed_out = traced(lambda a, b: torch.bmm(a, b).transpose(1, 2), a, b)  # the caller sees its layout
+    both = traced(lambda a, b: (torch.bmm(a, b).transpose(1, 2).exp(), torch.bmm(a, b).exp()), a, b)
+    into_matmul = traced(lambda a, b: torch.bmm(torch.bmm(a, b).transpose(1, 2), a), a, b)
+    for gm in (in_order, handed_out, into_matmul):
+        assert transposed_matmuls(gm) == 0
+    assert transposed_matmuls(both) == 1  # two bmms: only the one read transposed turns
+

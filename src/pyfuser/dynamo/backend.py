@@ -12,8 +12,9 @@ recompute.  Each of the two graphs is then
 partitioned (``partition.py``): fusible regions become FusionDefinitions run by
 pyfuser, everything else stays an ATen call.  Before that, matmuls with sizes that
 are not multiples of 8 are padded (``pad_matmuls.py``: BERT's vocabulary of 30522),
-and ``REWRITES`` give the partitioner fewer, larger regions (one-hot sums per row,
-reshapes moved below pointwise ops, sums through views); after it, the views left between regions are built from their traced strides
+and ``REWRITES`` give the partitioner fewer, larger regions reading their inputs in
+order (bmms read transposed computed transposed, one-hot sums per row, reshapes moved
+below pointwise ops, sums through views); after it, the views left between regions are built from their traced strides
 (``views.py``) instead of going through ATen's dispatcher.  A training graph
 (forward or backward) that draws no random numbers and computes on the GPU alone is
 replayed as one CUDA graph (``graphs.py``), which checks on every call that a replay
@@ -40,6 +41,7 @@ from .region import FusedRegion, warn_once
 from .remat import tag_scalar_derived, tag_upcast_softmax
 from .sink_views import sink_views
 from .sum_views import sums_through_views
+from .transposed_matmuls import transposed_matmuls
 from .views import fast_views
 
 
@@ -75,8 +77,8 @@ def _padded(gm):
 _log = logging.getLogger("pyfuser.dynamo.graphs")
 
 # Rewrites that give the partitioner fewer, larger regions, in order: (name, pass).
-REWRITES = (("one_hot", one_hot_sums), ("sink_views", sink_views), ("sum_views", sums_through_views),
-            ("index_add_in_place", index_add_in_place))
+REWRITES = (("transposed_matmuls", transposed_matmuls), ("one_hot", one_hot_sums), ("sink_views", sink_views),
+            ("sum_views", sums_through_views), ("index_add_in_place", index_add_in_place))
 
 
 def _rewritten(gm):
