@@ -202,3 +202,31 @@ def test_bmms_read_in_order_or_handed_out_stay():
         assert transposed_matmuls(gm) == 0
     assert transposed_matmuls(both) == 1  # two bmms: only the one read transposed turns
 
+
+
+def test_a_bmm_whose_reshape_would_copy_when_turned_stays():
+    """One reader takes the product transposed, another through a ``reshape`` that is a
+    view now and would copy in the transposed layout: the bmm stays (without that
+    reader it turns)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+
+    fake = FakeTensorMode()
+
+    def built(with_reshape):
+        graph = torch.fx.Graph()
+        a, b = graph.placeholder("a"), graph.placeholder("b")
+        a.meta["val"], b.meta["val"] = fake.from_tensor(torch.randn(3, 5, 7)), fake.from_tensor(torch.randn(3, 7, 4))
+        product = graph.call_function(aten.bmm.default, (a, b))
+        outs = [graph.call_function(aten.exp.default, (graph.call_function(aten.transpose.int, (product, 1, 2)),))]
+        if with_reshape:
+            outs.append(graph.call_function(aten.exp.default,
+                                            (graph.call_function(aten.reshape.default, (product, [15, 4])),)))
+        graph.output(tuple(outs))
+        gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+        propagate_meta(gm)
+        return gm
+
+    assert transposed_matmuls(built(with_reshape=True)) == 0
+    assert transposed_matmuls(built(with_reshape=False)) == 1

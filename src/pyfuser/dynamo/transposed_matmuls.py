@@ -72,8 +72,8 @@ def _read_transposed(node) -> bool:
 
 def _readers(node, now, other, votes) -> bool:
     """Append (contiguous now, contiguous transposed) for each reader of ``node``
-    reached through ``_FOLLOWED`` ops; False when one is a graph output or a view
-    that the transposed layout does not allow."""
+    reached through ``_FOLLOWED`` ops; False when one is a graph output, or a view
+    that the transposed layout does not allow or would copy in (a ``reshape``)."""
     for user in node.users:
         if user.op == "output":
             return False
@@ -87,6 +87,8 @@ def _readers(node, now, other, votes) -> bool:
                 b = user.target(other, *user.args[1:], **kwargs)
             except RuntimeError:  # a view the transposed layout cannot take
                 return False
+            if user.target in ATEN_VIEWS and a._is_view() and not b._is_view():
+                return False  # a reshape that would copy in the transposed layout only
             if not _readers(user, a, b, votes):
                 return False
         elif user.target not in _MATMULS:
