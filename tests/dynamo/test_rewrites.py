@@ -230,3 +230,44 @@ def test_a_bmm_whose_reshape_would_copy_when_turned_stays():
 
     assert transposed_matmuls(built(with_reshape=True)) == 0
     assert transposed_matmuls(built(with_reshape=False)) == 1
+
+
+def test_a_failing_rewrite_is_skipped_and_the_others_apply(monkeypatch):
+    """A pass that raises half-way through is skipped with one warning, on a fresh copy
+    of the graph (none of its half rewrite is kept); the passes after it still run, and
+    the traced graph is never touched."""
+    import pytest
+
+    from pyfuser.dynamo import backend
+    from pyfuser.dynamo.region import FallbackWarning
+
+    def half_then_raise(gm):
+        next(n for n in gm.graph.nodes if n.target == aten.exp.default).target = aten.sin.default
+        raise ValueError("half way")
+
+    def cos_to_tanh(gm):
+        hits = [n for n in gm.graph.nodes if n.target == aten.cos.default]
+        for n in hits:
+            n.target = aten.tanh.default
+        gm.recompile()
+        return len(hits)
+
+    monkeypatch.setattr(backend, "REWRITES", (("half", half_then_raise), ("tanh", cos_to_tanh)))
+    gm = traced(lambda x: x.exp() + x.cos(), torch.randn(4))
+    with pytest.warns(FallbackWarning, match="the half rewrite failed"):
+        out = backend._rewritten(gm)
+    assert targets(out).count(aten.exp.default) == 1 and aten.sin.default not in targets(out)
+    assert aten.tanh.default in targets(out) and aten.cos.default not in targets(out)
+    assert aten.cos.default in targets(gm) and aten.sin.default not in targets(gm)
+
+
+def test_the_rewrites_share_one_copy_of_the_graph(monkeypatch):
+    from pyfuser.dynamo import backend
+
+    copies = []
+    real = backend._copy
+    monkeypatch.setattr(backend, "_copy", lambda gm: copies.append(gm) or real(gm))
+    gm = traced(lambda x: (x.exp() + x.cos()).sum(0), torch.randn(4, 3))
+    out = backend._rewritten(gm)
+    assert len(copies) == 1 and out is not gm
+    torch.testing.assert_close(out(torch.ones(4, 3)), gm(torch.ones(4, 3)))

@@ -82,19 +82,24 @@ REWRITES = (("transposed_matmuls", transposed_matmuls), ("one_hot", one_hot_sums
 
 
 def _rewritten(gm):
-    """``gm`` after each of ``REWRITES`` (a pass that fails is skipped with one
-    warning: they are optimizations)."""
-    for name, rewrite in REWRITES:
-        work = _copy(gm)
+    """A copy of ``gm`` after each of ``REWRITES``.  A pass that fails is skipped with
+    one warning (they are optimizations): the passes run again on a fresh copy without
+    it, since it may have left the graph half rewritten.  One copy in the common case,
+    not one per pass: a copy of a large model's backward is a noticeable part of its
+    compile (docs/TUNING.md#compile-time)."""
+    skipped: set = set()
+    while True:
+        work, name = _copy(gm), None
         try:
-            if rewrite(work):
-                propagate_meta(work)
-            gm = work
+            for name, rewrite in REWRITES:
+                if name not in skipped and rewrite(work):
+                    propagate_meta(work)
+            return work
         except Exception as err:
+            skipped.add(name)
             warn_once(f"{name}: {type(err).__name__}", f"the {name} rewrite failed ({type(err).__name__}: "
                                                         f"{str(err).splitlines()[0] if str(err) else ''}); "
                                                         "the graph stays as traced there")
-    return gm
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, check=None, kind=None):
