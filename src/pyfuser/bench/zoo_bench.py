@@ -64,6 +64,27 @@ MODELS = tuple(FULL)
 VARLEN_LENGTHS = 20
 
 
+def full_width(name: str, layers: int, device="cuda"):
+    """(model, batch, autocast dtype): a zoo model at the bench's full width with
+    ``layers`` layers and its first full-size batch, on ``device``; what the
+    per-kernel tools (benchmarks/zoo_kernels.py, zoo_copies.py) profile."""
+    full = FULL[name]
+    built = getattr(zoo, name)(**dict(full["sizes"], layers=layers))
+    batch = {k: v.to(device) for k, v in built.batch(full["batch"], torch.Generator().manual_seed(0)).items()}
+    return built.model.to(device), batch, full["amp"]
+
+
+def training_step(model, compiled, batch, amp, device="cuda"):
+    """A function running one forward and backward of ``compiled`` (``model``, maybe
+    compiled) on ``batch`` under autocast to ``amp``, dropping the gradients after."""
+    def step():
+        with torch.autocast(device, dtype=amp):
+            loss = zoo.loss(compiled(**batch))
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+    return step
+
+
 SLOW_STEP_S = 5.0  # a step longer than this compiled something; the bench prints a line for it
 
 

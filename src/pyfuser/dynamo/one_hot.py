@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from .rules import meta
-from .sum_views import rewrite_sums
+from .sum_views import replace_nodes
 
 aten = torch.ops.aten
 _ANDS = (aten.bitwise_and.Tensor, aten.logical_and.default)
@@ -28,7 +28,7 @@ _UNSQUEEZES = (aten.unsqueeze.default,)
 
 def one_hot_sums(gm: torch.fx.GraphModule) -> int:
     """Rewrite ``gm`` in place (see the module docstring); returns how many sums."""
-    return rewrite_sums(gm, _one_hot_sum, _per_row)
+    return replace_nodes(gm, aten.sum.dim_IntList, _one_hot_sum, _per_row)
 
 
 def _per_row(graph, node, found):

@@ -31,16 +31,16 @@ def _shape(node):
 
 def sums_through_views(gm: torch.fx.GraphModule) -> int:
     """Rewrite ``gm`` in place (see the module docstring); returns how many sums."""
-    return rewrite_sums(gm, _merged_leading, _sum_of_source)
+    return replace_nodes(gm, aten.sum.dim_IntList, _merged_leading, _sum_of_source)
 
 
-def rewrite_sums(gm: torch.fx.GraphModule, match, build) -> int:
-    """Replace every ``aten.sum.dim_IntList`` node that ``match(node)`` accepts (not
-    None) by ``build(graph, node, match's result)``, built just before it; then drop
-    what became dead.  Returns how many were replaced."""
+def replace_nodes(gm: torch.fx.GraphModule, target, match, build) -> int:
+    """Replace every ``target`` node that ``match(node)`` accepts (not None) by
+    ``build(graph, node, match's result)``, built just before it; then drop what
+    became dead.  Returns how many were replaced."""
     graph, count = gm.graph, 0
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not aten.sum.dim_IntList:
+        if node.op != "call_function" or node.target is not target:
             continue
         found = match(node)
         if found is None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from .rules import ATEN_VIEWS, meta
+from .sum_views import replace_nodes
 
 aten = torch.ops.aten
 
@@ -36,23 +37,17 @@ _MATMULS = frozenset({aten.mm.default, aten.bmm.default, aten.addmm.default, ate
 def transposed_matmuls(gm: torch.fx.GraphModule) -> int:
     """Rewrite ``gm``'s bmms read transposed in place (see the module docstring);
     returns how many."""
-    graph = gm.graph
-    count = 0
-    for node in list(graph.nodes):
-        if node.op == "call_function" and node.target == aten.bmm.default and _read_transposed(node):
-            a, b = node.args
-            with graph.inserting_before(node):
-                product = graph.call_function(aten.bmm.default, (graph.call_function(aten.transpose.int, (b, 1, 2)),
-                                                                 graph.call_function(aten.transpose.int, (a, 1, 2))))
-                back = graph.call_function(aten.transpose.int, (product, 1, 2))
-            back.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-            node.replace_all_uses_with(back)
-            graph.erase_node(node)
-            count += 1
-    if count:
-        graph.lint()
-        gm.recompile()
-    return count
+    return replace_nodes(gm, aten.bmm.default, lambda node: True if _read_transposed(node) else None, _turned)
+
+
+def _turned(graph, node, _):
+    """``bmm(b^T, a^T)^T``: ``node``'s product, computed in the transposed layout."""
+    a, b = node.args
+    product = graph.call_function(aten.bmm.default, (graph.call_function(aten.transpose.int, (b, 1, 2)),
+                                                     graph.call_function(aten.transpose.int, (a, 1, 2))))
+    back = graph.call_function(aten.transpose.int, (product, 1, 2))
+    back.meta.update({k: v for k, v in node.meta.items() if k != "val"})  # its source line, for the reports
+    return back
 
 
 def _read_transposed(node) -> bool:
