@@ -37,22 +37,12 @@ def main(argv=None):
         p.error("needs a GPU (copies come from the CUDA profiler)")
     from torch.profiler import ProfilerActivity, profile
 
-    from pyfuser.bench import zoo, zoo_bench
+    from pyfuser.bench import zoo_bench
 
-    full = zoo_bench.FULL[args.model]
-    built = getattr(zoo, args.model)(**dict(full["sizes"], layers=args.layers))
-    model = built.model.cuda()
-    batch = {k: v.cuda() for k, v in built.batch(full["batch"], torch.Generator().manual_seed(0)).items()}
+    model, batch, amp = zoo_bench.full_width(args.model, args.layers)
     if args.impl == "pyfuser":
         import pyfuser.dynamo  # noqa: F401 - registers the backend
-    compiled = torch.compile(model, backend=args.impl)
-
-    def step():
-        with torch.autocast("cuda", dtype=full["amp"]):
-            loss = zoo.loss(compiled(**batch))
-        loss.backward()
-        model.zero_grad(set_to_none=True)
-
+    step = zoo_bench.training_step(model, torch.compile(model, backend=args.impl), batch, amp)
     for _ in range(5):  # compiles, warm-up calls, CUDA graph captures
         step()
     torch.cuda.synchronize()

@@ -11,6 +11,9 @@ training step (CUDA graphs off, so the launches are recorded) gives, per pyfuser
 kernel, its calls, time per call, MB its tensor arguments address per call and the
 GB/s that makes.  A kernel far below the device's copy bandwidth is the one to look
 at; its name ``pyfuser_f<id>_k<n>`` leads to the fusion id in the region list.
+``--compare`` then trains the same model under torch.compile's default backend and
+lists its non-matmul kernels too, with both implementations' non-matmul totals: where
+pyfuser's time is not lower, the two lists side by side say which work it is.
 """
 from __future__ import annotations
 
@@ -26,45 +29,44 @@ def main(argv=None):
     p.add_argument("model", help="a zoo model: bert, gpt2, llama, t5, vit")
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--top", type=int, default=40, help="kernels listed, heaviest first")
+    p.add_argument("--compare", action="store_true", help="also list torch.compile's non-matmul kernels")
     p.add_argument("--out", default=None, help="also write the text here (DIR/zoo_kernels_MODEL.txt)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a GPU (kernel times come from the CUDA profiler)")
     os.environ["PYFUSER_CUDA_GRAPHS"] = "0"  # launches are recorded outside graph replays
     import pyfuser.dynamo as pd
-    from pyfuser.bench import zoo, zoo_bench
+    from pyfuser.bench import zoo_bench
     from pyfuser.bench.step_profile import kernel_traffic, profile_step, pyfuser_kernel_rows
 
-    full = zoo_bench.FULL[args.model]
-    built = getattr(zoo, args.model)(**dict(full["sizes"], layers=args.layers))
-    model = built.model.cuda()
-    batch = {k: v.cuda() for k, v in built.batch(full["batch"], torch.Generator().manual_seed(0)).items()}
+    model, batch, amp = zoo_bench.full_width(args.model, args.layers)
     lines = []
-    with torch.autocast("cuda", dtype=full["amp"]):
+    with torch.autocast("cuda", dtype=amp):
         e = pd.explain(model, **batch)
     for g in e.graphs:
         lines.append(f"== {g.name}")
         for r in g.regions:
             segs = "; ".join(f"{s.scheduler}: {', '.join(s.outputs)[:60]}" for s in r.segments)
             lines.append(f"  fusion {', '.join(map(str, r.fusion_ids))} [{segs}] {(r.sources[-1] if r.sources else '')[-70:]}")
-    compiled = torch.compile(model, backend="pyfuser")
-
-    def step():
-        with torch.autocast("cuda", dtype=full["amp"]):
-            loss = zoo.loss(compiled(**batch))
-        loss.backward()
-        model.zero_grad(set_to_none=True)
-
+    step = zoo_bench.training_step(model, torch.compile(model, backend="pyfuser"), batch, amp)
     for _ in range(3):
         step()
     torch.cuda.synchronize()
     traffic = kernel_traffic(step)
     prof = profile_step({"step": step}, top=max(args.top, 60))
     rows = sorted(pyfuser_kernel_rows(prof["top_other"], traffic), key=lambda r: -r["ms"])[:args.top]
+    lines.append(f"pyfuser non-matmul kernel ms (fwd+bwd, copies included): {_non_matmul(prof):.3f}")
     lines.append(f"{'kernel':22s} {'calls':>5s} {'ms/call':>8s} {'MB/call':>9s} {'GB/s':>7s}")
     for r in rows:
         lines.append(f"{r['name']:22s} {r['calls']:5d} {r['ms'] / r['calls']:8.3f} {r['mb'] / r['calls']:9.1f} "
                      f"{r['gbps'] or 0:7.0f}")
+    lines.append("ATen's non-matmul kernels in the same step (work outside pyfuser's regions):")
+    for r in prof["top_other"][:args.top]:
+        if r["name"] not in traffic:
+            lines.append(f"{r['calls']:5d} {r['ms'] / r['calls']:8.3f}  {r['name'][:110]}")
+    if args.compare:
+        torch._dynamo.reset()
+        lines += _inductor_rows(model, batch, amp, args.top)
     text = "\n".join(lines)
     print(text)
     if args.out:
@@ -72,6 +74,28 @@ def main(argv=None):
         with open(os.path.join(args.out, f"zoo_kernels_{args.model}.txt"), "w") as f:
             f.write(text + "\n")
     return 0
+
+
+def _non_matmul(prof) -> float:
+    return prof["kernel_ms"]["other"] + prof["kernel_ms"]["copy"]
+
+
+def _inductor_rows(model, batch, amp, top) -> list:
+    """torch.compile's non-matmul kernels of one training step of ``model``, heaviest
+    first, with its non-matmul total."""
+    from pyfuser.bench import zoo_bench
+    from pyfuser.bench.step_profile import profile_step
+
+    step = zoo_bench.training_step(model, torch.compile(model), batch, amp)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    prof = profile_step({"step": step}, top=top)
+    lines = [f"torch.compile non-matmul kernel ms (fwd+bwd, copies included): {_non_matmul(prof):.3f}",
+             f"{'calls':>5s} {'ms/call':>8s}  kernel"]
+    for r in prof["top_other"]:
+        lines.append(f"{r['calls']:5d} {r['ms'] / r['calls']:8.3f}  {r['name'][:110]}")
+    return lines
 
 
 if __name__ == "__main__":
