@@ -108,15 +108,17 @@ def test_pointwise_any_block(case):
 @st.composite
 def broadcast_tile_case(draw):
     """A 2-D pointwise tile with any dims on k (even the last, or all of them), any
-    rows per block and any block: what the heuristics would never pick included."""
+    of the others taken one index per program, any rows per block and any block: what
+    the heuristics would never pick included."""
     shape = draw(st.sampled_from([(3, 5, 17), (2, 40), (4, 1, 9), (6, 3, 2, 5)]))
     outer = tuple(d for d in range(len(shape)) if draw(st.booleans())) or (0,)
+    grid_dims = tuple(d for d in range(len(shape)) if d not in outer and draw(st.booleans()))
     block_outer = draw(st.sampled_from([1, 2, 4, 8, 16]))
     block = block_outer * draw(st.sampled_from([1, 4, 16, 64]))
-    return shape, dict(outer=outer, block_outer=block_outer, block=block)
+    return shape, dict(outer=outer, block_outer=block_outer, block=block, grid_dims=grid_dims)
 
 
-@settings(max_examples=15)
+@settings(max_examples=20)
 @given(broadcast_tile_case())
 def test_broadcast_tile_any_params(case):
     """sin of a value broadcast along dim 0, a transposed input, a random op (one

@@ -23,6 +23,7 @@ FL = DataType.Float
     (BroadcastParams(1024, 4, False, (), 8), ["outer=() is a flat tile"]),
     (BroadcastParams(16, 4, False, (0,), 32), ["block_outer=32 exceeds block=16"]),
     (BroadcastParams(1024, 4, False, (0, 0), 8), ["outer=(0, 0)"]),
+    (BroadcastParams(1024, 4, False, (1,), 8, grid_dims=(0, 1)), ["grid_dims=(0, 1)"]),
     (InnerPersistent(1, 100, 4, False), ["block_j=100"]),
     (InnerChunked(3, 128, 64, False, align=6), ["block_k=3", "num_warps=64 exceeds 32", "align=6"]),
     (OuterChunked(8, 64, 4, False, split=0, stages=0), ["split=0", "stages=0"]),

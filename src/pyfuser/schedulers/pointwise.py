@@ -34,7 +34,12 @@ unit-stride dim is not the output's last (BERT's K^T made contiguous: a flat wal
 reads it 2 bytes per 128-byte line).  That dim goes on k, 64 of it, so each column
 of the tile is one contiguous read, and each row one contiguous write; Triton
 converts between the two layouts through shared memory.  The input's unit-stride
-dim is part of the plan's signature (``plan.unit_stride_dim``).
+dim is part of the plan's signature (``plan.unit_stride_dim``).  When the dims after
+that one do not span a multiple of 16 elements (ViT's 197 tokens), ``j`` walks those
+dims alone and each program takes one index of the dims before (``grid_dims``): a j
+block running across row ends divides its index by the row length, which hides from
+Triton that the store is contiguous along j, and Triton then stores the tile along k,
+2 bytes to a line (docs/TUNING.md#transpose-grid).
 """
 from __future__ import annotations
 
@@ -95,7 +100,7 @@ class FlatParams(PointwiseParams):
     num_warps: int  # warps per program (GPU)
     int64: bool  # index arithmetic in int64 (tensors past 2**30 elements)
 
-    FIXED: ClassVar[dict] = dict(outer=(), block_outer=1, contig_multiple=1)
+    FIXED: ClassVar[dict] = dict(outer=(), block_outer=1, contig_multiple=1, grid_dims=())
 
 
 @dataclass(frozen=True)
@@ -108,9 +113,13 @@ class BroadcastParams(PointwiseParams):
     outer: tuple  # reference dims on the tile's k axis
     block_outer: int = 1  # of ``block``, elements along k (a power of 2)
     contig_multiple: int = 1  # J is a multiple of it (``base.contiguous_multiple``)
+    grid_dims: tuple = ()  # reference dims of which each program takes one index (not on k or j)
 
     def _problems(self) -> list:
         bad = powers_of_2(self, "block_outer", "contig_multiple")
+        if set(self.grid_dims) & set(self.outer) or len(set(self.grid_dims)) != len(self.grid_dims) \
+                or any(not isinstance(d, int) or d < 0 for d in self.grid_dims):
+            bad.append(f"grid_dims={self.grid_dims!r} must be distinct dims >= 0, none of outer={self.outer!r}")
         if self.block_outer > self.block:
             bad.append(f"block_outer={self.block_outer} exceeds block={self.block}")
         if not self.outer:
@@ -124,10 +133,11 @@ FORMS = (FlatParams, BroadcastParams)
 _FIELDS = frozenset(f.name for form in FORMS for f in dataclasses.fields(form))
 
 
-def _params(block: int, num_warps: int, int64: bool, outer=(), block_outer: int = 1, contig_multiple: int = 1):
+def _params(block: int, num_warps: int, int64: bool, outer=(), block_outer: int = 1, contig_multiple: int = 1,
+            grid_dims=()):
     """The form ``outer`` names."""
     if outer:
-        return BroadcastParams(block, num_warps, int64, tuple(outer), block_outer, contig_multiple)
+        return BroadcastParams(block, num_warps, int64, tuple(outer), block_outer, contig_multiple, tuple(grid_dims))
     return FlatParams(block, num_warps, int64)
 
 
@@ -167,18 +177,21 @@ TRANSPOSE_BLOCK = 4096
 def heuristics(seg: Segment) -> PointwiseParams:
     n = seg.numel(reference(seg))
     int64 = seg.needs_int64()
-    outer, bk, gpu_block = tile_choice(seg)
+    outer, bk, gpu_block, grid_dims = tile_choice(seg)
     # an override of ``outer`` (tests, variants) picks the tile; the sizes follow from it
-    forced = apply_overrides(_params(0, 0, int64, outer, bk))
+    forced = apply_overrides(_params(0, 0, int64, outer, bk, grid_dims=grid_dims))
     if forced.outer != outer:
         outer, bk, gpu_block = forced.outer, BLOCK_OUTER, BROADCAST_BLOCK
+    grid_dims = forced.grid_dims
     if outer:
-        K = math.prod(seg.shapes[reference(seg)][d] for d in outer)
+        shape = seg.shapes[reference(seg)]
+        K = math.prod(shape[d] for d in outer)
+        J = math.prod(s for d, s in enumerate(shape) if d not in outer and d not in grid_dims)
         bk = min(bk, next_pow2(K))
         block = (1 << 14 if seg.device_type == "cpu" else gpu_block)
-        block = max(bk * 16, min(block, bk * next_pow2(n // K)))
+        block = max(bk * 16, min(block, bk * next_pow2(J)))
         if -(-K // bk) <= MAX_GRID_K:
-            return apply_overrides(_params(block, 4, int64, outer, bk, contiguous_multiple(n // K) if K else 1))
+            return apply_overrides(_params(block, 4, int64, outer, bk, contiguous_multiple(J) if K else 1, grid_dims))
     if seg.device_type == "cpu":  # the interpreter runs programs one by one: few, large ones
         # Two block sizes only (masked lanes cost little there), so a new size does not
         # compile a new kernel for every power of 2.
@@ -194,30 +207,37 @@ def heuristics(seg: Segment) -> PointwiseParams:
 
 
 def tile_choice(seg: Segment) -> tuple:
-    """``(outer, block_outer, GPU block)`` of a broadcast tile, or ``((), 1, 0)`` for a
-    flat one: heavy ops shared along some dims first (``broadcast_dims``), else a
-    transposed input (``transpose_dims``)."""
+    """``(outer, block_outer, GPU block, grid_dims)`` of a broadcast tile, or
+    ``((), 1, 0, ())`` for a flat one: heavy ops shared along some dims first
+    (``broadcast_dims``), else a transposed input (``transpose_dims``)."""
     shape = seg.shapes[reference(seg)]
     exprs = seg.exprs()
     if not shape or shape[-1] < MIN_ROW or any(OPS[e.op].kind is OpKind.RANDOM for e in exprs):
-        return (), 1, 0  # short rows; random ops keep the flat walk (one Philox call per 4)
+        return (), 1, 0, ()  # short rows; random ops keep the flat walk (one Philox call per 4)
     probe = None
     if any(OPS[e.op].heavy for e in exprs):
         probe = probe_walk(seg)
         outer = broadcast_dims(seg, exprs, probe.expr_axes) if probe is not None else ()
         if outer:
-            return outer, BLOCK_OUTER, BROADCAST_BLOCK
+            return outer, BLOCK_OUTER, BROADCAST_BLOCK, ()
     if any(seg.inputs_info[v].get("unit_dim") is not None for v in seg.loads()):
         probe = probe or probe_walk(seg)
         outer = transpose_dims(seg, probe.load_axes) if probe is not None else ()
         if outer:
-            return outer, TRANSPOSE_OUTER, TRANSPOSE_BLOCK
+            return outer, TRANSPOSE_OUTER, TRANSPOSE_BLOCK, transpose_grid_dims(shape, outer[0])
     if len(shape) >= 2 and any(len(seg.shapes[v]) >= 2 for v in seg.loads()):
         probe = probe or probe_walk(seg)
         outer = row_dims(seg, probe.load_axes) if probe is not None else ()
         if outer:
-            return outer, BLOCK_OUTER, BROADCAST_BLOCK
-    return (), 1, 0
+            return outer, BLOCK_OUTER, BROADCAST_BLOCK, ()
+    return (), 1, 0, ()
+
+
+def transpose_grid_dims(shape, r: int) -> tuple:
+    """A transpose tile's ``grid_dims``: the dims before ``r`` (the dim on k) when the
+    dims after it span a number of elements that is not a multiple of 16, else ()."""
+    after = math.prod(shape[r + 1:])
+    return tuple(range(r)) if after % 16 and r > 0 else ()
 
 
 def broadcast_dims(seg: Segment, exprs, varies: dict) -> tuple:
@@ -357,7 +377,7 @@ def _generate(seg: Segment, params: PointwiseParams, name: str):
     ref = reference(seg)
     if params.outer:
         bk, bj = tile_sizes(params)
-        tile = BroadcastTile(ref, params.outer, bk, bj, params.int64, params.contig_multiple)
+        tile = BroadcastTile(ref, params.outer, bk, bj, params.int64, params.contig_multiple, params.grid_dims)
     else:
         tile = FlatTile(ref, params.block, params.int64)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"],
@@ -369,7 +389,9 @@ def grid(seg: Segment, params: PointwiseParams):
     if params.outer:
         shape = seg.shapes[ref]
         K = math.prod(shape[d] for d in params.outer)
+        G = math.prod(shape[d] for d in params.grid_dims)
+        J = math.prod(s for d, s in enumerate(shape) if d not in params.outer and d not in params.grid_dims)
         bk, bj = tile_sizes(params)
-        return (-(-(seg.numel(ref) // max(K, 1)) // bj), -(-K // bk))
+        return (G * -(-J // bj), -(-K // bk))
     n = seg.numel(ref)
     return ((n + params.block - 1) // params.block,)

@@ -83,17 +83,20 @@ class BroadcastTile:
     block, computed once for the whole tile: RoPE's cos and sin of angles shared by
     the heads, with the heads on ``k``, cost BLOCK_K times fewer evaluations than in a
     flat tile, which computes every value at every element.  Programs: axis 0 over
-    ``j`` blocks, axis 1 over ``k`` blocks."""
+    ``j`` blocks, axis 1 over ``k`` blocks.  With ``grid_dims`` axis 0 also runs over
+    those dims' indices, one per program (``g``, the same for the whole tile), and
+    ``j`` over the remaining dims only."""
 
     load_hint, store_hint = staticmethod(no_load_hint), ""
 
-    def __init__(self, ref, outer, block_k: int, block_j: int, int64: bool, contig_multiple: int = 1):
-        self.ref, self.outer = ref, tuple(outer)
+    def __init__(self, ref, outer, block_k: int, block_j: int, int64: bool, contig_multiple: int = 1,
+                 grid_dims=()):
+        self.ref, self.outer, self.grid_dims = ref, tuple(outer), tuple(grid_dims)
         self.block_k, self.block_j, self.int64 = block_k, block_j, int64
         self.contig_multiple = contig_multiple  # J is a multiple of it (``say_multiple``)
 
     def inner(self):
-        return [d for d in range(len(self.ref.shape)) if d not in self.outer]
+        return [d for d in range(len(self.ref.shape)) if d not in self.outer and d not in self.grid_dims]
 
     def prologue(self, low):
         w = low.w
@@ -104,7 +107,12 @@ class BroadcastTile:
         say_multiple(w, J, self.contig_multiple)
         cast = ".to(tl.int64)" if self.int64 else ""
         w.line(f"k = tl.program_id(1){cast} * BLOCK_K + tl.arange(0, BLOCK_K)[:, None]")
-        w.line(f"j = tl.program_id(0){cast} * BLOCK_J + tl.arange(0, BLOCK_J)[None, :]")
+        if self.grid_dims:
+            w.line(f"jblocks = ({J} + BLOCK_J - 1) // BLOCK_J")
+            w.line(f"g = tl.program_id(0){cast} // jblocks")
+            w.line(f"j = (tl.program_id(0){cast} - g * jblocks) * BLOCK_J + tl.arange(0, BLOCK_J)[None, :]")
+        else:
+            w.line(f"j = tl.program_id(0){cast} * BLOCK_J + tl.arange(0, BLOCK_J)[None, :]")
         w.line(f"kmask = k < {K}")
         w.line(f"jmask = j < {J}")
         w.line("mask = kmask & jmask")
@@ -112,12 +120,15 @@ class BroadcastTile:
     def ref_index(self, low) -> Index:
         ext = low.extents(self.ref)
         coords = [None] * len(ext)
-        for axis, dims in (("k", self.outer), ("j", self.inner())):
-            for d, c in zip(dims, unravel(Coord(axis, frozenset(axis)), [ext[d] for d in dims], low.divider)):
+        for axis, dims in (("k", self.outer), ("j", self.inner()), ("g", self.grid_dims)):
+            lin = Coord(axis, frozenset() if axis == "g" else frozenset(axis))  # g: one value per program
+            for d, c in zip(dims, unravel(lin, [ext[d] for d in dims], low.divider)):
                 coords[d] = c
         n = len(ext)
         linear = None
-        if self.outer == tuple(range(len(self.outer))):
+        if self.grid_dims:
+            pass  # no cheap linear index: stores ravel the coordinates
+        elif self.outer == tuple(range(len(self.outer))):
             linear = Coord("(k * J + j)", frozenset("kj"))
         elif self.outer == tuple(range(n - len(self.outer), n)):
             linear = Coord("(j * K + k)", frozenset("kj"))
