@@ -189,3 +189,16 @@ def test_per_row_inputs_walk_the_row_tile_under_a_pad(shape, block):
         check(fd, [x, stats, labels, tangent], n_launches=1, scheduler="pointwise", outer=(0,))
     src = "\n".join(s.source for s, _ in fd._runtime.kernels.values())
     assert "broadcast_to" not in src
+
+
+def test_a_forced_outer_drops_the_transpose_tiles_grid_dims():
+    """``Choices(outer=...)`` alone on a transposed input whose rows are not a multiple
+    of 16 long: the transpose tile's grid dims (0, 1) belong to its own outer (2,), so
+    the forced tile takes none, and the kernel still runs."""
+    kt = _x((2, 3, 17, 24), torch.float16).transpose(2, 3)  # [2, 3, 24, 17], unit stride along dim 2
+
+    def build(fd):
+        fd.add_output(fd.ops.set(define_input(fd, kt, contiguous=False)))
+
+    with Choices(outer=(1,)):
+        check(fusion(build), [kt], n_launches=1, scheduler="pointwise", outer=(1,), grid_dims=())

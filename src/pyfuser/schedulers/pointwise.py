@@ -178,15 +178,15 @@ def heuristics(seg: Segment) -> PointwiseParams:
     n = seg.numel(reference(seg))
     int64 = seg.needs_int64()
     outer, bk, gpu_block, grid_dims = tile_choice(seg)
-    # an override of ``outer`` (tests, variants) picks the tile; the sizes follow from it
+    # an override of ``outer`` (tests, variants) picks the tile; the sizes follow from it,
+    # and the grid dims are the override's own (the chosen tile's belong to its outer)
     forced = apply_overrides(_params(0, 0, int64, outer, bk, grid_dims=grid_dims))
     if forced.outer != outer:
         outer, bk, gpu_block = forced.outer, BLOCK_OUTER, BROADCAST_BLOCK
+        forced = apply_overrides(_params(0, 0, int64, outer, bk))
     grid_dims = forced.grid_dims
     if outer:
-        shape = seg.shapes[reference(seg)]
-        K = math.prod(shape[d] for d in outer)
-        J = math.prod(s for d, s in enumerate(shape) if d not in outer and d not in grid_dims)
+        K, J, _ = tile_extents(seg.shapes[reference(seg)], outer, grid_dims)
         bk = min(bk, next_pow2(K))
         block = (1 << 14 if seg.device_type == "cpu" else gpu_block)
         block = max(bk * 16, min(block, bk * next_pow2(J)))
@@ -231,6 +231,13 @@ def tile_choice(seg: Segment) -> tuple:
         if outer:
             return outer, BLOCK_OUTER, BROADCAST_BLOCK, ()
     return (), 1, 0, ()
+
+
+def tile_extents(shape, outer, grid_dims) -> tuple[int, int, int]:
+    """(K, J, G) of a broadcast tile over ``shape``: the elements along k (the
+    ``outer`` dims), along j (the others) and the grid dims' indices."""
+    on_j = [s for d, s in enumerate(shape) if d not in outer and d not in grid_dims]
+    return math.prod(shape[d] for d in outer), math.prod(on_j), math.prod(shape[d] for d in grid_dims)
 
 
 def transpose_grid_dims(shape, r: int) -> tuple:
@@ -387,10 +394,7 @@ def _generate(seg: Segment, params: PointwiseParams, name: str):
 def grid(seg: Segment, params: PointwiseParams):
     ref = reference(seg)
     if params.outer:
-        shape = seg.shapes[ref]
-        K = math.prod(shape[d] for d in params.outer)
-        G = math.prod(shape[d] for d in params.grid_dims)
-        J = math.prod(s for d, s in enumerate(shape) if d not in params.outer and d not in params.grid_dims)
+        K, J, G = tile_extents(seg.shapes[ref], params.outer, params.grid_dims)
         bk, bj = tile_sizes(params)
         return (G * -(-J // bj), -(-K // bk))
     n = seg.numel(ref)
