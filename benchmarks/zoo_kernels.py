@@ -48,10 +48,7 @@ def main(argv=None):
         for r in g.regions:
             segs = "; ".join(f"{s.scheduler}: {', '.join(s.outputs)[:60]}" for s in r.segments)
             lines.append(f"  fusion {', '.join(map(str, r.fusion_ids))} [{segs}] {(r.sources[-1] if r.sources else '')[-70:]}")
-    step = zoo_bench.training_step(model, torch.compile(model, backend="pyfuser"), batch, amp)
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
+    step = _warm(zoo_bench.training_step(model, torch.compile(model, backend="pyfuser"), batch, amp))
     traffic = kernel_traffic(step)
     prof = profile_step({"step": step}, top=max(args.top, 60))
     rows = sorted(pyfuser_kernel_rows(prof["top_other"], traffic), key=lambda r: -r["ms"])[:args.top]
@@ -61,9 +58,7 @@ def main(argv=None):
         lines.append(f"{r['name']:22s} {r['calls']:5d} {r['ms'] / r['calls']:8.3f} {r['mb'] / r['calls']:9.1f} "
                      f"{r['gbps'] or 0:7.0f}")
     lines.append("ATen's non-matmul kernels in the same step (work outside pyfuser's regions):")
-    for r in prof["top_other"][:args.top]:
-        if r["name"] not in traffic:
-            lines.append(f"{r['calls']:5d} {r['ms'] / r['calls']:8.3f}  {r['name'][:110]}")
+    lines += [_kernel_line(r) for r in prof["top_other"][:args.top] if r["name"] not in traffic]
     if args.compare:
         torch._dynamo.reset()
         lines += _inductor_rows(model, batch, amp, args.top)
@@ -76,8 +71,20 @@ def main(argv=None):
     return 0
 
 
+def _warm(step):
+    """``step`` after three runs (compiles, warm-up calls), the GPU idle."""
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    return step
+
+
 def _non_matmul(prof) -> float:
     return prof["kernel_ms"]["other"] + prof["kernel_ms"]["copy"]
+
+
+def _kernel_line(row) -> str:
+    return f"{row['calls']:5d} {row['ms'] / row['calls']:8.3f}  {row['name'][:110]}"
 
 
 def _inductor_rows(model, batch, amp, top) -> list:
@@ -86,16 +93,9 @@ def _inductor_rows(model, batch, amp, top) -> list:
     from pyfuser.bench import zoo_bench
     from pyfuser.bench.step_profile import profile_step
 
-    step = zoo_bench.training_step(model, torch.compile(model), batch, amp)
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    prof = profile_step({"step": step}, top=top)
-    lines = [f"torch.compile non-matmul kernel ms (fwd+bwd, copies included): {_non_matmul(prof):.3f}",
-             f"{'calls':>5s} {'ms/call':>8s}  kernel"]
-    for r in prof["top_other"]:
-        lines.append(f"{r['calls']:5d} {r['ms'] / r['calls']:8.3f}  {r['name'][:110]}")
-    return lines
+    prof = profile_step({"step": _warm(zoo_bench.training_step(model, torch.compile(model), batch, amp))}, top=top)
+    return [f"torch.compile non-matmul kernel ms (fwd+bwd, copies included): {_non_matmul(prof):.3f}",
+            f"{'calls':>5s} {'ms/call':>8s}  kernel"] + [_kernel_line(r) for r in prof["top_other"]]
 
 
 if __name__ == "__main__":

@@ -125,12 +125,10 @@ class BroadcastTile:
             for d, c in zip(dims, unravel(lin, [ext[d] for d in dims], low.divider)):
                 coords[d] = c
         n = len(ext)
-        linear = None
-        if self.grid_dims:
-            pass  # no cheap linear index: stores ravel the coordinates
-        elif self.outer == tuple(range(len(self.outer))):
+        linear = None  # with grid dims there is no cheap one: stores ravel the coordinates
+        if not self.grid_dims and self.outer == tuple(range(len(self.outer))):
             linear = Coord("(k * J + j)", frozenset("kj"))
-        elif self.outer == tuple(range(n - len(self.outer), n)):
+        elif not self.grid_dims and self.outer == tuple(range(n - len(self.outer), n)):
             linear = Coord("(j * K + k)", frozenset("kj"))
         return Index(tuple(coords), linear)
 
