@@ -162,6 +162,27 @@ def test_rope_walks_a_broadcast_tile_without_a_register_budget():
     assert [(q.block, q.block_outer) for q in pointwise.fallbacks(seg, p)] == [(1024, 8), (512, 8)]
 
 
+@pytest.mark.parametrize("rows, length, want", [
+    (8192, 50257, (1, 1024)),  # GPT-2's loss backward: one row of 1024 a program
+    (8192, 2048, (1, 1024)),
+    (8192, 768, (8, 2048)),  # short rows: 8 rows of 256
+    (100_000, 4096, (8, 2048)),  # more rows than the grid's k axis holds: 8 rows of 256
+])
+def test_a_row_tile_over_long_rows_takes_one_row_a_program(rows, length, want):
+    """A row tile (here the cross-entropy backward's exp(x - lse)): rows at least a
+    broadcast block long take one row of 1024 a program, since every thread holding a
+    row's elements computes that row's values, unless the grid's k axis cannot hold
+    one program a row."""
+    def build(fd):
+        lg, lse = T.tensor(fd, 2, BF), T.tensor(fd, 1)
+        diff = fd.ops.sub(fd.ops.cast(lg, DataType.Float), T.bcast_rows(fd, lse, (rows, length)))
+        fd.add_output(fd.ops.cast(fd.ops.exp(diff), BF))
+    seg = cuda_segment(build, [((rows, length), torch.bfloat16), ((rows,), torch.float32)])
+    p = pointwise.heuristics(seg)
+    assert (p.outer, p.block_outer, p.block) == ((0,), *want)
+    assert pointwise.grid(seg, p)[1] <= pointwise.MAX_GRID_K
+
+
 def test_a_candidate_over_its_register_budget_is_rejected():
     """RoPE (flat tile) at 16 elements per thread compiled to 128 registers on sm_90 (no spills):
     over the pointwise budget, so the walk moves to 8 per thread; bias + GELU's 40

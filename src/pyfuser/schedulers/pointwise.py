@@ -27,7 +27,9 @@ Row tile: the same 2-D tile when an input is read once per row (a row's statisti
 a label: BERT's log-softmax backward from the saved statistics, its result padded
 for the decoder's GEMMs).  A flat walk divides its index by the row length to read
 such a value, at every element; the tile puts the rows on ``k``, so the value is a
-[BLOCK_K, 1] load and the columns need no division.
+[BLOCK_K, 1] load and the columns need no division.  Every thread holding a row's
+elements computes that row's values, so rows of a vocabulary (GPT-2's 50257 words)
+take one row a program (docs/TUNING.md#long-rows).
 
 Transpose tile: the same 2-D tile when an input is read through a permute whose
 unit-stride dim is not the output's last (BERT's K^T made contiguous: a flat walk
@@ -162,6 +164,11 @@ BLOCK_OUTER = 8
 # docs/TUNING.md#broadcast-tile
 BROADCAST_BLOCK = 2048
 MAX_GRID_K = 65535  # CUDA's limit on the grid's second axis
+# A row tile (values read once per row) over rows at least BROADCAST_BLOCK long takes
+# one row of LONG_ROW_BLOCK per program: every thread holding elements of a row
+# computes that row's values and their index math, so 8 rows a tile cost each thread 8
+# times that work, and rows this long leave no lanes idle.  docs/TUNING.md#long-rows
+LONG_ROW_BLOCK = 1024
 # The contiguous last dim must be at least this long, or rows of j are short runs.
 MIN_ROW = 16
 
@@ -229,6 +236,8 @@ def tile_choice(seg: Segment) -> tuple:
         probe = probe or probe_walk(seg)
         outer = row_dims(seg, probe.load_axes) if probe is not None else ()
         if outer:
+            if shape[-1] >= BROADCAST_BLOCK and math.prod(shape[:-1]) <= MAX_GRID_K:
+                return outer, 1, LONG_ROW_BLOCK, ()
             return outer, BLOCK_OUTER, BROADCAST_BLOCK, ()
     return (), 1, 0, ()
 
