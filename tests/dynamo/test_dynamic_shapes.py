@@ -112,6 +112,28 @@ def test_a_symbolic_graph_takes_sizes_as_inputs_and_guards_nothing_new():
     assert pd.stats()["regions"] >= 1 and symbolic_fusions() >= 1
 
 
+def test_ops_taking_a_size_stay_in_their_region():
+    """An op with a SymInt argument (a product by a size, a view or an expand to a
+    symbolic shape) joins the region around it, which takes the size as an Int
+    input: left in ATen, it cut the region in two (BERT's loss backward at variable
+    lengths ran an fp16 add over its logits as an ATen kernel of its own)."""
+    from pyfuser.dynamo import logs, report
+
+    def fn(x, y):
+        z = (x * 2).view(-1) * y.size(0)
+        return z.view(x.shape[0], -1).softmax(-1).expand(2, x.shape[0], x.shape[1]) + y.sum()
+
+    compiled = torch.compile(fn, backend="pyfuser", dynamic=True)
+    with logs.collecting() as found:
+        for n, m in [(2, 3), (5, 4), (3, 7)]:
+            x, y = torch.randn(n, 6), torch.randn(m)
+            torch.testing.assert_close(compiled(x, y), fn(x, y), rtol=1.3e-5, atol=1e-6)
+    (rep, gm), = found
+    outside = {o.node.name: o.code for o in report.build(gm, rep.name, rep.kind, explain=True).outside}
+    assert "non_tensor" not in outside.values(), outside
+    assert outside == {} or set(outside.values()) <= {"view_at_edge"}, outside
+
+
 # --- the zoo's MLP: LayerNorm -> Linear -> GELU -> Linear, cross-entropy --------------------
 
 BATCHES = (2, 3, 5, 7, 4)

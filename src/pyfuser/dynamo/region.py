@@ -361,18 +361,32 @@ def _misaligned(inputs) -> bool:
 
 
 def _symbol_sources(examples) -> dict:
-    """Each symbol that is, or whose multiple c * symbol is, an input's size or a
-    SymInt input: symbol -> (input, dim or None, c); a call's arguments give the
-    symbols' values."""
-    out = {}
+    """How to get each symbol's value from a call's arguments: symbol -> (input, dim or
+    None, c, others), its value being that input's size (or the SymInt input) divided
+    by c and by the values of the symbols ``others``, found before it.  A size that is
+    one symbol times c gives that symbol; a product of symbols gives the one symbol in
+    it not found yet (a region reading [s0 * s1] data with s0 as a SymInt input has
+    s1).  In order: a symbol's ``others`` come before it."""
+    facts = []
     for i, x in enumerate(examples):
         sizes = [(d, s) for d, s in enumerate(x.shape)] if isinstance(x, torch.Tensor) else [(None, x)]
         for d, s in sizes:
             if not isinstance(s, torch.SymInt):
                 continue
-            c, sym = s.node.expr.as_coeff_Mul()
-            if sym.is_Symbol and c.is_Integer and c > 0 and out.get(sym, (0, 0, 2))[2] != 1:
-                out[sym] = (i, d, int(c))
+            c, rest = s.node.expr.as_coeff_Mul()
+            factors = rest.args if rest.is_Mul else (rest,)
+            if c.is_Integer and c > 0 and all(f.is_Symbol for f in factors):
+                facts.append((len(factors), c != 1, i, d, int(c), factors))
+    out: dict = {}
+    found = True
+    while found:
+        found = False
+        for _, _, i, d, c, factors in sorted(facts, key=lambda f: f[:2]):
+            unknown = [f for f in factors if f not in out]
+            if len(unknown) == 1:
+                out[unknown[0]] = (i, d, c, tuple(f for f in factors if f != unknown[0]))
+                found = True
+                break
     return out
 
 
@@ -395,7 +409,12 @@ def _stride_exprs(graph, symbols) -> list:
 
 def _strides_at(exprs, symbols, args) -> list:
     """The traced output strides at the sizes of the call's ``args``."""
-    values = {sym: (args[i] if d is None else args[i].shape[d]) // c for sym, (i, d, c) in symbols.items()}
+    values: dict = {}
+    for sym, (i, d, c, others) in symbols.items():
+        v = args[i] if d is None else args[i].shape[d]
+        for o in others:
+            v //= values[o]
+        values[sym] = v // c
     return [None if row is None else tuple(e if isinstance(e, int) else int(e.xreplace(values)) for e in row)
             for row in exprs]
 

@@ -96,6 +96,8 @@ def why_not(node) -> Reason | None:
         if why:
             return why
     for inp in node.all_input_nodes:
+        if isinstance(meta(inp), torch.SymInt):
+            continue  # a size (symbolic shapes): the region takes it as an Int input (``translate``)
         why = _tensor_problem(meta(inp))
         if why:
             return Reason(why.code, f"input {inp.name}: {why.detail}")
