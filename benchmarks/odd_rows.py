@@ -7,7 +7,7 @@ kernel as planned, its row tile at other rows and block sizes and the flat walk
 scalars and selected), against the device-to-device copy of the same bytes
 (docs/TUNING.md#long-rows).
 
-    PYTHONPATH=src python benchmarks/odd_rows.py
+    PYTHONPATH=src python benchmarks/odd_rows.py [--bert-zoo]
 """
 import importlib.util
 import os
@@ -116,6 +116,36 @@ def zoo_loss_backward(B, S, V):
     return fd
 
 
+def bert_loss_backward(B, S, V, to):
+    """BERT's masked-LM loss backward as the backend builds it: the gradient the
+    returned logits bring is added, and the sum padded for the decoder's GEMMs."""
+    R = B * S
+    with FusionDefinition() as fd:
+        T0 = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float)
+        T1 = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float)
+        T2 = fd.define_tensor(shape=[R, 1], contiguity=[True, None], dtype=DataType.Int)
+        T3 = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float)
+        T4 = fd.define_tensor(shape=[R, V], contiguity=[True, True], dtype=DataType.Half)
+        T5 = fd.define_tensor(shape=[R, 1], contiguity=[True, None], dtype=DataType.Float)
+        T6 = fd.define_tensor(shape=[R, 1], contiguity=[True, None], dtype=DataType.Float)
+        T7 = fd.define_tensor(shape=[B, S, V], contiguity=[True, True, True], dtype=DataType.Half)
+        T9 = fd.ops.truediv(fd.ops.neg(T0), T1)
+        T13 = fd.ops.broadcast_in_dim(fd.ops.iota(V, fd.define_scalar(0, dtype=DataType.Int),
+                                                  fd.define_scalar(1, dtype=DataType.Int), dtype=DataType.Int),
+                                      shape=[1, V], broadcast_dims=[1])
+        T16 = fd.ops.ne(T2, fd.define_scalar(-100, dtype=DataType.Int))
+        T18 = fd.ops.where(fd.ops.bitwise_and(fd.ops.eq(T13, T2), T16), T9, T3)
+        T22 = fd.ops.exp(fd.ops.sub(fd.ops.sub(fd.ops.cast(T4, dtype=DataType.Float), T5), T6))
+        T27 = fd.ops.bitwise_and(fd.ops.ge(T2, fd.define_scalar(0, dtype=DataType.Int)),
+                                 fd.ops.lt(T2, fd.define_scalar(V, dtype=DataType.Int)))
+        T29 = fd.ops.where(fd.ops.bitwise_and(T27, T16), T9, T3)
+        T33 = fd.ops.cast(fd.ops.sub(T18, fd.ops.mul(T22, T29)), dtype=DataType.Half)
+        T35 = fd.ops.add(T7, fd.ops.reshape(T33, new_shape=[B, S, V]))
+        T36 = fd.ops.reshape(T35, new_shape=[R, V])
+        fd.add_output(fd.ops.pad(T36, pad_widths=[0, to - V, 0, 0], value=fd.define_scalar(0.0, dtype=DataType.Double)))
+    return fd
+
+
 def zoo_pad(B, S, V, to):
     """The gradient of GPT-2's logits, padded for the decoder's GEMMs."""
     with FusionDefinition() as fd:
@@ -152,7 +182,34 @@ def measure(rows, name, label, run, want, mb):
     rows.append((name, label, bench(run), mb, err))
 
 
+def bert_zoo(rows):
+    B, S, V, to = 64, 128, 30522, 30528
+    R = B * S
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    logits = torch.randn(R, V, device="cuda", generator=gen).half()
+    x = logits.float()
+    mx = x.amax(1, keepdim=True)
+    ls = torch.log(torch.exp(x - mx).sum(1, keepdim=True))
+    lab = torch.randint(0, V, (R, 1), device="cuda", generator=gen)
+    lab[::5] = -100
+    back = (torch.randn(B, S, V, device="cuda", generator=gen) * 1e-4).half()
+    g, count, zero = torch.tensor(1.0, device="cuda"), (lab != -100).sum().float(), torch.tensor(0.0, device="cuda")
+    grad = (torch.where((torch.arange(V, device="cuda") == lab) & (lab != -100), -g / count, zero)
+            - torch.exp(x - mx - ls) * torch.where((lab >= 0) & (lab < V) & (lab != -100), -g / count, zero)).half()
+    want = torch.nn.functional.pad((back + grad.view(B, S, V)).view(R, V), (0, to - V))
+    fb = bert_loss_backward(B, S, V, to)
+    args = [g, count, lab, zero, logits, mx, ls, back]
+    for label, choices in VARIANTS:
+        with Choices(**choices):
+            measure(rows, "BERT", "zoo loss bwd + pad " + label, lambda: fb.execute(args)[0], want,
+                    (3 * R * V + R * to) * 2 / 1e6)
+
+
 def main():
+    if sys.argv[1:] == ["--bert-zoo"]:
+        rows = []
+        bert_zoo(rows)
+        return report(rows)
     k = load_kernels()
     rows = []
     for name, R, V, tdt, dt in (("GPT-2", 8192, 50257, torch.bfloat16, DataType.BFloat16),
@@ -207,6 +264,11 @@ def main():
     zp = zoo_pad(B, S, V, to)
     measure(rows, "GPT-2", "zoo pad as planned", lambda: zp.execute([logits])[0],
             torch.nn.functional.pad(logits.view(B * S, V), (0, to - V)), (logits.numel() + B * S * to) * 2 / 1e6)
+    bert_zoo(rows)
+    report(rows)
+
+
+def report(rows):
     print(f"{'model':6} {'variant':36} {'ms':>7} {'MB':>7} {'GB/s':>6} {'max err':>9}")
     for name, label, ms, mb, err in rows:
         print(f"{name:6} {label:36} {ms:7.3f} {mb:7.0f} {mb / ms:6.0f} {err:9.2e}")
