@@ -134,6 +134,63 @@ def test_ops_taking_a_size_stay_in_their_region():
     assert outside == {} or set(outside.values()) <= {"view_at_edge"}, outside
 
 
+TABLE = torch.randn(16, 8, generator=torch.Generator().manual_seed(7))
+
+
+def table_slices(x):
+    """Slices of a static table at bounds computed from a symbolic size (LLaMA's
+    ``cos[:seq]``): an end inside, a start and an end past the size, a negative start."""
+    n = x.shape[0]
+    return (x * 2 + TABLE[:n]) * TABLE[n - 2:n + 100].sum(0) + TABLE[-n:]
+
+
+@pytest.mark.parametrize("mode", ["automatic", "dynamic"])
+def test_slices_at_symbolic_bounds_fuse_and_clamp_as_aten_does(mode):
+    from pyfuser.dynamo import logs, report
+
+    compiled, _ = compiled_with(table_slices, mode)
+    with logs.collecting() as found:
+        for n in (3, 5, 4, 9):
+            x = torch.randn(n, 8, generator=torch.Generator().manual_seed(n))
+            torch.testing.assert_close(compiled(x), table_slices(x), rtol=1.3e-5, atol=1e-6)
+    left = [(o.node.name, o.code) for rep, gm in found for o in report.build(gm, rep.name, rep.kind).outside
+            if "slice" in str(o.node.target) and o.code != "view_at_edge"]
+    assert left == []
+    assert symbolic_fusions() >= 1
+
+
+def rope_like(x, cos, sin):
+    """RoPE's rotate_half and a [CLS]-style select: their backwards are a slice_backward
+    and a select_backward along a static dim of a tensor with a symbolic one."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
+    y = x * cos + rotated * sin
+    return (y * y).sum() + (y[:, 0] * 3).sum()
+
+
+def test_slice_and_select_backwards_along_a_static_dim_fuse_at_symbolic_sizes():
+    """The backward's pads need only the padded dim's size: at a symbolic sequence
+    length RoPE's slice_backward stayed in ATen ("symbolic shape") and cut the
+    backward's regions.  Automatic dynamic shapes: the second size makes the rows
+    symbolic, the last dim stays 8."""
+    from pyfuser.dynamo import logs, report
+
+    compiled = torch.compile(rope_like, backend="pyfuser")
+    with logs.collecting() as found:
+        for n in (3, 5, 4):
+            g = torch.Generator().manual_seed(n)
+            x, cos, sin = (torch.randn(n, 8, generator=g) for _ in range(3))
+            x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+            compiled(x1, cos, sin).backward()
+            rope_like(x2, cos, sin).backward()
+            torch.testing.assert_close(x1.grad, x2.grad, rtol=1.3e-5, atol=1e-5)
+    backward = [report.build(gm, rep.name, rep.kind, explain=True) for rep, gm in found if rep.kind == "backward"]
+    assert len(backward) == 2  # static, then symbolic rows
+    kept = [(o.node.name, o.code) for r in backward for o in r.outside
+            if "slice_backward" in str(o.node.target) or "select_backward" in str(o.node.target)]
+    assert kept == []
+
+
 # --- the zoo's MLP: LayerNorm -> Linear -> GELU -> Linear, cross-entropy --------------------
 
 BATCHES = (2, 3, 5, 7, 4)

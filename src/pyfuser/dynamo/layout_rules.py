@@ -64,24 +64,45 @@ def _expand(t, n, a):
     return t.ops.broadcast_in_dim(x, shape=shape, broadcast_dims=list(range(len(shape) - x.rank, len(shape))))
 
 
-def _int_bounds(n, a):  # pyfuser's slice takes int bounds
+def _int_bounds(n, a):
     symbolic = any(isinstance(getattr(a, k, None), (Node, torch.SymInt)) for k in ("start", "end", "index"))
     return "symbolic bounds" if symbolic else None
 
 
-def _static_sizes(n, a):
-    """The padding rules below compute widths from the sizes: concrete ones only."""
+def _slice_check(n, a):
+    """A slice's start and end may be sizes (SymInts: ``cos[:seq]`` at a variable
+    length), which pyfuser's slice takes as runtime scalars and clamps as ATen does;
+    its step must be an int."""
+    return "symbolic step" if isinstance(a.step, (Node, torch.SymInt)) else None
+
+
+def _static_dim(n, a):
+    """The padding rules below compute their widths from the size of the dim they pad
+    and int bounds: that size must be concrete; the other dims may be symbolic (RoPE's
+    halves at a variable sequence length)."""
     v = meta(n)
-    return None if all(isinstance(s, int) for s in v.shape) else "symbolic shape"
+    if not isinstance(v.shape[a.dim % v.dim()], int) and not _whole(a):
+        return "symbolic size of the padded dim"
+    return _int_bounds(n, a)
 
 
-@view_rule("slice.Tensor", ops=["slice"], check=_int_bounds)
+def _whole(a) -> bool:
+    """A slice_backward of a slice that kept its whole dim (``x[:, 1:]``'s slice of dim
+    0, ``end`` past any size): the gradient as it is."""
+    start, end = getattr(a, "start", None), getattr(a, "end", None)
+    return start in (0, None) and isinstance(end, int) and end >= 2 ** 62 and getattr(a, "step", 1) == 1
+
+
+@view_rule("slice.Tensor", ops=["slice"], check=_slice_check)
 def _slice(t, n, a):
     x = a.self
     d = a.dim % x.rank
-    start, end, step = t.slice_bounds(x, d, a.start, a.end, a.step)
-    if (start, end, step) == (0, x.shape[d], 1):
-        return x
+    if isinstance(a.start, (int, type(None))) and isinstance(a.end, (int, type(None))):
+        start, end, step = t.slice_bounds(x, d, a.start, a.end, a.step)
+        if (start, end, step) == (0, x.shape[d], 1):
+            return x
+    else:  # a size: the fusion clamps it when it runs
+        start, end, step = 0 if a.start is None else a.start, t.WHOLE if a.end is None else a.end, a.step
     starts, ends, steps = [0] * x.rank, t.ends(x), [1] * x.rank
     starts[d], ends[d], steps[d] = start, end, step
     return t.ops.slice(x, starts, ends, steps)
@@ -150,7 +171,7 @@ def _cat(t, n, a):
 
 
 def _slice_backward_check(n, a):
-    return _static_sizes(n, a) or (None if a.step == 1 else f"step={a.step}")
+    return _static_dim(n, a) or (None if a.step == 1 else f"step={a.step}")
 
 
 @rule("slice_backward.default", ops=["pad"], check=_slice_backward_check)
@@ -160,13 +181,15 @@ def _slice_backward(t, n, a):
     ``dim`` (RoPE's ``rotate_half`` halves, added back together in one region)."""
     sizes = t.shape(n)
     d = a.dim % len(sizes)
+    if _whole(a):
+        return a.grad_output
     start, end, _ = slice(a.start, a.end, 1).indices(sizes[d])
     end = max(end, start)
     widths = [0, 0] * (len(sizes) - 1 - d) + [start, sizes[d] - end]
     return t.ops.pad(a.grad_output, widths, 0) if any(widths) else a.grad_output
 
 
-@rule("select_backward.default", ops=["broadcast_in_dim", "pad"], check=_static_sizes)
+@rule("select_backward.default", ops=["broadcast_in_dim", "pad"], check=_static_dim)
 def _select_backward(t, n, a):
     """The gradient of ``x.select(dim, index)``: the gradient given back its dim, then
     padded with zeros to the input's size (ViT's [CLS] token read from the sequence)."""

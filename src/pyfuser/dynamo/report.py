@@ -26,6 +26,7 @@ import torch
 
 from .region import FusedRegion
 from .rules import ATEN_ONLY, ATEN_VIEWS, LAYOUT_COPY_MIN_NUMEL, Reason, meta, why_not
+from .translate import hints
 
 aten = torch.ops.aten
 # ATen ops that run in ATen by design (cuBLAS / cuDNN): not counted in the fused share.
@@ -186,8 +187,12 @@ def build(gm, name: str, kind: str, explain: bool = False) -> GraphReport:
 
 
 def _example(node):
+    """An input like ``node``'s traced value, at the sizes Dynamo traced with (a
+    symbolic graph's sizes are SymInts; a SymInt input is its int)."""
     v = meta(node)
-    return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device=v.device)
+    if isinstance(v, torch.SymInt):
+        return v.node.hint
+    return torch.empty_strided(hints(v.shape), hints(v.stride()), dtype=v.dtype, device=v.device)
 
 
 def _segments(region) -> tuple:
@@ -203,7 +208,7 @@ def _segments(region) -> tuple:
         names = {v.index: getattr(r, "name", str(r)) for v, r in zip(fd.ir.outputs, results)}
         try:
             inputs = [_example(n) for n in placeholders]
-            inputs = [x.to(region.device) for x in inputs]  # as ``forward`` moves CPU scalars
+            inputs = [x.to(region.device) if isinstance(x, torch.Tensor) else x for x in inputs]  # as ``forward``
             explanation = fd.explain(inputs)
         except Exception as err:  # explaining is a report: never fail the compile for it
             segments.append(Segment(fd.id, -1, (), None, (), f"explain failed: {type(err).__name__}: {err}"))
