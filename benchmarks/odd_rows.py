@@ -7,18 +7,17 @@ kernel as planned, its row tile at other rows and block sizes and the flat walk
 scalars and selected), against the device-to-device copy of the same bytes
 (docs/TUNING.md#long-rows).
 
-    PYTHONPATH=src python benchmarks/odd_rows.py [--bert-zoo]
+    PYTHONPATH=src:benchmarks python benchmarks/odd_rows.py [--bert-zoo]
 """
-import importlib.util
-import os
 import sys
-import tempfile
 
 import torch
 import triton
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.schedulers.base import Choices
+
+from jit_source import module_from_source
 
 KERNELS = '''import triton
 import triton.language as tl
@@ -58,16 +57,6 @@ def span_scalar(lg, lse, lab, g, out, N, J, R, BLOCK: tl.constexpr):
     d = (tl.exp(v - s) - (col.to(tl.int64) == lb).to(tl.float32)) * gy
     tl.store(out + x, d.to(out.dtype.element_ty), mask=mask)
 '''
-
-
-def load_kernels():
-    path = os.path.join(tempfile.mkdtemp(), "odd_rows_kernels.py")
-    with open(path, "w") as f:
-        f.write(KERNELS)
-    spec = importlib.util.spec_from_file_location("odd_rows_kernels", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def loss_backward(R, V, dt):
@@ -210,7 +199,7 @@ def main():
         rows = []
         bert_zoo(rows)
         return report(rows)
-    k = load_kernels()
+    k = module_from_source("odd_rows_kernels", KERNELS)
     rows = []
     for name, R, V, tdt, dt in (("GPT-2", 8192, 50257, torch.bfloat16, DataType.BFloat16),
                                 ("BERT", 8192, 30522, torch.float16, DataType.Half)):

@@ -3,16 +3,14 @@ last place: ``libdevice.tanh`` (what pyfuser emitted before, and torch.compile e
 pyfuser's fp32 tanh (``ops.TANH_FP32``), and ``1 + tanh(u)`` both as an add and as
 ``2 / (1 + e^-2u)`` (``Lowering._shifted_tanh``).
 
-    PYTHONPATH=src python benchmarks/tanh_probe.py
+    PYTHONPATH=src:benchmarks python benchmarks/tanh_probe.py
 """
-import importlib.util
-import os
-import tempfile
-
 import torch
 import triton
 
 from pyfuser.ir.ops import TANH_FP32
+
+from jit_source import module_from_source
 
 KERNEL = '''import triton
 import triton.language as tl
@@ -35,13 +33,7 @@ def forms(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def load_forms():
-    path = os.path.join(tempfile.mkdtemp(), "tanh_forms.py")
-    with open(path, "w") as f:
-        f.write(KERNEL)
-    spec = importlib.util.spec_from_file_location("tanh_forms", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.forms
+    return module_from_source("tanh_forms", KERNEL).forms
 
 
 def ulps(got, want):

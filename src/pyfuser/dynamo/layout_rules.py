@@ -90,7 +90,8 @@ def _whole(a) -> bool:
     """A slice_backward of a slice that kept its whole dim (``x[:, 1:]``'s slice of dim
     0, ``end`` past any size): the gradient as it is."""
     start, end = getattr(a, "start", None), getattr(a, "end", None)
-    return start in (0, None) and isinstance(end, int) and end >= 2 ** 62 and getattr(a, "step", 1) == 1
+    return (start is None or (isinstance(start, int) and start == 0)) and isinstance(end, int) \
+        and end >= 2 ** 62 and getattr(a, "step", 1) == 1
 
 
 @view_rule("slice.Tensor", ops=["slice"], check=_slice_check)

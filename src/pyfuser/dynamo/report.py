@@ -208,7 +208,8 @@ def _segments(region) -> tuple:
         names = {v.index: getattr(r, "name", str(r)) for v, r in zip(fd.ir.outputs, results)}
         try:
             inputs = [_example(n) for n in placeholders]
-            inputs = [x.to(region.device) if isinstance(x, torch.Tensor) else x for x in inputs]  # as ``forward``
+            # as ``forward`` moves CPU scalars; a SymInt input stays an int
+            inputs = [x.to(region.device) if isinstance(x, torch.Tensor) else x for x in inputs]
             explanation = fd.explain(inputs)
         except Exception as err:  # explaining is a report: never fail the compile for it
             segments.append(Segment(fd.id, -1, (), None, (), f"explain failed: {type(err).__name__}: {err}"))
