@@ -216,7 +216,9 @@ def heuristics(seg: Segment) -> PointwiseParams:
 def tile_choice(seg: Segment) -> tuple:
     """``(outer, block_outer, GPU block, grid_dims)`` of a broadcast tile, or
     ``((), 1, 0, ())`` for a flat one: heavy ops shared along some dims first
-    (``broadcast_dims``), else a transposed input (``transpose_dims``)."""
+    (``broadcast_dims``), else a transposed input (``transpose_dims``), else an input
+    read once per row (``row_dims``; rows of BROADCAST_BLOCK or more take one row a
+    program)."""
     shape = seg.shapes[reference(seg)]
     exprs = seg.exprs()
     if not shape or shape[-1] < MIN_ROW or any(OPS[e.op].kind is OpKind.RANDOM for e in exprs):
