@@ -833,3 +833,13 @@ def test_the_backend_computes_the_key_gradient_transposed(monkeypatch):
     transposed = [n for n in backward.graph.nodes if n.target == torch.ops.aten.transpose.int
                   and n.args[0].target == torch.ops.aten.bmm.default]
     assert len(bmms) == 4 and len(transposed) == 1  # the key gradient's product, turned
+
+
+def test_wide_misaligned_dims_pad_to_whole_cache_lines():
+    """A misaligned dim pads to a multiple of 8 elements (16 bytes); one of 4096 or
+    more (a vocabulary) to a multiple of 64 (128 bytes): GPT-2's 50257 words to 50304.
+    Aligned dims are left alone (symbolic ones: the test above)."""
+    from pyfuser.dynamo.pad_matmuls import _pad_amount
+
+    assert [_pad_amount(n) for n in (1001, 250, 4095, 4097, 30522, 50257)] == [7, 6, 1, 63, 6, 47]
+    assert [_pad_amount(n) for n in (768, 4096, 50264, 30528)] == [0, 0, 0, 0]

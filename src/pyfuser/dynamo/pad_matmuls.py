@@ -24,6 +24,8 @@ nothing to the products.
   plus written, at 3 TB/s): break-even near 130 FLOPs per byte, so matmuls with at
   least ``MIN_FLOPS_PER_BYTE`` FLOPs per byte their pads move are rewritten.  A small
   weight next to a big activation costs little to pad.
+* A misaligned dim of ``WIDE_DIM`` or more (a vocabulary) is padded to a multiple
+  of ``LINE`` (128 bytes), so that each padded row starts on a cache line.
 * A symbolic size (dynamic shapes: the token count) is not padded, its alignment
   being unknown at compile time, and the cost rule is skipped where it has one (it
   is a batch's token count, many rows): the static dims are padded.
@@ -43,6 +45,12 @@ from .sum_views import leading_merge
 aten = torch.ops.aten
 
 ALIGN = 8  # elements per 16 bytes of a 16-bit dtype
+# A misaligned dim at least WIDE_DIM long pads to a multiple of LINE elements (128
+# bytes, a cache line) rather than of ALIGN, for at most 1.5% more columns: rows
+# starting on cache lines made GPT-2's head GEMMs and its gradient's pad faster
+# (docs/TUNING.md#pad-matmuls).
+LINE = 64
+WIDE_DIM = 4096
 MIN_FLOPS_PER_BYTE = 300
 ALWAYS = False  # pad regardless of device and cost (tests)
 PAD_N = True  # pad the result's columns too (see the module docstring)
@@ -51,9 +59,13 @@ _TRANSPOSES = (aten.t.default, aten.transpose.int, aten.permute.default)
 
 
 def _pad_amount(n) -> int:
-    """Zeros to add to a dim of size ``n``; none for a symbolic size, whose alignment
-    is not known when the graph is compiled."""
-    return -n % ALIGN if isinstance(n, int) else 0
+    """Zeros to add to a dim of size ``n``: none when it is a multiple of ``ALIGN``,
+    else up to a multiple of ``LINE`` for a dim of at least ``WIDE_DIM``, of ``ALIGN``
+    for a shorter one; none for a symbolic size, whose alignment is not known when
+    the graph is compiled."""
+    if not isinstance(n, int) or n % ALIGN == 0:
+        return 0
+    return -n % (LINE if n >= WIDE_DIM else ALIGN)
 
 
 def pad_matmuls(gm: torch.fx.GraphModule) -> int:
