@@ -39,6 +39,19 @@ def test_padded_persistent_rows_take_half_the_warps():
     assert _softmax(65536, 900, BF).num_warps == 2
 
 
+def test_short_padded_rows_take_one_warp():
+    """Padded rows whose tile holds at most 32 lanes per thread of one warp take one
+    warp, which reduces them without a round trip through shared memory: ViT's
+    attention softmax, rows of 197 in 256 lanes, 4 a program (2 warps before); a
+    [R, 100] softmax, 8 rows of 128.  Unpadded rows keep their warps."""
+    vit, full = _softmax(64 * 12 * 197, 197, BF), _softmax(64 * 12 * 197, 256, BF)
+    assert (vit.block_k, vit.block_j, vit.num_warps) == (4, 256, 1)
+    assert (full.block_k, full.num_warps) == (4, 4)
+    short = _softmax(524288, 100, H)
+    assert (short.block_k, short.block_j, short.num_warps) == (8, 128, 1)
+    assert _softmax(524288, 128, H).num_warps == 4
+
+
 @pytest.mark.parametrize("J,itemsize,peel", [
     (1028, 2, False), (3004, 2, False), (30524, 2, False),  # 16-bit, a multiple of 4: 8-byte loads unpeeled
     (1002, 4, False),  # fp32 pairs: 8 bytes

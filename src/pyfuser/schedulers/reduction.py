@@ -270,7 +270,7 @@ def _inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
         if warps >= 16 and _too_padded(J, bj):
             return _padded_row_chunks(seg, int64)
         if 1 - J / bj >= PADDED_ROW_SHARE:
-            warps = _padded_warps(warps)
+            warps = _padded_warps(warps, bk * bj)
         return InnerPersistent(bk, bj, warps, int64)
     return InnerChunked(1, 8192, 16, int64)
 
@@ -293,12 +293,19 @@ def _too_padded(J: int, lanes: int) -> bool:
 PADDED_ROW_SHARE = 0.2
 
 
-def _padded_warps(warps: int) -> int:
+# Lanes per thread up to which a padded tile of short rows runs on one warp.
+ONE_WARP_LANES = 32
+
+
+def _padded_warps(warps: int, lanes: int) -> int:
     """Warps for persistent rows that padding leaves at least ``PADDED_ROW_SHARE``
     masked: half those of unpadded rows, so each thread takes twice the lanes (up to
     half of them masked) and an SM holds twice the programs; halving the warps beat
-    twice the rows on the same warps (docs/TUNING.md#padded-rows)."""
-    return max(1, warps // 2)
+    twice the rows on the same warps.  One warp where the tile's ``lanes`` fit
+    ``ONE_WARP_LANES`` a thread: its rows reduce in the warp's registers, without
+    the round trip through shared memory and the barrier that each of a short row's
+    reductions costs across warps (docs/TUNING.md#padded-rows)."""
+    return 1 if lanes <= 32 * ONE_WARP_LANES else max(1, warps // 2)
 
 
 def _padded_row_chunks(seg: Segment, int64: bool) -> InnerChunked:
