@@ -5,89 +5,59 @@ its 50257 words padded to a multiple of 8 (50264, rows 16-byte aligned) or of 64
     PYTHONPATH=src:benchmarks python benchmarks/pad_widths.py
 
 For each width: pyfuser's pad of the logits' gradient to that width (the backward's
-input to both GEMMs), its contiguous copy of the padded GEMM's sliced result (the
-logits a model returns), both against the device-to-device copy of the same bytes,
-and the three GEMMs of the head (forward, the gradients of the hidden states and of
-the weight) through ``torch.mm`` as the padded graph calls them
+input to both GEMMs) and its contiguous copy of the padded GEMM's sliced result (the
+logits a model returns), against the device-to-device copy of the same bytes; then
+the three GEMMs of the head (forward, the gradients of the hidden states and of the
+weight) through ``torch.mm`` as the padded graph calls them
 (docs/TUNING.md#pad-matmuls).
 """
-import sys
-
 import torch
-import triton
 
 from pyfuser import DataType, FusionDefinition
 
-
-def bench(fn):
-    return triton.testing.do_bench(fn, warmup=50, rep=400, return_mode="median")
-
-
-def pad_rows(V, to, dt):
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dt)
-        fd.add_output(fd.ops.pad(x, [0, to - V], fd.define_scalar(0.0, DataType.Float)))
-    return fd
+from odd_rows import bench, measure, pad_rows, report
 
 
 def copy_rows(dt):
-    """A contiguous copy of a [rows, V] view whose rows start every ``to`` elements."""
+    """A contiguous copy of a [rows, V] view whose rows start further apart."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=[False, True], dtype=dt)
         fd.add_output(fd.ops.set(x))
     return fd
 
 
-def widths(rows, name, R, V, H, tos, tdt, dt, dev="cuda"):
+def widths(rows, gemms, name, R, V, H, tos, tdt, dt, dev="cuda"):
+    """Kernel rows (``odd_rows.measure``) and GEMM rows (name, label, ms, TFLOP) of
+    [R, V] logits of hidden size H at each padded width in ``tos``."""
     gen = torch.Generator(device=dev).manual_seed(0)
     g = torch.randn(R, V, device=dev, generator=gen).to(tdt)
     h = torch.randn(R, H, device=dev, generator=gen).to(tdt)
     w = torch.randn(V, H, device=dev, generator=gen).to(tdt) / H ** 0.5
+    mb = 2 * g.numel() * g.element_size() / 1e6
     out = torch.empty_like(g)
-    rows.append((name, f"copy [{R}, {V}]", bench(lambda: out.copy_(g)), 2 * g.numel() * g.element_size() / 1e6, 0.0))
+    rows.append((name, f"copy [{R}, {V}]", bench(lambda: out.copy_(g)), mb, 0.0))
     for to in tos:
-        mb = (R * V + R * to) * g.element_size() / 1e6
-        fp = pad_rows(V, to, dt)
-        want = torch.nn.functional.pad(g, (0, to - V))
-        rows.append((name, f"pad to {to}", *_timed(lambda: fp.execute([g])[0], want), mb, ""))
-        view = want[:, :V]
-        fc = copy_rows(dt)
-        rows.append((name, f"copy of the view, rows every {to}", *_timed(lambda: fc.execute([view])[0], g),
-                     2 * g.numel() * g.element_size() / 1e6, ""))
+        fp, fc = pad_rows(V, to, dt), copy_rows(dt)
+        padded = torch.nn.functional.pad(g, (0, to - V))
+        measure(rows, name, f"pad to {to}", lambda: fp.execute([g])[0], padded,
+                (R * V + R * to) * g.element_size() / 1e6)
+        measure(rows, name, f"copy of the view, rows every {to}", lambda: fc.execute([padded[:, :V]])[0], g, mb)
         wp = torch.nn.functional.pad(w, (0, 0, 0, to - V))
-        gp, hT, wpT = want, h.t(), wp.t()
-        flops = 2 * R * to * H
-        rows.append((name, f"GEMM forward h @ w.T, N={to}", bench(lambda: torch.mm(h, wpT)), 0.0, flops))
-        rows.append((name, f"GEMM grad h: g @ w, K={to}", bench(lambda: torch.mm(gp, wp)), 0.0, flops))
-        rows.append((name, f"GEMM grad w: g.T @ h, M={to}", bench(lambda: torch.mm(gp.t(), h)), 0.0, flops))
-        del hT
-
-
-def _timed(run, want):
-    """(ms, max error) of ``run``, its result checked against ``want`` after the
-    caching allocator's block for it was filled with NaN (an unwritten element fails)."""
-    poison = torch.full_like(want, float("nan"))
-    del poison
-    err = (run().float() - want.float()).abs().max().item()
-    return bench(run), err
+        tflop = 2 * R * to * H / 1e12
+        for label, run in ((f"forward h @ w.T, N={to}", lambda: torch.mm(h, wp.t())),
+                           (f"grad h: g @ w, K={to}", lambda: torch.mm(padded, wp)),
+                           (f"grad w: g.T @ h, M={to}", lambda: torch.mm(padded.t(), h))):
+            gemms.append((name, label, bench(run), tflop))
 
 
 def main():
-    rows = []
-    widths(rows, "GPT-2", 8192, 50257, 768, (50257, 50264, 50304), torch.bfloat16, DataType.BFloat16)
-    widths(rows, "BERT", 8192, 30522, 768, (30528, 30592), torch.float16, DataType.Half)
-    print(f"{'model':6} {'variant':40} {'ms':>7} {'MB':>7} {'GB/s':>6} {'TFLOP/s':>8} {'max err':>9}")
-    for name, label, ms, *rest in rows:
-        if len(rest) == 3:  # a kernel: (err, MB, "")
-            err, mb, _ = rest
-            print(f"{name:6} {label:40} {ms:7.3f} {mb:7.0f} {mb / ms:6.0f} {'':>8} {err:9.2e}")
-        else:
-            mb, flops = rest
-            if flops:
-                print(f"{name:6} {label:40} {ms:7.3f} {'':>7} {'':>6} {flops / ms / 1e9:8.0f}")
-            else:
-                print(f"{name:6} {label:40} {ms:7.3f} {mb:7.0f} {mb / ms:6.0f}")
-    sys.stdout.flush()
+    rows, gemms = [], []
+    widths(rows, gemms, "GPT-2", 8192, 50257, 768, (50257, 50264, 50304), torch.bfloat16, DataType.BFloat16)
+    widths(rows, gemms, "BERT", 8192, 30522, 768, (30528, 30592), torch.float16, DataType.Half)
+    report(rows)
+    print(f"{'model':6} {'GEMM':36} {'ms':>7} {'TFLOP/s':>8}")
+    for name, label, ms, tflop in gemms:
+        print(f"{name:6} {label:36} {ms:7.3f} {tflop / ms * 1e3:8.0f}")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@
 
 The model is built at the zoo bench's full width (``zoo_bench.full_width``) and trains
 one step through the backend with CUDA graphs off, every FusionDefinition's first
-inputs kept (copies).  The fusions ``--pick`` selects (``scores``: those reading a
-[batch, heads, seq, seq] tensor, attention's scores and their gradients) then run as
+inputs kept (copies).  The fusions reading a [batch, heads, seq, seq] tensor
+(attention's scores and their gradients) then run as
 planned and under each variant (``schedulers.Choices``, fields as ``name=value``
 pairs, variants separated by ``;``), each result checked against the planned run's,
 and every kernel launch is timed alone (``do_bench``, median).  The table gives per
@@ -29,7 +29,6 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", help="a zoo model: bert, gpt2, llama, t5, vit")
     p.add_argument("--layers", type=int, default=1)
-    p.add_argument("--pick", default="scores", choices=("scores",))
     p.add_argument("--variants", default="", help='"field=value,field=value; ..." (schedulers.Choices)')
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -58,7 +57,7 @@ def main(argv=None):
         FusionDefinition.execute = execute
     torch.cuda.synchronize()
     picked = [(fd, inputs) for fd, inputs in seen.values() if _reads_scores(inputs)]
-    print(f"{args.model}, {args.layers} layer(s): {len(seen)} fusions, {len(picked)} picked ({args.pick})")
+    print(f"{args.model}, {args.layers} layer(s): {len(seen)} fusions, {len(picked)} read attention scores")
     sweep(picked, variants)
 
 
