@@ -171,7 +171,8 @@ def measure(rows, name, label, run, want, mb):
     rows.append((name, label, bench(run), mb, err))
 
 
-def bert_zoo(rows):
+def bert_zoo_inputs():
+    """BERT's padded loss backward as the backend builds it: (fusion, args, expected, MB moved)."""
     B, S, V, to = 64, 128, 30522, 30528
     R = B * S
     gen = torch.Generator(device="cuda").manual_seed(2)
@@ -186,12 +187,34 @@ def bert_zoo(rows):
     grad = (torch.where((torch.arange(V, device="cuda") == lab) & (lab != -100), -g / count, zero)
             - torch.exp(x - mx - ls) * torch.where((lab >= 0) & (lab < V) & (lab != -100), -g / count, zero)).half()
     want = torch.nn.functional.pad((back + grad.view(B, S, V)).view(R, V), (0, to - V))
-    fb = bert_loss_backward(B, S, V, to)
     args = [g, count, lab, zero, logits, mx, ls, back]
+    return bert_loss_backward(B, S, V, to), args, want, (3 * R * V + R * to) * 2 / 1e6
+
+
+def gpt2_zoo_inputs():
+    """GPT-2's loss backward as the backend builds it: (fusion, args, expected, MB moved)."""
+    B, S, V = 8, 1024, 50257
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    logits = torch.randn(B, S, V, device="cuda", generator=gen).to(torch.bfloat16)
+    x = logits.float().view(B * S, V)
+    mx = x.amax(1, keepdim=True)
+    ls = torch.log(torch.exp(x - mx).sum(1, keepdim=True))
+    lab = torch.randint(0, V, (B, S + 1), device="cuda", generator=gen)[:, 1:]
+    lab[:, -1] = -100
+    g, count, zero = torch.tensor(1.0, device="cuda"), (lab != -100).sum().float(), torch.tensor(0.0, device="cuda")
+    fl = lab.reshape(-1, 1)
+    want = (torch.where((torch.arange(V, device="cuda") == fl) & (fl != -100), -g / count, zero)
+            - torch.exp(x - mx - ls) * torch.where((fl >= 0) & (fl < V) & (fl != -100), -g / count, zero))
+    want = want.view(B, S, V).to(torch.bfloat16)
+    args = [g, count, lab, zero, logits, mx, ls]
+    return zoo_loss_backward(B, S, V), args, want, 2 * logits.numel() * 2 / 1e6
+
+
+def bert_zoo(rows):
+    fb, args, want, mb = bert_zoo_inputs()
     for label, choices in VARIANTS:
         with Choices(**choices):
-            measure(rows, "BERT", "zoo loss bwd + pad " + label, lambda: fb.execute(args)[0], want,
-                    (3 * R * V + R * to) * 2 / 1e6)
+            measure(rows, "BERT", "zoo loss bwd + pad " + label, lambda: fb.execute(args)[0], want, mb)
 
 
 def main():
@@ -230,25 +253,12 @@ def main():
         pf = pad_rows(V, to, dt)
         measure(rows, name, f"pad to {to} as planned", lambda: pf.execute([lg])[0],
                 torch.nn.functional.pad(lg, (0, to - V)), (lg.numel() + R * to) * lg.element_size() / 1e6)
-    B, S, V = 8, 1024, 50257
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    logits = torch.randn(B, S, V, device="cuda", generator=gen).to(torch.bfloat16)
-    x = logits.float().view(B * S, V)
-    mx = x.amax(1, keepdim=True)
-    ls = torch.log(torch.exp(x - mx).sum(1, keepdim=True))
-    lab = torch.randint(0, V, (B, S + 1), device="cuda", generator=gen)[:, 1:]
-    lab[:, -1] = -100
-    g, count, zero = torch.tensor(1.0, device="cuda"), (lab != -100).sum().float(), torch.tensor(0.0, device="cuda")
-    fl = lab.reshape(-1, 1)
-    want = (torch.where((torch.arange(V, device="cuda") == fl) & (fl != -100), -g / count, zero)
-            - torch.exp(x - mx - ls) * torch.where((fl >= 0) & (fl < V) & (fl != -100), -g / count, zero))
-    want = want.view(B, S, V).to(torch.bfloat16)
-    fz = zoo_loss_backward(B, S, V)
-    args = [g, count, lab, zero, logits, mx, ls]
+    fz, args, want, mb = gpt2_zoo_inputs()
     for label, choices in VARIANTS:
         with Choices(**choices):
-            measure(rows, "GPT-2", "zoo loss bwd " + label, lambda: fz.execute(args)[0], want,
-                    2 * logits.numel() * 2 / 1e6)
+            measure(rows, "GPT-2", "zoo loss bwd " + label, lambda: fz.execute(args)[0], want, mb)
+    B, S, V = 8, 1024, 50257
+    logits = args[4]
     to = 50304
     zp = zoo_pad(B, S, V, to)
     measure(rows, "GPT-2", "zoo pad as planned", lambda: zp.execute([logits])[0],
