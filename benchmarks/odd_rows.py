@@ -257,8 +257,8 @@ def main():
     for label, choices in VARIANTS:
         with Choices(**choices):
             measure(rows, "GPT-2", "zoo loss bwd " + label, lambda: fz.execute(args)[0], want, mb)
-    B, S, V = 8, 1024, 50257
     logits = args[4]
+    B, S, V = logits.shape
     to = 50304
     zp = zoo_pad(B, S, V, to)
     measure(rows, "GPT-2", "zoo pad as planned", lambda: zp.execute([logits])[0],
