@@ -271,3 +271,79 @@ def test_the_rewrites_share_one_copy_of_the_graph(monkeypatch):
     out = backend._rewritten(gm)
     assert len(copies) == 1 and out is not gm
     torch.testing.assert_close(out(torch.ones(4, 3)), gm(torch.ones(4, 3)))
+
+
+# -- broadcast_copies --------------------------------------------------------------------
+def position_bias_softmaxes(table, buckets, s1, s2):
+    """T5's relative position bias: an embedding lookup [q, k, heads] viewed as
+    [1, heads, q, k], added to two layers' [batch, heads, q, k] scores."""
+    bias = table[buckets].permute(2, 0, 1).unsqueeze(0)
+    return (s1 + bias).softmax(-1), (s2 + bias).softmax(-1)
+
+
+def bias_inputs(heads, q, k, batch, seed):
+    gen = torch.Generator().manual_seed(seed)
+    table, buckets = torch.randn(32, heads, generator=gen), torch.randint(0, 32, (q, k), generator=gen)
+    return table, buckets, torch.randn(batch, heads, q, k, generator=gen), torch.randn(batch, heads, q, k, generator=gen)
+
+
+def test_a_strided_tensor_read_broadcast_is_copied_in_order_once():
+    from pyfuser.dynamo.broadcast_copies import broadcast_copies
+
+    args = bias_inputs(heads=4, q=128, k=128, batch=2, seed=31)  # 65536 bias elements, read 4 times over
+    gm = traced(position_bias_softmaxes, *args)
+    assert broadcast_copies(gm) == 1
+    propagate_meta(gm)
+    adds = [n for n in gm.graph.nodes if n.target == aten.add.Tensor]
+    assert len(adds) == 2
+    for add in adds:
+        bias = add.args[1]
+        assert bias.target == aten.clone.default and bias.meta["val"].is_contiguous()
+    assert adds[0].args[1] is adds[1].args[1]  # one copy for both readers
+    for got, want in zip(gm(*args), position_bias_softmaxes(*args)):
+        torch.testing.assert_close(got, want)
+
+
+def test_strided_tensors_read_once_in_size_or_small_stay():
+    from pyfuser.dynamo.broadcast_copies import broadcast_copies
+
+    small = traced(position_bias_softmaxes, *bias_inputs(heads=4, q=64, k=64, batch=2, seed=32))
+    x, y = torch.randn(256, 512), torch.randn(512, 256)
+    transposed = traced(lambda x, y: x.t() * y, x, y)  # read once, at its own size
+    rows = traced(lambda x, y: x.t().unsqueeze(0) + y.unsqueeze(0).expand(3, 512, 256).permute(0, 2, 1).mT,
+                  x, y)  # read broadcast but the result keeps its layout
+    for gm in (small, transposed, rows):
+        assert broadcast_copies(gm) == 0
+
+
+def test_t5_like_attention_with_a_copied_bias_matches_eager(monkeypatch):
+    """Through the backend, forward and backward: the copy and its gradient (an
+    identity) keep the math."""
+    from pyfuser.dynamo import backend
+
+    real, copies = dict(backend.REWRITES)["broadcast_copies"], []
+
+    def counted(gm):
+        copies.append(real(gm))
+        return copies[-1]
+
+    monkeypatch.setattr(backend, "REWRITES",
+                        tuple((name, counted if name == "broadcast_copies" else fn) for name, fn in backend.REWRITES))
+
+    table, buckets, s1, s2 = bias_inputs(heads=4, q=128, k=128, batch=2, seed=33)
+    table.requires_grad_(True)
+    s1.requires_grad_(True)
+
+    def step(table, s1, s2):
+        a, b = position_bias_softmaxes(table, buckets, s1, s2)
+        return (a * s2).sum() + (b * s1).sum()
+
+    torch._dynamo.reset()
+    got = torch.compile(step, backend="pyfuser")(table, s1, s2)
+    got_grads = torch.autograd.grad(got, (table, s1))
+    want = step(table, s1, s2)
+    want_grads = torch.autograd.grad(want, (table, s1))
+    assert copies and copies[0] == 1  # the forward's bias read by both layers was copied
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)

@@ -143,3 +143,35 @@ def test_fast_exp_walks_a_long_chain_without_recursion():
         return [fd.ops.cast(v, DataType.Half)]
 
     assert len(_sites(chain, "fast_exp")) == 3000
+
+
+def _labels(fd):
+    return fd.define_tensor(shape=[4], contiguity=[True], dtype=DataType.Int)
+
+
+def _one_hot(fd, labels, n, start=0, step=1, op="eq", iota_first=True):
+    i = fd.ops.broadcast_in_dim(fd.ops.iota(n, start, step, DataType.Int), shape=[1, n], broadcast_dims=[1])
+    x = fd.ops.broadcast_in_dim(labels, shape=[4, 1], broadcast_dims=[0])
+    return getattr(fd.ops, op)(*((i, x) if iota_first else (x, i)))
+
+
+def test_an_iota_below_2_31_compared_with_int64_is_found_either_way_round():
+    for op, first in (("eq", True), ("eq", False), ("ne", True)):
+        (site,) = _sites(lambda fd, op=op, first=first: [_one_hot(fd, _labels(fd), 50257, op=op, iota_first=first)],
+                         "narrow_comparisons").values()
+        assert site.iota == (0 if first else 1)
+
+
+def test_iotas_reaching_2_31_negative_or_compared_otherwise_are_left_alone():
+    def cases(fd):
+        lab = _labels(fd)
+        x32 = fd.define_tensor(shape=[4], contiguity=[True], dtype=DataType.Int32)
+        return [_one_hot(fd, lab, 8, start=2**31 - 4),  # its last values reach 2**31
+                _one_hot(fd, lab, 8, start=-1),  # a negative value
+                _one_hot(fd, lab, 8, start=7, step=-1),  # counting down to 0 is fine ...
+                _one_hot(fd, lab, 8, start=6, step=-1),  # ... past it is not
+                _one_hot(fd, lab, 8, op="lt"),  # an order comparison
+                _one_hot(fd, x32, 8)]  # an int32 tensor: not the rule's case
+
+    sites = _sites(cases, "narrow_comparisons")
+    assert [e.outputs[0].name for e in sites] == [_outputs(cases)[2].name]

@@ -210,6 +210,8 @@ class Lowering(IndexMaps, Loads):
                 code = row.emit(w, conv[0], lo, hi)
             elif (cmp := self.draw_comparison(e, conv)) is not None:
                 code = cmp
+            elif (cmp := self.narrow_comparison(e, conv, arg_axes, axes)) is not None:
+                code = cmp
             elif row.emit_uniform_rhs is not None and arg_axes[1] < axes:
                 code = row.emit_uniform_rhs(w, *conv, constant=constant_of(e.inputs[1]))
             else:
@@ -246,6 +248,17 @@ class Lowering(IndexMaps, Loads):
         if ints is None:
             return None
         return integer_comparison(e.op, ints, site.constant, random_left=site.operand == 0)
+
+    def narrow_comparison(self, e, conv, arg_axes, axes):
+        """An int64 iota compared with an int64 tensor as 32-bit integers
+        (``peephole.narrow_comparisons``), where that tensor is uniform along an axis
+        the comparison varies on; None otherwise."""
+        site = self.rewrites.narrow_comparisons.get(e)
+        if site is None or not arg_axes[1 - site.iota] < axes:
+            return None
+        x = conv[1 - site.iota]
+        narrow = self.w.tmp(f"tl.where(({x} >= 0) & ({x} < 2147483648), {x}, -1).to(tl.int32)")
+        return f"(({conv[site.iota]}).to(tl.int32) {'==' if e.op == 'eq' else '!='} {narrow})"
 
     # -- creation -----------------------------------------------------------------------------
     def lower_full(self, e, v, idx):

@@ -14,7 +14,8 @@ pyfuser, everything else stays an ATen call.  Before that, matmuls with sizes th
 are not multiples of 8 are padded (``pad_matmuls.py``: BERT's vocabulary of 30522),
 and ``REWRITES`` give the partitioner fewer, larger regions reading their inputs in
 order (bmms read transposed computed transposed, one-hot sums per row, reshapes moved
-below pointwise ops, sums through views); after it, the views left between regions are built from their traced strides
+below pointwise ops, sums through views, strided tensors read broadcast copied once);
+after it, the views left between regions are built from their traced strides
 (``views.py``) instead of going through ATen's dispatcher.  A training graph
 (forward or backward) that draws no random numbers and computes on the GPU alone is
 replayed as one CUDA graph (``graphs.py``), which checks on every call that a replay
@@ -32,6 +33,7 @@ import torch
 from ..compat import (aot_autograd, aot_forward_metadata, functorch_config, fx_graph_cse, min_cut_partition,
                       share_codegen, unset_fake_temporarily)
 from . import accuracy, graphs, logs
+from .broadcast_copies import broadcast_copies
 from .decompositions import decomposition_table
 from .in_place import index_add_in_place
 from .one_hot import one_hot_sums
@@ -78,7 +80,8 @@ _log = logging.getLogger("pyfuser.dynamo.graphs")
 
 # Rewrites that give the partitioner fewer, larger regions, in order: (name, pass).
 REWRITES = (("transposed_matmuls", transposed_matmuls), ("one_hot", one_hot_sums), ("sink_views", sink_views),
-            ("sum_views", sums_through_views), ("index_add_in_place", index_add_in_place))
+            ("sum_views", sums_through_views), ("index_add_in_place", index_add_in_place),
+            ("broadcast_copies", broadcast_copies))
 
 
 def _rewritten(gm):

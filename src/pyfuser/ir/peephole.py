@@ -41,11 +41,19 @@ class DrawComparison:
 
 
 @dataclass(frozen=True)
+class NarrowComparison:
+    """``i == x`` or ``i != x`` of an int64 iota ``i`` (operand ``iota``) whose values
+    all lie in [0, 2**31) and an int64 tensor ``x``: a comparison of 32-bit integers."""
+    iota: int
+
+
+@dataclass(frozen=True)
 class Rewrites:
     """The sites of one kernel: expr -> the rewrite that computes it."""
     shifted_tanh: dict = field(default_factory=dict)
     draw_comparisons: dict = field(default_factory=dict)
     fast_exp: frozenset = frozenset()
+    narrow_comparisons: dict = field(default_factory=dict)
 
 
 def find(outputs) -> Rewrites:
@@ -54,7 +62,7 @@ def find(outputs) -> Rewrites:
         return Rewrites()
     exprs = outputs[0].fusion.live_exprs(list(outputs))
     return Rewrites(shifted_tanh(exprs, use_counts(exprs, outputs)), draw_comparisons(exprs),
-                    fast_exp(exprs, outputs))
+                    fast_exp(exprs, outputs), narrow_comparisons(exprs))
 
 
 def use_counts(exprs, outputs) -> dict:
@@ -142,6 +150,42 @@ def draw_comparisons(exprs) -> dict:
             c = _finite_constant(e.inputs[1 - i])
             if c is not None and is_unit_draw(e.inputs[i]):
                 sites[e] = DrawComparison(i, c)
+                break
+    return sites
+
+
+def _int32_iota(v) -> bool:
+    """Whether ``v`` is an int64 iota of static length whose every value lies in
+    [0, 2**31), possibly read through layout ops."""
+    while isinstance(v, TensorVal) and v.definition is not None and OPS[v.definition.op].kind in _SAME_VALUE_KINDS:
+        v = v.definition.inputs[0]
+    e = v.definition if isinstance(v, TensorVal) else None
+    if e is None or e.op != "iota" or v.dtype is not DataType.Int:
+        return False
+    (start, step), length = e.inputs, e.attrs["length"]
+    if not (start.is_constant and step.is_constant and isinstance(length, int) and length > 0):
+        return False
+    first, last = start.value, start.value + step.value * (length - 1)
+    return 0 <= min(first, last) and max(first, last) < 2**31
+
+
+def narrow_comparisons(exprs) -> dict:
+    """Rule: ``i == x`` and ``i != x`` for an int64 iota ``i`` whose values all lie in
+    [0, 2**31) and an int64 tensor ``x`` compare 32-bit integers: ``i`` truncated, and
+    ``x`` where it lies in [0, 2**31), else -1, which equals no value of ``i``: the
+    same truth as the 64-bit comparison.  ``codegen.lower`` takes the site only where
+    ``x`` is uniform along an axis the comparison varies on (a label per row against
+    the column index: the loss backward's one-hot), so ``x``'s conversion is paid once
+    per row and each element saves the 64-bit index arithmetic and compare
+    (docs/TUNING.md#narrow-comparisons)."""
+    sites = {}
+    for e in exprs:
+        if e.op not in ("eq", "ne"):
+            continue
+        for i in (0, 1):
+            x = e.inputs[1 - i]
+            if isinstance(x, TensorVal) and x.dtype is DataType.Int and _int32_iota(e.inputs[i]):
+                sites[e] = NarrowComparison(i)
                 break
     return sites
 
