@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from .rules import LAYOUT_COPY_MIN_NUMEL, is_compute, meta
+from .translate import is_symbolic
 
 aten = torch.ops.aten
 
@@ -43,16 +44,11 @@ def broadcast_copies(gm: torch.fx.GraphModule) -> int:
     return count
 
 
-def _static(v) -> bool:
-    """Sizes and strides known now (a symbolic one would need a guard to compare)."""
-    return all(isinstance(s, int) for s in (*v.shape, *v.stride()))
-
-
 def _broadcast_readers(node) -> list:
     """``node``'s readers that take it broadcast while it is strided in its last dim,
     when they read at least twice its elements in all (else none)."""
-    v = meta(node)
-    if not isinstance(v, torch.Tensor) or v.dim() < 2 or not _static(v):
+    v = meta(node)  # symbolic sizes are left alone: comparing them would add guards
+    if not isinstance(v, torch.Tensor) or v.dim() < 2 or is_symbolic(v):
         return []
     if v.shape[-1] == 1 or v.stride()[-1] == 1 or v.numel() < LAYOUT_COPY_MIN_NUMEL:
         return []
@@ -60,7 +56,7 @@ def _broadcast_readers(node) -> list:
     readers, reads = [], 0
     for user in node.users:
         out = meta(user)
-        if not is_compute(user) or not isinstance(out, torch.Tensor) or out.dim() == 0 or not _static(out):
+        if not is_compute(user) or not isinstance(out, torch.Tensor) or out.dim() == 0 or is_symbolic(out):
             continue
         if out.numel() <= size or out.stride()[-1] != 1:
             continue
