@@ -135,3 +135,85 @@ def test_gpu_heuristics_take_two_rows_and_fall_back_to_one():
     falls = inner_outer.fallbacks(seg, p)
     assert (falls[0].block_k, falls[0].nprog) == (1, 32)
     assert all(f.block_k == 1 for f in falls)
+
+
+def _softmax_backward_and_batch_sum(dy, p, bias_grad, lead, keepdim=True):
+    """dx of a softmax over the last dim in bf16, and dx summed over the ``lead``
+    leading dims into a running fp32 gradient: T5's position bias, added to every
+    batch's scores, takes this batch sum."""
+    shape = list(dy.shape)
+
+    def build(fd):
+        tdy, tp = (fd.ops.cast(define_input(fd, t), DataType.Float) for t in (dy, p))
+        g = define_input(fd, bias_grad)
+        dp = fd.ops.mul(tdy, tp)
+        r = fd.ops.sum(dp, dims=[len(shape) - 1], keepdim=True)
+        dx = fd.ops.sub(dp, fd.ops.mul(tp, fd.ops.broadcast_in_dim(r, shape=shape,
+                                                                    broadcast_dims=list(range(len(shape))))))
+        fd.add_output(fd.ops.cast(dx, DataType.BFloat16))
+        fd.add_output(fd.ops.add(g, fd.ops.sum(dx, dims=list(range(lead)), keepdim=keepdim)))
+
+    return fusion(build)
+
+
+def _bias_grad(shape, lead, keepdim):
+    return ((1,) * lead if keepdim else ()) + tuple(shape[lead:])
+
+
+@pytest.mark.parametrize("shape,lead,keepdim,block_k", [((4, 3, 5, 8), 1, True, 2), ((2, 3, 7, 20), 1, True, 4),
+                                                        ((5, 6, 16), 1, False, 1), ((3, 2, 2, 9), 2, False, 4),
+                                                        ((3, 1, 4, 8), 1, True, 2)], ids=str)
+def test_column_sums_over_leading_dims_are_summed_per_group(shape, lead, keepdim, block_k):
+    """Column sums that keep trailing row dims (the groups' walk): a program per block of
+    groups sums its rows over the leading dims in registers; groups not a multiple of
+    the block, a kept dim of 1, a batch-only sum and a (batch, head) sum."""
+    dy, p = _x(shape, name="dy"), _x(shape, name="p")
+    g = _x(_bias_grad(shape, lead, keepdim), torch.float32, name="g")
+    fd = _softmax_backward_and_batch_sum(dy, p, g, lead, keepdim)
+    with Choices(block_k=block_k):
+        for _ in range(2):
+            check(fd, [dy, p, g], n_launches=1, scheduler="inner_outer", grouped=True, block_k=block_k)
+
+
+def test_the_groups_walk_on_the_gpu_needs_two_waves_of_groups():
+    """On the GPU the groups' walk takes a segment only when its groups fill the SMs
+    twice over (else two kernels); two groups a block, one in the fallback."""
+    from pyfuser.ir.concretize import bind
+    from pyfuser.schedulers import Segment
+    from pyfuser.schedulers.base import sm_count
+
+    def segment(shape):
+        dy = torch.empty(shape, dtype=torch.bfloat16, device="meta")
+        g = torch.empty((1,) + tuple(shape[1:]), dtype=torch.float32, device="meta")
+        fd = _softmax_backward_and_batch_sum(dy, dy, g, 1)
+        b = bind(fd.ir, [dy, dy, g])
+        return Segment(list(fd.ir.outputs), b.shapes, {v: {"contiguous": True} for v in fd.ir.inputs}, "cuda")
+
+    few = segment((16, 1, sm_count(), 64))
+    assert inner_outer.can_schedule(few).code == "few_groups"
+    seg = segment((16, 12, 512, 512))
+    assert inner_outer.can_schedule(seg) is None
+    p = inner_outer.heuristics(seg)
+    assert (p.grouped, p.block_k, p.nprog, p.block_j, p.num_warps) == (True, 2, 3072, 512, 2)
+    assert inner_outer.max_registers(seg, p) is None
+    (fall,) = inner_outer.fallbacks(seg, p)
+    assert (fall.block_k, fall.nprog) == (1, 6144)
+
+
+def test_column_sums_over_other_than_leading_dims_are_declined():
+    """A sum over the head dim alone keeps the batch: neither walk takes it."""
+    x = _x((3, 4, 8), torch.float32)
+
+    def build(fd):
+        t = define_input(fd, x)
+        fd.add_output(fd.ops.sum(t, dims=[2]))
+        fd.add_output(fd.ops.sum(t, dims=[1]))
+
+    from pyfuser.ir.concretize import bind
+    from pyfuser.schedulers import Segment
+
+    fd = fusion(build)
+    check(fd, [x])
+    assert all(name != "inner_outer" for name, _ in kernels_of(fd))
+    seg = Segment(list(fd.ir.outputs), bind(fd.ir, [x]).shapes, {v: {"contiguous": True} for v in fd.ir.inputs}, "cpu")
+    assert inner_outer.can_schedule(seg).code == "column_dims"

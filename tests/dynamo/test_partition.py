@@ -61,3 +61,71 @@ def test_cpu_work_in_a_gpu_graph_stays_in_aten():
     why = why_not(graph("meta"))
     assert why is not None and why.code == "cpu_in_device_graph" and "meta" in why.detail
     assert why_not(graph("cpu")) is None
+
+
+def _layers():
+    """Two 'layers' with a matmul between them; the batch sums of both layers' row
+    results add up in the second (T5's position-bias gradient, in small)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(a, w):
+        x = torch.softmax(a * 2.0, -1)  # layer 1: [B, R, C]
+        h = torch.matmul(torch.tanh(x), w)  # its tanh in layer 1, the matmul in ATen
+        y = torch.softmax(h, -1)  # layer 2
+        return h, x.sum(0) + y.sum(0)
+
+    args = (torch.randn(3, 4, 8), torch.randn(8, 8))
+    gm = make_fx(f)(*args)
+    return f, args, gm, [node for node in gm.graph.nodes if node.op == "call_function"]
+
+
+def _sum_of(nodes, name_of_input):
+    return next(n for n in nodes if "sum" in str(n.target) and n.args[1] == [0] and n.args[0].name == name_of_input)
+
+
+def test_a_reduction_moves_to_the_region_that_computes_its_operand_for_it():
+    from pyfuser.dynamo.partition import reduce_before_leaving
+
+    _, _, gm, nodes = _layers()
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    mm = next(i for i, n in enumerate(nodes) if "mm" in str(n.target))
+    x = next(n for n in nodes[:mm] if "div" in str(n.target) or "softmax" in str(n.target))
+    moved = _sum_of(nodes, x.name)
+    first = Partition(nodes=[n for n in nodes[:mm] if n is not moved and "view" not in str(n.target)])
+    second = Partition(nodes=[n for n in nodes[mm + 1:] if "view" not in str(n.target)])
+    out = reduce_before_leaving([first, second], order)
+    assert moved in out[0].nodes and moved not in out[1].nodes
+    assert len(out[0].nodes) == len(first.nodes) + 1 and len(out[1].nodes) == len(second.nodes) - 1
+
+
+def test_a_reduction_of_an_operand_read_elsewhere_stays():
+    """x also leaves its region for another reader: moving its sum saves nothing."""
+    from pyfuser.dynamo.partition import reduce_before_leaving
+
+    _, _, gm, nodes = _layers()
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    mm = next(i for i, n in enumerate(nodes) if "mm" in str(n.target))
+    x = next(n for n in nodes[:mm] if "div" in str(n.target) or "softmax" in str(n.target))
+    tanh = next(n for n in nodes if "tanh" in str(n.target))
+    moved = _sum_of(nodes, x.name)
+    first = Partition(nodes=[n for n in nodes[:mm] if n not in (moved, tanh) and "view" not in str(n.target)])
+    second = Partition(nodes=[tanh] + [n for n in nodes[mm + 1:] if "view" not in str(n.target)])
+    out = reduce_before_leaving([first, second], order)
+    assert moved in out[1].nodes and len(out[0].nodes) == len(first.nodes)
+
+
+def test_through_the_backend_the_first_layer_sums_its_own_rows():
+    """The partitioner alone puts x.sum(0) beside the second layer's ops, which read
+    the [B, R, C] x from the first region; the first region computes it instead, and
+    the results match eager."""
+    import pyfuser.dynamo as pd
+
+    f, args, _, _ = _layers()
+    e = pd.explain(f, *args, run_backward=False)
+    (first,) = [r for r in e.regions if any(n.name == "tanh" for n in r.nodes)]
+    assert sum(str(n.target) == "aten.sum.dim_IntList" for n in first.nodes) == 2  # its softmax's, and x.sum(0)
+    torch._dynamo.reset()
+    got = torch.compile(f, backend="pyfuser")(*args)
+    want = f(*args)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)

@@ -1,7 +1,7 @@
 """The body of an inner-outer kernel: the row loop, then the two-level fold of the
-column sums (the tile and the design: ``tiles.inner_outer``).  The tile's own module
-holds what the lowering asks of it; this one, beside ``emit``, the order of the
-generated code.
+column sums, or in the groups' walk their store (the tile and the design:
+``tiles.inner_outer``).  The tile's own module holds what the lowering asks of it;
+this one, beside ``emit``, the order of the generated code.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     ref_shape = shapes[tile.ref]
     row_shapes = {reduce_shape(ref_shape, tile.red_dims, False): False,
                   reduce_shape(ref_shape, tile.red_dims, True): True}
-    kept_dims = tuple(tile.kept_dims())
-    col_shapes = {reduce_shape(ref_shape, kept_dims, False): False, reduce_shape(ref_shape, kept_dims, True): True}
+    summed = tile.col_dims if tile.grouped else tuple(tile.kept_dims())
+    col_shapes = {reduce_shape(ref_shape, summed, False): False, reduce_shape(ref_shape, summed, True): True}
     from_cols = _computed_from(outputs, tile.outer)
     cols = [o for o in outputs if o in from_cols]
     rows = [o for o in outputs if o not in full and o not in cols]
@@ -40,16 +40,9 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     for n, e in enumerate(tile.outer):
         accs.append(f"cacc{n}")
         w.line(f"cacc{n} = tl.full([BLOCK_K, BLOCK_J], 0.0, tl.float32)")
-    w.comment("this program's rows: blocks pid, pid + NPROG, ...")
-    if tile.stages > 1:
-        w.line(f"for kb in tl.range(pid * BLOCK_K, K, NPROG * BLOCK_K, num_stages={tile.stages}):")
-    else:
-        w.line("for kb in range(pid * BLOCK_K, K, NPROG * BLOCK_K):")
-    w.indent += 1
+    tile.open_rows(low)
     low.push()
     tile.in_rows = True
-    w.line("k = kb + tl.arange(0, BLOCK_K)[:, None]")
-    w.line("kmask = k < K")
     tile.open_j(low, "0")
     low.clear_reached()
     idx = tile.ref_index(low)
@@ -65,7 +58,33 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     tile.in_rows = False
     low.pop()
     w.indent -= 1
+    if tile.grouped:
+        _store_groups(low, tile, accs, cols, col_shapes, shapes, store)
+    else:
+        _fold_and_store(low, tile, accs, cols, col_shapes, shapes, store)
 
+
+def _store_groups(low, tile, accs, cols, col_shapes, shapes, store):
+    """The groups' walk: each accumulator row is its group's column sum; the column
+    results are stored from it, [BLOCK_K, BLOCK_J] at once."""
+    w = low.w
+    low.push()
+    w.line("kmask = fmask")
+    tile.open_j(low, "0")
+    for e, acc in zip(tile.outer, accs):
+        tile.results[e] = tile.finish(low, e, [acc])
+    for o in cols:
+        o_idx = low.normalize(o, tile.outer_index(low, col_shapes[shapes[o]]))
+        val, axes = low.value(o, o_idx)
+        store(low, o, o_idx, val, axes | frozenset("kj"))
+    low.pop()
+
+
+def _fold_and_store(low, tile, accs, cols, col_shapes, shapes, store):
+    """The folded walk: per-program partial rows to scratch, folded in two levels by
+    the last program of each group, then by the last group, which stores the column
+    results."""
+    w = low.w
     n_out = len(tile.outer)
     stride = "(NPROG + NGROUP)"  # scratch rows per column sum: one per program, one per group
     ws = w.arg("ws_ptr", "ptr", ("scratch", n_out * (tile.nprog + tile.ngroup), tile.ref, tile.red_dims, 1,

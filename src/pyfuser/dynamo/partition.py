@@ -8,6 +8,9 @@ accepts into acyclic regions.  Then:
   reason to make the scheduler look at it);
 * partitions are regrouped along data flow (``regroup_along_data_flow``): torch
   before 2.13 merges independent ops into one region;
+* a reduction whose operand another region computes for it alone moves into that
+  region (``reduce_before_leaving``), so the region hands over the reduced tensor, not
+  the full one;
 * a region is cut in two where a reduction consumes the result of a reduction of
   another kind (row after column, or a whole-tensor one), and where a reshape
   changes the shape of a row reduction's result (log-softmax's backward reshaped
@@ -86,6 +89,7 @@ def fuse_regions(gm):
     partitions = partitioner.propose_partitions()
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     partitions = regroup_along_data_flow(partitions, order)
+    partitions = reduce_before_leaving(partitions, order)
     partitioner.remove_bookend_non_compute_ops(partitions)
     partitions = [q for p in partitions for q in split_mixed_reductions(p, order)]
     partitions = split_at_communication(partitions, communication_epochs(gm.graph))
@@ -242,6 +246,40 @@ def regroup_along_data_flow(partitions, order) -> list:
         if c:
             groups.setdefault(origin[i], set()).update(c)
     return [Partition(nodes=sorted(g, key=order.__getitem__)) for g in groups.values()]
+
+
+def reduce_before_leaving(partitions, order) -> list:
+    """Each reduction in a partition P whose one tensor operand ``x`` another partition
+    Q computes, and which is ``x``'s only reader outside Q, moves to Q, unless Q would
+    then have to be cut there (``split_mixed_reductions``).  Q then hands P the reduced
+    tensor instead of ``x``.  T5 adds one position bias to every encoder layer's
+    scores: its gradient is the batch sum of every layer's fp32 score gradient, and the
+    partitioner put each layer's sum in the region of the layer after it, so every
+    layer wrote its [batch, heads, seq, seq] fp32 gradient and the next read it back.
+    Moved, the batch sum runs in the softmax backward's kernel (the inner-outer tile's
+    groups' walk; docs/TUNING.md#reduce-before-leaving).
+
+    Safe: ``x`` is the node's only input off the graph's inputs, so no path enters it
+    from P, and a path from it back into Q would leave Q and return to it."""
+    owner = {n: i for i, p in enumerate(partitions) for n in p.nodes}
+    groups = [list(p.nodes) for p in partitions]
+    for i, p in enumerate(partitions):
+        for n in sorted(p.nodes, key=order.__getitem__):
+            if reduction_kind(n) is None:
+                continue
+            inputs = [x for x in n.all_input_nodes if x.op not in ("placeholder", "get_attr")]
+            if len(inputs) != 1 or owner.get(inputs[0], i) == i:
+                continue
+            x, j = inputs[0], owner[inputs[0]]
+            if any(u is not n and owner.get(u) != j for u in x.users):
+                continue
+            before = len(split_mixed_reductions(Partition(nodes=groups[j]), order))
+            if len(split_mixed_reductions(Partition(nodes=groups[j] + [n]), order)) != before:
+                continue
+            groups[i].remove(n)
+            groups[j].append(n)
+            owner[n] = j
+    return [Partition(nodes=sorted(g, key=order.__getitem__)) for g in groups if g]
 
 
 def split_at_communication(partitions, epochs) -> list:

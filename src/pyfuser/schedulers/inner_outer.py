@@ -3,10 +3,19 @@ kernel (normalization backwards: dx needs per-row sums, dw and db per-column sum
 
 Accepted: every reduction reads a tensor shaped like the first one's input (the
 reference, [K rows, J]); the row group reduces the trailing dims, the same for all,
-and the column group reduces exactly the other dims, each a float32-accumulated sum;
+and the column group reduces the same leading dims, each a float32-accumulated sum;
 nothing full-size or row-shaped is computed from a column sum; the row fits the
-persistent tile.  The kernel (``codegen.inner_outer``) walks row blocks with the
-inner tile and folds per-program column partials in two levels.
+persistent tile.
+
+Two walks, by what the column sums keep:
+
+* all of the row dims summed (a layer norm's dw over every token): ``NPROG``
+  programs walk row blocks and fold their column partials in two levels;
+* only the leading ones (T5's position-bias gradient, the batch sum of
+  [batch, heads, q, k] score gradients, is [1, heads, q, k]): the kept ones number
+  the ``groups``, rows with the same trailing coordinates, and each program sums its
+  block of groups over the leading rows in registers, then stores them: no folds.
+  On the GPU only where the groups fill the machine twice over (``MIN_WAVES``).
 
 Before this scheduler such a fusion ran as an inner normalization and an outer
 reduction, the second reading the full-size inputs again.
@@ -44,6 +53,7 @@ class InnerOuterParams:
     quad_rng: bool = False  # J % 4 == 0: random numbers one Philox call per 4 elements
     stages: int = 1  # the row loop's num_stages (tl.range): 2 loads the next block early
     contig_multiple: int = 1  # the row length is a multiple of this (``base.contiguous_multiple``)
+    grouped: bool = False  # the column sums keep trailing row dims: a program per block of groups, no folds
 
     def validate(self) -> InnerOuterParams:
         """Raise ``ChoicesError`` for combinations no kernel takes; returns self."""
@@ -54,7 +64,8 @@ class InnerOuterParams:
 
 
 def analyse(seg: Segment):
-    """(reference, row dims, column-sum exprs) or a Reject; computed once per segment."""
+    """(reference, row dims, column-sum exprs, column-summed dims) or a Reject;
+    computed once per segment."""
     return seg.cached("inner_outer.analyse", lambda: _analyse(seg))
 
 
@@ -75,7 +86,9 @@ def _analyse(seg: Segment):
     row_dims = tuple(sorted(inner[0].attrs["dims"]))
     if row_dims != tuple(range(n - len(row_dims), n)) or len(row_dims) == n:
         return Reject("row_dims", f"rows of {ref.name} reduce dims {list(row_dims)}, not trailing ones")
-    col_dims = tuple(d for d in range(n) if d not in row_dims)
+    col_dims = tuple(sorted(outer[0].attrs["dims"]))
+    if col_dims != tuple(range(len(col_dims))) or len(col_dims) + len(row_dims) > n:
+        return Reject("column_dims", f"columns of {ref.name} sum dims {list(col_dims)}, not leading row dims")
     for e in reds:
         if seg.shapes[e.inputs[0]] != shape:
             return Reject("mixed_shapes", f"{e.op} reduces {e.inputs[0].name}, not shaped like {ref.name}")
@@ -86,19 +99,34 @@ def _analyse(seg: Segment):
     for e in outer:
         if e.op != "sum" or compute_dtype(e.outputs[0].dtype) is not DataType.Float:
             return Reject("column_op", f"column {e.op} to {e.outputs[0].dtype}: only float32-accumulated sums")
-    return ref, row_dims, outer
+    return ref, row_dims, outer, col_dims
+
+
+def is_grouped(seg: Segment) -> bool:
+    """Whether the column sums keep some of the row dims (the groups' walk)."""
+    ref, dims, outer, col_dims = analyse(seg)
+    return len(col_dims) + len(dims) < len(seg.shapes[ref])
+
+
+def groups(seg: Segment) -> int:
+    """Column-sum rows of the groups' walk: the elements of the kept row dims."""
+    ref, dims, outer, col_dims = analyse(seg)
+    return math.prod(s for d, s in enumerate(seg.shapes[ref]) if d not in dims and d not in col_dims)
 
 
 def can_schedule(seg: Segment) -> Reject | None:
     a = analyse(seg)
     if isinstance(a, Reject):
         return a
-    ref, dims, outer = a
+    ref, dims, outer, _ = a
     K, J = kept_and_reduced(seg, ref, dims)
     if K == 0 or J == 0:
         return Reject("empty", f"{ref.name} has no rows or no columns")
     if seg.device_type == "cuda" and next_pow2(J) > MAX_ROW:
         return Reject("wide_rows", f"rows of {J} elements do not fit the persistent tile (at most {MAX_ROW})")
+    if seg.device_type == "cuda" and is_grouped(seg) and groups(seg) < MIN_WAVES * ROWS_PER_BLOCK * sm_count():
+        return Reject("few_groups", f"{groups(seg)} column-sum rows fill fewer than {MIN_WAVES} waves of "
+                                    f"{sm_count()} programs")
     col_vals = {o for e in outer for o in e.outputs}
     for e in seg.exprs():
         if e in outer:
@@ -113,6 +141,10 @@ def can_schedule(seg: Segment) -> Reject | None:
 
 # Rows per block on the GPU (one where two do not fit the register budget: ``fallbacks``).
 ROWS_PER_BLOCK = 2
+# The groups' walk has a program per block of groups and nothing to fold: it needs
+# enough of them to keep every SM busy.  Fewer run as two kernels, an inner
+# normalization and an outer reduction.
+MIN_WAVES = 2
 
 
 def heuristics(seg: Segment) -> InnerOuterParams:
@@ -126,10 +158,12 @@ def heuristics(seg: Segment) -> InnerOuterParams:
     the two-level fold is the serial tail of the kernel; pipelining the folds' loops
     costs more shared memory than it saves.  8 warps per row block were slower
     everywhere.  docs/TUNING.md#inner-outer"""
-    ref, dims, outer = analyse(seg)
+    ref, dims, outer, _ = analyse(seg)
     K, J = kept_and_reduced(seg, ref, dims)
     bj = next_pow2(J)
     int64 = seg.needs_int64()
+    if is_grouped(seg):
+        return _grouped_heuristics(seg, groups(seg), J, int64)
     if seg.device_type == "cpu":
         bk = max(1, min(next_pow2(K), (1 << 12) // bj))
         blocks = -(-K // bk)
@@ -144,6 +178,22 @@ def heuristics(seg: Segment) -> InnerOuterParams:
                                                    contig_multiple=contiguous_multiple(J))))
 
 
+def _grouped_heuristics(seg: Segment, F: int, J: int, int64: bool) -> InnerOuterParams:
+    """The groups' walk: two groups per block on the GPU, 8 elements per thread (16 from
+    2048 up), the walk over the summed rows pipelined 2 deep; a program per block (the
+    count follows a chosen ``block_k``)."""
+    bj = next_pow2(J)
+    if seg.device_type == "cpu":
+        bk, warps, stages = max(1, min(next_pow2(F), (1 << 12) // bj, 4)), 4, 1
+    else:
+        per_thread = 8 if bj <= 1024 else 16
+        warps = max(1, min(16, bj // (32 * per_thread)))
+        bk, stages = min(ROWS_PER_BLOCK, next_pow2(F)), 2
+    p = apply_overrides(InnerOuterParams(bk, bj, warps, 0, 0, 0, int64, J % 4 == 0, stages=stages,
+                                         contig_multiple=contiguous_multiple(J), grouped=True))
+    return p if p.nprog else replace(p, nprog=-(-F // max(1, p.block_k)))  # a program per block of groups
+
+
 def programs_per_sm(warps: int) -> int:
     """Programs each SM should hold at once: 16 warps' worth, at most 4 (fewer
     programs leave fewer column partials to fold)."""
@@ -154,7 +204,7 @@ def max_registers(seg: Segment, params: InnerOuterParams) -> int | None:
     """Registers per thread that let every program be resident at once (the grid is
     one wave: a second would run ``nprog`` rows' worth of work again on part of the
     GPU).  None on the CPU."""
-    if seg.device_type != "cuda":
+    if seg.device_type != "cuda" or params.grouped:  # the groups' walk runs in as many waves as it needs
         return None
     sms = sm_count()
     per_sm = -(-params.nprog // sms)
@@ -163,7 +213,9 @@ def max_registers(seg: Segment, params: InnerOuterParams) -> int | None:
 
 def _sized(p: InnerOuterParams) -> InnerOuterParams:
     """Fill in the fold: groups of about sqrt(nprog) programs (each level folds about
-    as many rows), loaded 4096 elements at a time."""
+    as many rows), loaded 4096 elements at a time.  The groups' walk has no fold."""
+    if p.grouped:
+        return p
     group = p.group or max(1, math.isqrt(p.nprog - 1) + 1)
     rows = p.fold_rows or max(1, min(next_pow2(max(group, -(-p.nprog // group))), 4096 // p.block_j))
     return replace(p, group=group, fold_rows=rows)
@@ -175,10 +227,16 @@ def can_schedule_runtime(seg: Segment, params: InnerOuterParams) -> Reject | Non
     rej = invalid_params(params, NAME)
     if rej is not None:
         return rej
-    ref, dims, outer = analyse(seg)
+    ref, dims, outer, _ = analyse(seg)
     J = kept_and_reduced(seg, ref, dims)[1]
     if params.block_j < J:  # e.g. a choice meant for the multi-pass tiles
         return Reject("rows_fit_block", f"{NAME} holds whole rows: block_j {params.block_j} < row of {J}", NAME)
+    if params.grouped != is_grouped(seg):
+        return Reject("walk", f"{NAME} params for the {'groups' if params.grouped else 'folded'} walk; the column "
+                              f"sums need the {'groups' if is_grouped(seg) else 'folded'} one", NAME)
+    if params.grouped and params.nprog * params.block_k < groups(seg):
+        return Reject("groups_covered", f"{params.nprog} programs of {params.block_k} groups do not cover "
+                                        f"{groups(seg)}", NAME)
     return checked_emit(seg, NAME, params, _generate)
 
 
@@ -187,9 +245,10 @@ def emit(seg: Segment, params: InnerOuterParams, name: str):
 
 
 def _generate(seg: Segment, params: InnerOuterParams, name: str):
-    ref, dims, outer = analyse(seg)
+    ref, dims, outer, col_dims = analyse(seg)
     tile = InnerOuterTile(ref, dims, params.block_k, params.block_j, params.int64, params.quad_rng, outer,
-                          params.nprog, params.group, params.fold_rows, params.stages, params.contig_multiple)
+                          params.nprog, params.group, params.fold_rows, params.stages, params.contig_multiple,
+                          col_dims if params.grouped else None)
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"],
                        seg.values)
 
@@ -200,8 +259,11 @@ def grid(seg: Segment, params: InnerOuterParams):
 
 def fallbacks(seg: Segment, params: InnerOuterParams) -> list:
     """When the kernel spills or needs more registers than one wave allows: one row per
-    block, then half the programs (twice the registers each), down to one per SM."""
+    block, then half the programs (twice the registers each), down to one per SM.
+    The groups' walk: one group per block, twice the programs."""
     out, p = [], params
+    if p.grouped:
+        return [replace(p, block_k=1, nprog=p.nprog * p.block_k)] if p.block_k > 1 else []
     if p.block_k > 1:
         p = replace(p, block_k=1)
         out.append(p)
