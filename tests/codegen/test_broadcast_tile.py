@@ -161,6 +161,28 @@ def test_short_transposed_dims_stay_flat():
     check(fusion(build), [x], n_launches=1, outer=())
 
 
+@pytest.mark.parametrize("block", [16, 64], ids=["block16", "block64"])
+@pytest.mark.parametrize("shape", [(37, 20), (5, 64), (3, 7)], ids=str)
+def test_one_row_a_program_holds_the_rows_values_as_scalars(shape, block):
+    """One row per program: ``k`` is the program's row, a scalar, with no row mask;
+    the row's values (a heavy op, a row output stored once per row) are scalars and
+    every output still matches, with several column blocks per row."""
+    R, D = shape
+
+    def build(fd):
+        x, s = fd.define_tensor(shape=[-1, -1]), fd.define_tensor(shape=[-1, 1])
+        t = fd.ops.tanh(s)
+        g = fd.ops.erf(fd.ops.broadcast_in_dim(t, shape=[R, D], broadcast_dims=[0, 1]))
+        fd.add_output(fd.ops.mul(x, g))
+        fd.add_output(t)
+
+    fd = fusion(build)
+    with Choices(outer=(0,), block_outer=1, block=block):
+        check(fd, [_x(shape), _x((R, 1), name="s")], n_launches=1, scheduler="pointwise", outer=(0,), block_outer=1)
+    (src,) = [s.source for s, _ in fd._runtime.kernels.values()]
+    assert "k = tl.program_id(1)\n" in src and "kmask" not in src
+
+
 @BLOCKS
 @pytest.mark.parametrize("shape", [(37, 45), (8, 19), (130, 16)], ids=str)
 def test_per_row_inputs_walk_the_row_tile_under_a_pad(shape, block):

@@ -94,6 +94,11 @@ class BroadcastTile:
         self.ref, self.outer, self.grid_dims = ref, tuple(outer), tuple(grid_dims)
         self.block_k, self.block_j, self.int64 = block_k, block_j, int64
         self.contig_multiple = contig_multiple  # J is a multiple of it (``say_multiple``)
+        # One row a program: ``k`` is a scalar, and so is every value along it (a loss
+        # backward's label, statistics and scale), with no row mask (the grid has one
+        # program per row).  As [1, 1] blocks they carry a layout that the compiler
+        # broadcasts into every lane's arithmetic (docs/TUNING.md#scalar-rows).
+        self.scalar_rows = block_k == 1
 
     def inner(self):
         return [d for d in range(len(self.ref.shape)) if d not in self.outer and d not in self.grid_dims]
@@ -106,16 +111,20 @@ class BroadcastTile:
         J = w.arg("J", "numel", ("numel", self.ref, tuple(self.inner())))
         say_multiple(w, J, self.contig_multiple)
         cast = ".to(tl.int64)" if self.int64 else ""
-        w.line(f"k = tl.program_id(1){cast} * BLOCK_K + tl.arange(0, BLOCK_K)[:, None]")
+        if self.scalar_rows:
+            w.line(f"k = tl.program_id(1){cast}")
+        else:
+            w.line(f"k = tl.program_id(1){cast} * BLOCK_K + tl.arange(0, BLOCK_K)[:, None]")
         if self.grid_dims:
             w.line(f"jblocks = ({J} + BLOCK_J - 1) // BLOCK_J")
             w.line(f"g = tl.program_id(0){cast} // jblocks")
             w.line(f"j = (tl.program_id(0){cast} - g * jblocks) * BLOCK_J + tl.arange(0, BLOCK_J)[None, :]")
         else:
             w.line(f"j = tl.program_id(0){cast} * BLOCK_J + tl.arange(0, BLOCK_J)[None, :]")
-        w.line(f"kmask = k < {K}")
+        if not self.scalar_rows:
+            w.line(f"kmask = k < {K}")
         w.line(f"jmask = j < {J}")
-        w.line("mask = kmask & jmask")
+        w.line("mask = jmask" if self.scalar_rows else "mask = kmask & jmask")
 
     def ref_index(self, low) -> Index:
         ext = low.extents(self.ref)
@@ -137,12 +146,15 @@ class BroadcastTile:
         return "j" not in axes
 
     def mask(self, axes, preds=()):
+        if self.scalar_rows:
+            axes = axes - {"k"}
         parts = ["mask" if {"k", "j"} <= axes else "kmask" if "k" in axes else "jmask" if "j" in axes else None]
         parts = [p for p in parts if p] + [f"({p})" for p in preds]
         return " & ".join(parts) if parts else None
 
     def shape(self, axes):
-        return f"[{'BLOCK_K' if 'k' in axes else '1'}, {'BLOCK_J' if 'j' in axes else '1'}]"
+        k = "BLOCK_K" if "k" in axes and not self.scalar_rows else "1"
+        return f"[{k}, {'BLOCK_J' if 'j' in axes else '1'}]"
 
     def reduction(self, low, e, v, idx):
         raise Unsupported("a pointwise tile cannot reduce", "pointwise_reduction")
