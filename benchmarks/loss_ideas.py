@@ -70,6 +70,10 @@ def gpt2(rows, k):
     for label, edits in EDITS:
         with Choices(edits=edits):
             measure(rows, "GPT-2", label, lambda: fz.execute(args)[0], want, mb)
+    for label, choice in (("blocks of 2048", dict(block=2048)), ("blocks of 2048, 8 warps", dict(block=2048,
+                                                                                                 num_warps=8))):
+        with Choices(**choice):
+            measure(rows, "GPT-2", label, lambda: fz.execute(args)[0], want, mb)
     out = torch.empty_like(logits)
     block = 1024
     nblk = triton.cdiv(V, block)
