@@ -347,3 +347,34 @@ def test_t5_like_attention_with_a_copied_bias_matches_eager(monkeypatch):
     torch.testing.assert_close(got, want)
     for g, w in zip(got_grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_t5_like_bias_gradient_is_summed_by_the_softmax_backward():
+    """The position bias's gradient, every layer's score gradient summed over the
+    batch: each layer's sum moves into the region of its softmax backward
+    (``reduce_before_leaving``), whose one kernel sums it (the inner-outer tile's
+    groups' walk), and the gradients match eager's."""
+    import pyfuser.dynamo as pd
+
+    table, buckets, s1, s2 = bias_inputs(heads=2, q=16, k=16, batch=3, seed=34)
+    table.requires_grad_(True)
+    s1.requires_grad_(True)
+
+    def step(table, s1, s2):
+        a, b = position_bias_softmaxes(table, buckets, s1, s2)
+        return (a * s2).sum() + (b * s1).sum()
+
+    torch._dynamo.reset()
+    e = pd.explain(step, table, s1, s2)
+    (bwd,) = [g for g in e.graphs if g.kind == "backward"]
+    summing = [r for r in bwd.regions if any(n.target == "aten.sum.dim_IntList" for n in r.nodes)]
+    # two layers: each softmax backward's row sum and batch sum, in the region that computes them
+    assert sum(n.target == "aten.sum.dim_IntList" for r in summing for n in r.nodes) == 4
+    for r in summing:
+        assert [s.scheduler for s in r.segments] == ["inner_outer"]
+    torch._dynamo.reset()
+    got = torch.compile(step, backend="pyfuser")(table, s1, s2)
+    got_grads = torch.autograd.grad(got, (table, s1))
+    want_grads = torch.autograd.grad(step(table, s1, s2), (table, s1))
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
