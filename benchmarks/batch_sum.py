@@ -8,14 +8,12 @@ Every variant is checked against torch's softmax backward.
 
     PYTHONPATH=src:benchmarks python benchmarks/batch_sum.py
 """
-import sys
-
 import torch
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.schedulers.base import Choices
 
-from odd_rows import bench
+from odd_rows import bench, report
 
 
 def define(fd, t):
@@ -93,13 +91,10 @@ def main():
         rows.append((name, "regions before (fp32 dx handed over)", bench(before),
                      mb + dy.numel() * 8 / 1e6,
                      max((o.float() - w.float()).abs().max().item() for o, w in zip(before(), want))))
-        src = torch.empty(int(mb * 1e6 / 2) // 2, dtype=torch.float32, device="cuda")
+        src = torch.empty(int(mb * 1e6 / 2) // 4, dtype=torch.float32, device="cuda")
         dst = torch.empty_like(src)
         rows.append((name, "copy of the walk's bytes", bench(lambda: dst.copy_(src)), mb, 0.0))
-    print(f"{'shape':16} {'variant':40} {'ms':>7} {'MB':>7} {'GB/s':>6} {'max err':>9}")
-    for name, label, ms, mb, err in rows:
-        print(f"{name:16} {label:40} {ms:7.3f} {mb:7.0f} {mb / ms:6.0f} {err:9.2e}")
-    sys.stdout.flush()
+    report(rows)
 
 
 if __name__ == "__main__":
