@@ -39,22 +39,28 @@ def test_rope_shares_cos_and_sin_across_heads(sizes, backward, block):
         check(fd, inputs, n_launches=1, scheduler="pointwise", outer=(1,))
 
 
-@BLOCKS
-@pytest.mark.parametrize("shape", [(37, 20), (5, 64), (130, 16)], ids=str)
-def test_a_heavy_op_on_rows_is_computed_once_per_row(shape, block):
-    """tanh and erf of a per-row scale broadcast along the row: rows on k, both on
-    [BLOCK_K, 1] blocks."""
-    R, D = shape
+def _heavy_op_on_rows(R, D):
+    """x * erf(tanh(s)) with s a per-row scale; tanh(s) is also an output, reached on
+    the walk and stored once per row."""
 
     def build(fd):
         x, s = fd.define_tensor(shape=[-1, -1]), fd.define_tensor(shape=[-1, 1])
         t = fd.ops.tanh(s)
         g = fd.ops.erf(fd.ops.broadcast_in_dim(t, shape=[R, D], broadcast_dims=[0, 1]))
         fd.add_output(fd.ops.mul(x, g))
-        fd.add_output(t)  # reached on the walk, stored once per row
+        fd.add_output(t)
 
+    return fusion(build)
+
+
+@BLOCKS
+@pytest.mark.parametrize("shape", [(37, 20), (5, 64), (130, 16)], ids=str)
+def test_a_heavy_op_on_rows_is_computed_once_per_row(shape, block):
+    """tanh and erf of a per-row scale broadcast along the row: rows on k, both on
+    [BLOCK_K, 1] blocks."""
+    R, D = shape
     with _blocked(block):
-        check(fusion(build), [_x(shape), _x((R, 1), name="s")], n_launches=1, scheduler="pointwise", outer=(0,))
+        check(_heavy_op_on_rows(R, D), [_x(shape), _x((R, 1), name="s")], n_launches=1, scheduler="pointwise", outer=(0,))
 
 
 @BLOCKS
@@ -168,15 +174,7 @@ def test_one_row_a_program_holds_the_rows_values_as_scalars(shape, block):
     the row's values (a heavy op, a row output stored once per row) are scalars and
     every output still matches, with several column blocks per row."""
     R, D = shape
-
-    def build(fd):
-        x, s = fd.define_tensor(shape=[-1, -1]), fd.define_tensor(shape=[-1, 1])
-        t = fd.ops.tanh(s)
-        g = fd.ops.erf(fd.ops.broadcast_in_dim(t, shape=[R, D], broadcast_dims=[0, 1]))
-        fd.add_output(fd.ops.mul(x, g))
-        fd.add_output(t)
-
-    fd = fusion(build)
+    fd = _heavy_op_on_rows(R, D)
     with Choices(outer=(0,), block_outer=1, block=block):
         check(fd, [_x(shape), _x((R, 1), name="s")], n_launches=1, scheduler="pointwise", outer=(0,), block_outer=1)
     (src,) = [s.source for s, _ in fd._runtime.kernels.values()]

@@ -4,6 +4,8 @@ did (``one_hot``, ``sink_views``, ``sum_views``, ``pad_matmuls``' sums of padded
 tensors)."""
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -281,6 +283,12 @@ def position_bias_softmaxes(table, buckets, s1, s2):
     return (s1 + bias).softmax(-1), (s2 + bias).softmax(-1)
 
 
+def bias_step(table, s1, s2, buckets):
+    """A loss over two T5-like layers sharing the position bias."""
+    a, b = position_bias_softmaxes(table, buckets, s1, s2)
+    return (a * s2).sum() + (b * s1).sum()
+
+
 def bias_inputs(heads, q, k, batch, seed):
     gen = torch.Generator().manual_seed(seed)
     table, buckets = torch.randn(32, heads, generator=gen), torch.randint(0, 32, (q, k), generator=gen)
@@ -334,9 +342,7 @@ def test_t5_like_attention_with_a_copied_bias_matches_eager(monkeypatch):
     table.requires_grad_(True)
     s1.requires_grad_(True)
 
-    def step(table, s1, s2):
-        a, b = position_bias_softmaxes(table, buckets, s1, s2)
-        return (a * s2).sum() + (b * s1).sum()
+    step = functools.partial(bias_step, buckets=buckets)
 
     torch._dynamo.reset()
     got = torch.compile(step, backend="pyfuser")(table, s1, s2)
@@ -360,9 +366,7 @@ def test_t5_like_bias_gradient_is_summed_by_the_softmax_backward():
     table.requires_grad_(True)
     s1.requires_grad_(True)
 
-    def step(table, s1, s2):
-        a, b = position_bias_softmaxes(table, buckets, s1, s2)
-        return (a * s2).sum() + (b * s1).sum()
+    step = functools.partial(bias_step, buckets=buckets)
 
     torch._dynamo.reset()
     e = pd.explain(step, table, s1, s2)

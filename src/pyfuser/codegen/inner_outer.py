@@ -71,13 +71,19 @@ def _store_groups(low, tile, accs, cols, col_shapes, shapes, store):
     low.push()
     w.line("kmask = fmask")
     tile.open_j(low, "0")
-    for e, acc in zip(tile.outer, accs):
-        tile.results[e] = tile.finish(low, e, [acc])
+    _store_columns(low, tile, accs, cols, col_shapes, shapes, store, frozenset("kj"))
+    low.pop()
+
+
+def _store_columns(low, tile, sums, cols, col_shapes, shapes, store, axes):
+    """Finish each column sum from its code in ``sums`` and store the outputs computed
+    from them, whose values vary along ``axes`` (``j``; ``k`` too in the groups' walk)."""
+    for e, total in zip(tile.outer, sums):
+        tile.results[e] = tile.finish(low, e, [total])
     for o in cols:
         o_idx = low.normalize(o, tile.outer_index(low, col_shapes[shapes[o]]))
-        val, axes = low.value(o, o_idx)
-        store(low, o, o_idx, val, axes | frozenset("kj"))
-    low.pop()
+        val, along = low.value(o, o_idx)
+        store(low, o, o_idx, val, along | axes)
 
 
 def _fold_and_store(low, tile, accs, cols, col_shapes, shapes, store):
@@ -113,12 +119,7 @@ def _fold_and_store(low, tile, accs, cols, col_shapes, shapes, store):
     w.line("if groups == NGROUP - 1:")
     w.indent += 1
     totals = tile._fold(low, ws, [f"{n} * {stride} + NPROG" for n in range(n_out)], "NGROUP")
-    for e, total in zip(tile.outer, totals):
-        tile.results[e] = tile.finish(low, e, [total])
-    for o in cols:
-        o_idx = low.normalize(o, tile.outer_index(low, col_shapes[shapes[o]]))
-        val, axes = low.value(o, o_idx)
-        store(low, o, o_idx, val, axes | frozenset("j"))
+    _store_columns(low, tile, totals, cols, col_shapes, shapes, store, frozenset("j"))
     w.line(f"tl.atomic_xchg({cnt} + NGROUP, 0, sem='relaxed', scope='gpu')")
     w.indent -= 2
     low.pop()
