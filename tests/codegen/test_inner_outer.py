@@ -175,6 +175,57 @@ def test_column_sums_over_leading_dims_are_summed_per_group(shape, lead, keepdim
             check(fd, [dy, p, g], n_launches=1, scheduler="inner_outer", grouped=True, block_k=block_k)
 
 
+@pytest.mark.parametrize("keepdim", [True, False])
+def test_a_column_shaped_copy_is_stored_with_the_column_sums_of_the_groups_walk(keepdim):
+    """T5's first layer: the softmax backward reads the position bias through its
+    row-major copy, which the region also returns (a value shaped like the column sums,
+    computed from an input alone), beside the bias gradient's batch sum: all three
+    outputs from the one groups' walk kernel."""
+    shape = (3, 4, 5, 8)
+    dy, p = _x(shape, name="dy"), _x(shape, name="p")
+    bias = _x((5, 8, 4), torch.float32, name="bias").permute(2, 0, 1)  # [heads, q, k], heads innermost
+    if keepdim:
+        bias = bias.unsqueeze(0)
+
+    def build(fd):
+        tdy, tp = (fd.ops.cast(define_input(fd, t), DataType.Float) for t in (dy, p))
+        copy = fd.ops.set(define_input(fd, bias, contiguous=False))
+        full = fd.ops.broadcast_in_dim(copy, shape=list(shape), broadcast_dims=[0, 1, 2, 3] if keepdim else [1, 2, 3])
+        dp = fd.ops.mul(fd.ops.add(tdy, full), tp)
+        r = fd.ops.sum(dp, dims=[3], keepdim=True)
+        dx = fd.ops.sub(dp, fd.ops.mul(tp, fd.ops.broadcast_in_dim(r, shape=list(shape), broadcast_dims=[0, 1, 2, 3])))
+        fd.add_output(copy)
+        fd.add_output(fd.ops.cast(dx, DataType.BFloat16))
+        fd.add_output(fd.ops.sum(dx, dims=[0], keepdim=keepdim))
+
+    fd = fusion(build)
+    for block_k in (1, 2):
+        with Choices(block_k=block_k):
+            got = check(fd, [dy, p, bias], n_launches=1, scheduler="inner_outer", grouped=True)
+        assert got[0].is_contiguous() and torch.equal(got[0], bias)
+
+
+def test_a_column_shaped_value_is_stored_with_the_folded_column_sums():
+    """The folded walk too: a layer norm backward that also returns its weight in fp32
+    (a value shaped like dw, computed from an input alone) is still one kernel."""
+    dy, x, w, mean, rstd = _ln_inputs((6, 5, 16))
+
+    def build(fd):
+        tdy, tx, tw = (fd.ops.cast(define_input(fd, t), DataType.Float) for t in (dy, x, w))
+        tm, tr = define_input(fd, mean), define_input(fd, rstd)
+        xhat = fd.ops.mul(fd.ops.sub(tx, tm), tr)
+        g = fd.ops.mul(tdy, fd.ops.broadcast_in_dim(tw, shape=[6, 5, 16], broadcast_dims=[2]))
+        a = fd.ops.sum(g, dims=[2], keepdim=True)
+        fd.add_output(fd.ops.cast(fd.ops.sub(g, fd.ops.mul(xhat, a)), DataType.BFloat16))
+        fd.add_output(fd.ops.sum(fd.ops.mul(tdy, xhat), dims=[0, 1]))
+        fd.add_output(fd.ops.mul(tw, 2.0))
+
+    fd = fusion(build)
+    with Choices(nprog=3, group=2):
+        got = check(fd, [dy, x, w, mean, rstd], n_launches=1, scheduler="inner_outer", grouped=False)
+    assert torch.equal(got[2], w.float() * 2)
+
+
 def test_the_groups_walk_on_the_gpu_needs_two_waves_of_groups():
     """On the GPU the groups' walk takes a segment only when its groups fill the SMs
     twice over (else two kernels); two groups a block, one in the fallback."""
