@@ -137,21 +137,28 @@ def test_gpu_heuristics_take_two_rows_and_fall_back_to_one():
     assert all(f.block_k == 1 for f in falls)
 
 
-def _softmax_backward_and_batch_sum(dy, p, bias_grad, lead, keepdim=True):
+def _softmax_backward_and_batch_sum(dy, p, bias_grad, lead, keepdim=True, bias=None):
     """dx of a softmax over the last dim in bf16, and dx summed over the ``lead``
-    leading dims into a running fp32 gradient: T5's position bias, added to every
-    batch's scores, takes this batch sum."""
+    leading dims into a running fp32 gradient (``bias_grad``, or none): T5's position
+    bias, added to every batch's scores, takes this batch sum.  With a strided
+    ``bias`` (T5's first layer), dy has the bias's row-major copy added first, and the
+    copy is returned too."""
     shape = list(dy.shape)
 
     def build(fd):
         tdy, tp = (fd.ops.cast(define_input(fd, t), DataType.Float) for t in (dy, p))
-        g = define_input(fd, bias_grad)
+        if bias is not None:
+            copy = fd.ops.set(define_input(fd, bias, contiguous=False))
+            dims = list(range(len(shape) - bias.dim(), len(shape)))
+            tdy = fd.ops.add(tdy, fd.ops.broadcast_in_dim(copy, shape=shape, broadcast_dims=dims))
+            fd.add_output(copy)
         dp = fd.ops.mul(tdy, tp)
         r = fd.ops.sum(dp, dims=[len(shape) - 1], keepdim=True)
         dx = fd.ops.sub(dp, fd.ops.mul(tp, fd.ops.broadcast_in_dim(r, shape=shape,
                                                                     broadcast_dims=list(range(len(shape))))))
         fd.add_output(fd.ops.cast(dx, DataType.BFloat16))
-        fd.add_output(fd.ops.add(g, fd.ops.sum(dx, dims=list(range(lead)), keepdim=keepdim)))
+        total = fd.ops.sum(dx, dims=list(range(lead)), keepdim=keepdim)
+        fd.add_output(total if bias_grad is None else fd.ops.add(define_input(fd, bias_grad), total))
 
     return fusion(build)
 
@@ -187,18 +194,7 @@ def test_a_column_shaped_copy_is_stored_with_the_column_sums_of_the_groups_walk(
     if keepdim:
         bias = bias.unsqueeze(0)
 
-    def build(fd):
-        tdy, tp = (fd.ops.cast(define_input(fd, t), DataType.Float) for t in (dy, p))
-        copy = fd.ops.set(define_input(fd, bias, contiguous=False))
-        full = fd.ops.broadcast_in_dim(copy, shape=list(shape), broadcast_dims=[0, 1, 2, 3] if keepdim else [1, 2, 3])
-        dp = fd.ops.mul(fd.ops.add(tdy, full), tp)
-        r = fd.ops.sum(dp, dims=[3], keepdim=True)
-        dx = fd.ops.sub(dp, fd.ops.mul(tp, fd.ops.broadcast_in_dim(r, shape=list(shape), broadcast_dims=[0, 1, 2, 3])))
-        fd.add_output(copy)
-        fd.add_output(fd.ops.cast(dx, DataType.BFloat16))
-        fd.add_output(fd.ops.sum(dx, dims=[0], keepdim=keepdim))
-
-    fd = fusion(build)
+    fd = _softmax_backward_and_batch_sum(dy, p, None, 1, keepdim, bias=bias)
     for block_k in (1, 2):
         with Choices(block_k=block_k):
             got = check(fd, [dy, p, bias], n_launches=1, scheduler="inner_outer", grouped=True)

@@ -16,7 +16,8 @@ single program reads them all:
 1. programs are counted into groups of ``GROUP``; the group's last program to
    arrive folds the group's ``GROUP`` rows into one row;
 2. the last group to finish folds the ``NGROUP`` group rows and writes the column
-   sums (and whatever the fusion computes from them: a cast, a scale).
+   sums (and whatever the fusion computes from them: a cast, a scale; and the values
+   shaped like them, which cannot vary along the summed rows).
 
 Counters live in the scratch buffer and are reset by the programs that used them,
 so the next launch finds zeros.  Every fold adds rows in a fixed order, so the
