@@ -57,7 +57,9 @@ def test_cuda_launch_options_compile_libdevice_without_flush_to_zero():
     assert {"mul.rn.ftz.f32", "fma.rn.ftz.f32"} <= default  # what the option removes: the test can fail
 
 
-def _tanh_kernel(path):
+def _helper_kernel(path, name: str, source: str):
+    """A kernel storing ``name`` (an fp32 helper of ``op_emit``, defined by ``source``)
+    of its input, with the PTX helpers it calls."""
     path.write_text(f"""import triton
 import triton.language as tl
 
@@ -68,32 +70,35 @@ import triton.language as tl
 {op_emit.FDIV_APPROX}
 
 
-{op_emit.TANH_FP32}
+{source}
 
 
 @triton.jit
 def k(x_ptr, o_ptr, BLOCK: tl.constexpr):
     i = tl.arange(0, BLOCK)
-    tl.store(o_ptr + i, _pyfuser_tanh(tl.load(x_ptr + i)))
+    tl.store(o_ptr + i, {name}(tl.load(x_ptr + i)))
 """)
-    spec = importlib.util.spec_from_file_location("tanh_ptx_kernel", path)
+    spec = importlib.util.spec_from_file_location(f"{name}_ptx_kernel", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.k
 
 
-def test_the_fp32_tanh_takes_the_flushing_approximations(tmp_path):
-    """The branch-free tanh's 2^x and division are ``ex2.approx.ftz.f32`` and
-    ``div.approx.ftz.f32`` under pyfuser's launch options, which turn flushing off for
-    the rest of the kernel: the non-flushing approximations are the slower ones
-    (docs/TUNING.md#branchless-tanh)."""
+@pytest.mark.parametrize("name, source, approx", [
+    ("_pyfuser_tanh", op_emit.TANH_FP32, {"div.approx.ftz.f32", "ex2.approx.ftz.f32"}),
+    ("_pyfuser_erf", op_emit.ERF_FP32, {"ex2.approx.ftz.f32"})])
+def test_the_fp32_helpers_take_the_flushing_approximations(tmp_path, name, source, approx):
+    """The branch-free tanh's 2^x and division, and the erf's 2^x, are
+    ``ex2.approx.ftz.f32`` and ``div.approx.ftz.f32`` under pyfuser's launch options,
+    which turn flushing off for the rest of the kernel: the non-flushing approximations
+    are the slower ones (docs/TUNING.md#branchless-tanh)."""
     from pyfuser.compat import compile_offline
 
     need_ptxas()
     x = torch.empty(256, dtype=torch.float32, device="meta")
     kw = launch_kw(SimpleNamespace(constexprs={"BLOCK": 256}), SimpleNamespace(num_warps=4), cuda=True)
-    ptx = compile_offline(_tanh_kernel(tmp_path / "k.py"), (x, x), kw, 90).asm["ptx"]
-    assert set(re.findall(r"\b(?:div|ex2)\.[a-z.0-9]*", ptx)) == {"div.approx.ftz.f32", "ex2.approx.ftz.f32"}, ptx
+    ptx = compile_offline(_helper_kernel(tmp_path / "k.py", name, source), (x, x), kw, 90).asm["ptx"]
+    assert set(re.findall(r"\b(?:div|ex2)\.[a-z.0-9]*", ptx)) == approx, ptx
 
 
 @pytest.mark.gpu

@@ -222,6 +222,41 @@ def _pyfuser_tanh(x):
     return tl.where(a < 0.6, small, big)"""
 
 
+# fp32 erf without libdevice's coefficient selection.  libdevice's erff runs one
+# polynomial whose coefficients each element selects by |x| < 1.003 (two moves per
+# coefficient), then an exponential for the large half; computing both halves with
+# fixed coefficients and selecting one takes a quarter fewer instructions, and GELU's
+# kernels are bound by instructions, not bytes (docs/TUNING.md#branchless-erf).
+# Below 1, x + x P(x^2), P fitted to erf(x)/x - 1 on [0, 1] (relative error, weights
+# iterated toward equal ripple); above, 1 - 2^Q(|x|) with x's sign, Q fitted to
+# log2(erfc(a)) on [1, 4] weighted by erfc(a) (the error it makes in erf itself); past
+# 4, erfc(a) < 2^-25 and erf is 1 in fp32, so |x| is held at 4 there.  With the
+# approximate 2^x off by at most 2^-22, 1.9 ulp at most (libdevice's erff: 2); NaN
+# stays NaN (the hold keeps it), -0 stays -0.
+ERF_FP32 = """@triton.jit
+def _pyfuser_erf(x):
+    x2 = x * x
+    p = x2 * 7.854738214518875e-05 - 0.0008010443416424096
+    p = p * x2 + 0.005188354291021824
+    p = p * x2 - 0.02685382403433323
+    p = p * x2 + 0.1128358542919159
+    p = p * x2 - 0.3761262595653534
+    p = p * x2 + 0.12837916612625122
+    small = x * p + x
+    a = tl.abs(x)
+    h = tl.where(a > 4.0, 4.0, a)
+    q = h * 0.00026768838870339096 - 0.004240565933287144
+    q = q * h + 0.03145679831504822
+    q = q * h - 0.1486479789018631
+    q = q * h - 0.920769214630127
+    q = q * h - 1.6259725093841553
+    q = q * h - 0.0005109705962240696
+    big = 1.0 - _pyfuser_ex2_approx(q)
+    sign = x.to(tl.uint32, bitcast=True) & 0x80000000
+    big = (big.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    return tl.where(a < 1.0, small, big)"""
+
+
 # The hardware's approximate fp32 2^x and division, flushing subnormals, as PTX.
 # Triton emits these (for tl.exp2 and libdevice's fast_dividef) only when libdevice's
 # flush-to-zero build is on, which pyfuser's launches turn off (runtime.args.launch_kw);
@@ -242,6 +277,13 @@ def _pyfuser_fdiv_approx(x, y):
 def ex2_approx(b, x):
     """2^x of an fp32 ``x`` whose result is only ever added to 1 (see EX2_APPROX)."""
     return f"{b.helper('_pyfuser_ex2_approx', EX2_APPROX)}({x})"
+
+
+def erf(b, a):
+    if b.cdtype != "tl.float32":
+        return f"tl.erf({a})"  # fp64: libdevice's double erf
+    b.helper("_pyfuser_ex2_approx", EX2_APPROX)
+    return f"{b.helper('_pyfuser_erf', ERF_FP32)}({a})"
 
 
 def tanh(b, a):

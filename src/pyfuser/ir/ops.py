@@ -41,8 +41,9 @@ from . import op_emit as E
 from . import op_refs as F
 from . import reductions as R
 
-# The fp32 tanh helper's source, as benchmarks/tanh_probe.py reads it.
+# The fp32 tanh and erf helpers' sources, as benchmarks/tanh_probe.py and erf_probe.py read them.
 TANH_FP32 = E.TANH_FP32
+ERF_FP32 = E.ERF_FP32
 
 # --- the table -------------------------------------------------------------------
 
@@ -142,7 +143,7 @@ _ROWS = [
     _u("relu", torch.relu, lambda b, a: f"tl.where({b.tmp(a)} < 0, 0, {b.last})"),
     _u("silu", torch.nn.functional.silu,
        lambda b, a: E.div(b, b.tmp(a), f"(1.0 + {E.exp(b, f'-{b.last}')})")),
-    _u("erf", torch.erf, lambda b, a: f"tl.erf({a})", heavy=True),
+    _u("erf", torch.erf, E.erf, heavy=True),
     _u("erfc", torch.erfc, lambda b, a: f"libdevice.erfc({a})", heavy=True),
     _u("floor", torch.floor, E.floor),
     _u("ceil", torch.ceil, E.ceil),
