@@ -17,7 +17,7 @@ from ..helpers import assert_matches, gen_for, make_tensor
 
 __all__ = ["DataType", "FusionDefinition", "assert_matches", "gen_for", "make_tensor", "from_torch",
            "tol_for", "BF16_CHAIN", "launches", "check", "kernels_of", "sources_of", "define_input", "fusion",
-           "regcheck", "need_ptxas"]
+           "regcheck", "need_ptxas", "around", "assert_fp32_helper_within_two_ulps"]
 
 # fp32: 1e-5 relative as the design asks, with an absolute floor for results near 0;
 # fp16/bf16 outputs: about two units in the last place of their own precision (the
@@ -120,3 +120,41 @@ def need_ptxas():
         get_ptxas(90).path
     except Exception as err:  # a Triton build without the NVIDIA backend's tools
         pytest.skip(f"no ptxas: {err}")
+
+
+def around(v: float, n: int) -> list[torch.Tensor]:
+    """The ``n`` fp32 values either side of ``v``, and ``v``."""
+    out, up, down = [torch.tensor(v)], torch.tensor(v), torch.tensor(v)
+    for _ in range(n):
+        up, down = torch.nextafter(up, torch.tensor(1e9)), torch.nextafter(down, torch.tensor(-1e9))
+        out += [up, down]
+    return out
+
+
+def ulps(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
+    """|got - want| in units of the last place of ``want`` rounded to fp32."""
+    want32 = want.float().abs()
+    ulp = (torch.nextafter(want32, torch.tensor(float("inf"))) - want32).double()
+    return (got.double() - want).abs() / ulp
+
+
+def assert_fp32_helper_within_two_ulps(op: str, x: torch.Tensor, helper: str, replaced: str):
+    """``fd.ops.<op>`` of the fp32 values ``x`` (and their negations, and the special
+    values) runs in one kernel that calls ``helper`` and not ``replaced``, matches the
+    reference executor, is at most 2 ulp from torch's float64 result where finite,
+    keeps NaN and -0, and gives +-1 at +-inf (tanh's and erf's limits)."""
+    specials = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-30, -1e-30, 1e-40, -1e-40])
+    x = torch.cat([x, -x, specials])
+    x = torch.cat([x, torch.zeros(-x.numel() % 7)]).reshape(-1, 7)
+    fd = fusion(lambda fd: fd.add_output(getattr(fd.ops, op)(define_input(fd, x))))
+    (got,) = check(fd, [x], n_launches=1)
+    src = "\n".join(sources_of(fd))
+    assert f"{helper}(" in src and f"{replaced}(" not in src
+    flat, g = x.reshape(-1), got.reshape(-1)
+    finite = torch.isfinite(flat)
+    err = ulps(g[finite], getattr(torch, op)(flat[finite].double()))
+    assert err.max() <= 2.0, f"max {err.max():.2f} ulp at x={flat[finite][err.argmax()].item()!r}"
+    assert torch.equal(torch.isnan(g), torch.isnan(flat))
+    assert (g[flat == float("inf")] == 1).all() and (g[flat == float("-inf")] == -1).all()
+    zeros = flat == 0
+    assert torch.equal(torch.signbit(g[zeros]), torch.signbit(flat[zeros]))

@@ -8,11 +8,8 @@ import math
 import pytest
 import torch
 
-from .common import DataType, check, define_input, fusion, gen_for, make_tensor, sources_of
-from .test_tanh import _around, _ulps
-
-SPECIAL = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1.0, -1.0, 4.0, -4.0, 1e-30, -1e-30, 1e-40,
-           -1e-40, 3.9, 10.0, -10.0, 3e38]
+from .common import (DataType, around, assert_fp32_helper_within_two_ulps, check, define_input, fusion, gen_for,
+                     make_tensor, sources_of)
 
 
 def test_erf_fp32_within_two_ulps_of_float64():
@@ -20,21 +17,9 @@ def test_erf_fp32_within_two_ulps_of_float64():
     (dense around 1, where it switches halves, and 4, where it holds |x|), subnormals
     included; -0 kept, +-1 at +-inf, NaN kept."""
     mag = torch.cat([torch.logspace(-30, math.log10(6), 20000, base=10, dtype=torch.float64).float(),
-                     torch.linspace(0, 6, 40000), torch.stack(_around(1.0, 256)), torch.stack(_around(4.0, 64))])
-    x = torch.cat([mag, -mag, torch.tensor(SPECIAL)])
-    x = torch.cat([x, torch.zeros(-x.numel() % 7)]).reshape(-1, 7)
-    fd = fusion(lambda fd: fd.add_output(fd.ops.erf(define_input(fd, x))))
-    (got,) = check(fd, [x], n_launches=1)
-    src = "\n".join(sources_of(fd))
-    assert "_pyfuser_erf(" in src and "tl.erf(" not in src
-    flat, g = x.reshape(-1), got.reshape(-1)
-    finite = torch.isfinite(flat)
-    err = _ulps(g[finite], torch.erf(flat[finite].double()))
-    assert err.max() <= 2.0, f"max {err.max():.2f} ulp at x={flat[finite][err.argmax()].item()!r}"
-    assert torch.equal(torch.isnan(g), torch.isnan(flat))
-    assert (g[flat == float("inf")] == 1).all() and (g[flat == float("-inf")] == -1).all()
-    zeros = flat == 0
-    assert torch.equal(torch.signbit(g[zeros]), torch.signbit(flat[zeros]))
+                     torch.linspace(0, 6, 40000), torch.stack(around(1.0, 256)), torch.stack(around(4.0, 64)),
+                     torch.tensor([3.9, 10.0, 3e38])])
+    assert_fp32_helper_within_two_ulps("erf", mag, "_pyfuser_erf", "tl.erf")
 
 
 def _gelu_erf_backward(fd, x, dy, out_dtype):

@@ -6,47 +6,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .common import DataType, check, define_input, fusion, gen_for, make_tensor, sources_of
-
-SPECIAL = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 0.6, -0.6, 1e-30, -1e-30, 1e-7, 88.0, -88.0,
-           9.0, -9.0, 20.0, -20.0]
-
-
-def _ulps(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
-    want32 = want.float().abs()
-    ulp = (torch.nextafter(want32, torch.tensor(float("inf"))) - want32).double()
-    return (got.double() - want).abs() / ulp
-
-
-def _around(v: float, n: int) -> list[torch.Tensor]:
-    """The ``n`` fp32 values either side of ``v``, and ``v``."""
-    out, up, down = [torch.tensor(v)], torch.tensor(v), torch.tensor(v)
-    for _ in range(n):
-        up, down = torch.nextafter(up, torch.tensor(1e9)), torch.nextafter(down, torch.tensor(-1e9))
-        out += [up, down]
-    return out
+from .common import (DataType, around, assert_fp32_helper_within_two_ulps, check, define_input, fusion,
+                     gen_for, make_tensor, sources_of)
 
 
 def test_tanh_fp32_within_two_ulps_of_float64():
     """The branch-free fp32 tanh: at most 2 ulp from float64 on magnitudes 1e-30..20
-    (dense around 0.6, where it switches halves), -0 kept, +-1 at +-inf, NaN kept."""
+    (dense around 0.6, where it switches halves, and near the saturation at 9 and 20),
+    -0 kept, +-1 at +-inf, NaN kept."""
     mag = torch.cat([torch.logspace(-30, 1.3, 20000, base=10, dtype=torch.float64).float(),
-                     torch.linspace(0, 12, 20000), torch.stack(_around(0.6, 64))])
-    x = torch.cat([mag, -mag, torch.tensor(SPECIAL)])
-    x = torch.cat([x, torch.zeros(-x.numel() % 7)]).reshape(-1, 7)
-    fd = fusion(lambda fd: fd.add_output(fd.ops.tanh(define_input(fd, x))))
-    (got,) = check(fd, [x], n_launches=1)
-    src = "\n".join(sources_of(fd))
-    assert "_pyfuser_tanh(" in src and "libdevice.tanh" not in src
-    flat, g = x.reshape(-1), got.reshape(-1)
-    finite = torch.isfinite(flat)
-    err = _ulps(g[finite], torch.tanh(flat[finite].double()))
-    assert err.max() <= 2.0, f"max {err.max():.2f} ulp at x={flat[finite][err.argmax()].item()!r}"
-    assert torch.equal(torch.isnan(g), torch.isnan(flat))
-    assert torch.equal(g[flat == float("inf")], torch.ones(int((flat == float("inf")).sum())))
-    assert torch.equal(g[flat == float("-inf")], -torch.ones(int((flat == float("-inf")).sum())))
-    zeros = flat == 0
-    assert torch.equal(torch.signbit(g[zeros]), torch.signbit(flat[zeros]))
+                     torch.linspace(0, 12, 20000), torch.stack(around(0.6, 64)),
+                     torch.tensor([1e-7, 88.0, 9.0, 20.0])])
+    assert_fp32_helper_within_two_ulps("tanh", mag, "_pyfuser_tanh", "libdevice.tanh")
 
 
 FORMS = {
