@@ -1,5 +1,5 @@
 """fp32 erf on the GPU: libdevice's ``erff`` (what pyfuser emitted before, and
-torch.compile emits) against pyfuser's branch-free erf (``ops.ERF_FP32``), for accuracy
+torch.compile emits) against pyfuser's branch-free erf (``op_emit.ERF_FP32``), for accuracy
 against float64 in ulps, and for time in GELU-erf's forward and backward over bf16
 tensors of ViT-B/16's and BERT-base's MLP (the same kernel with either erf), each
 against a copy of the same bytes.
@@ -9,8 +9,7 @@ against a copy of the same bytes.
 import torch
 import triton
 
-from pyfuser.ir.ops import ERF_FP32
-from pyfuser.ir.op_emit import EX2_APPROX
+from pyfuser.ir.op_emit import ERF_FP32, EX2_APPROX
 
 from jit_source import module_from_source
 from odd_rows import bench

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from .common import (DataType, around, assert_fp32_helper_within_two_ulps, check, define_input, fusion, gen_for,
-                     make_tensor, sources_of)
+from .common import (DataType, around, assert_fp32_helper_within_two_ulps, check, define_input, from_torch, fusion,
+                     gen_for, make_tensor, sources_of, tol_for)
 
 
 def test_erf_fp32_within_two_ulps_of_float64():
@@ -22,30 +22,23 @@ def test_erf_fp32_within_two_ulps_of_float64():
     assert_fp32_helper_within_two_ulps("erf", mag, "_pyfuser_erf", "tl.erf")
 
 
-def _gelu_erf_backward(fd, x, dy, out_dtype):
-    """dy * (Phi(x) + x phi(x)), Phi(x) = (1 + erf(x / sqrt 2)) / 2, as the backend
-    translates GELU's backward."""
-    xf, dyf = fd.ops.cast(x, DataType.Float), fd.ops.cast(dy, DataType.Float)
-    cdf = fd.ops.mul(fd.ops.add(fd.ops.erf(fd.ops.mul(xf, 1 / math.sqrt(2))), 1.0), 0.5)
-    pdf = fd.ops.mul(fd.ops.exp(fd.ops.mul(fd.ops.mul(xf, xf), -0.5)), 1 / math.sqrt(2 * math.pi))
-    return fd.ops.cast(fd.ops.mul(dyf, fd.ops.add(cdf, fd.ops.mul(xf, pdf))), out_dtype)
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_gelu_erf_forward_and_backward_match_eager(dtype):
-    """GELU-erf's forward and backward in one kernel each, with the fp32 erf, as eager's
-    F.gelu and its gradient (x up to +-8: both halves and the held tail)."""
+    """GELU-erf's forward x Phi(x) and backward dy (Phi(x) + x phi(x)), Phi(x) = (1 +
+    erf(x / sqrt 2)) / 2, as the backend translates them, in one kernel with the fp32
+    erf, as eager's F.gelu and its gradient (x up to +-8: both halves and the held tail)."""
     gen = gen_for("erf", "gelu", str(dtype))
     x = make_tensor((48, 200), dtype, gen) * 8.0
     dy = make_tensor((48, 200), dtype, gen)
-    out = {torch.bfloat16: DataType.BFloat16, torch.float16: DataType.Half, torch.float32: DataType.Float}[dtype]
+    out = from_torch(dtype)
 
     def build(fd):
         xv, dyv = define_input(fd, x), define_input(fd, dy)
-        xf = fd.ops.cast(xv, DataType.Float)
+        xf, dyf = fd.ops.cast(xv, DataType.Float), fd.ops.cast(dyv, DataType.Float)
         cdf = fd.ops.mul(fd.ops.add(fd.ops.erf(fd.ops.mul(xf, 1 / math.sqrt(2))), 1.0), 0.5)
+        pdf = fd.ops.mul(fd.ops.exp(fd.ops.mul(fd.ops.mul(xf, xf), -0.5)), 1 / math.sqrt(2 * math.pi))
         fd.add_output(fd.ops.cast(fd.ops.mul(xf, cdf), out))
-        fd.add_output(_gelu_erf_backward(fd, xv, dyv, out))
+        fd.add_output(fd.ops.cast(fd.ops.mul(dyf, fd.ops.add(cdf, fd.ops.mul(xf, pdf))), out))
 
     fd = fusion(build)
     y, dx = check(fd, [x, dy], n_launches=1)
@@ -53,9 +46,9 @@ def test_gelu_erf_forward_and_backward_match_eager(dtype):
     xg = x.detach().clone().requires_grad_()
     ref = torch.nn.functional.gelu(xg)
     ref.backward(dy)
-    tol = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 1e-5}[dtype]
-    torch.testing.assert_close(y, ref.detach(), rtol=tol, atol=tol)
-    torch.testing.assert_close(dx, xg.grad, rtol=tol, atol=tol)
+    rtol, atol = tol_for(dtype)
+    torch.testing.assert_close(y, ref.detach(), rtol=rtol, atol=atol)
+    torch.testing.assert_close(dx, xg.grad, rtol=rtol, atol=atol)
 
 
 def test_erf_in_fp64_is_libdevices_double_erf():

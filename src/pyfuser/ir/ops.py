@@ -41,9 +41,8 @@ from . import op_emit as E
 from . import op_refs as F
 from . import reductions as R
 
-# The fp32 tanh and erf helpers' sources, as benchmarks/tanh_probe.py and erf_probe.py read them.
+# The fp32 tanh helper's source, as benchmarks/tanh_probe.py reads it.
 TANH_FP32 = E.TANH_FP32
-ERF_FP32 = E.ERF_FP32
 
 # --- the table -------------------------------------------------------------------
 
