@@ -11,6 +11,7 @@
 
 See README.md for the tour and src/pyfuser/README.md for the code's layout.
 """
+from ._version import __version__
 from .errors import (AccuracyError, CacheDirError, CompileError, DefinitionError, DefinitionTypeError, DependencyError,
                      InputError, InputTypeError, PyfuserError, SettingError, ToolchainError, ValidationError)
 from .frontend import Fusion, FusionDefinition
@@ -26,6 +27,6 @@ def cache_info() -> dict:
     return _info()
 
 
-__all__ = ["FusionDefinition", "Fusion", "DataType", "cache_info", "compute_tensor_descriptor", "PyfuserError", "DefinitionError",
+__all__ = ["__version__", "FusionDefinition", "Fusion", "DataType", "cache_info", "compute_tensor_descriptor", "PyfuserError", "DefinitionError",
            "DefinitionTypeError", "InputError", "InputTypeError", "CompileError", "ValidationError",
            "CacheDirError", "SettingError", "ToolchainError", "AccuracyError", "DependencyError"]
