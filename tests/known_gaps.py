@@ -5,7 +5,4 @@ Each entry is (regex on the test's node id, reason).  A fixed gap shows up as
 XPASS in the summary: delete its entry then.  Only code-generator gaps belong here;
 a frontend or reference bug is fixed, not listed.
 """
-KNOWN_CODEGEN_GAPS: list = [
-    (r"test_fp64_scalars\.py::test_runtime_double_scalar_keeps_fp64_precision",
-     "codegen: Triton types a Python float argument as fp32; a runtime Double scalar loses its low bits"),
-]
+KNOWN_CODEGEN_GAPS: list = []

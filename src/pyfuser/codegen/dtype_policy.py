@@ -9,12 +9,12 @@ their exact value in the kernel's text (``literal``, ``bf16_constant``).
 from __future__ import annotations
 
 import math
-import re
 from functools import lru_cache
 
 import torch
 
 from ..ir.dtypes import TRITON_NAME, DataType
+from ..ir.op_emit import is_number
 from ..ir.values import ScalarVal
 
 _SAMPLE = {DataType.Bool: True, DataType.Int: 1, DataType.Int32: 1}
@@ -43,16 +43,12 @@ def scalar_cast(code: str, dt: DataType) -> str:
     return f"tl.cast({code}, {TRITON_NAME[dt]})"
 
 
-# A code made of int literals alone: a coordinate along a size-1 dim ("0"), or a
-# slice's offset from it ("(0 + 3)"), which is a Python int in the kernel.
-_CONSTANT_INT = re.compile(r"[\d\s()+*-]+")
-
-
 def convert(code: str, name: str) -> str:
-    """``code`` converted to the Triton dtype ``name``: ``.to`` for a tensor; an int
-    constant has no ``.to`` (AttributeError in the interpreter, a compile error
-    otherwise), and ``tl.cast`` makes it a tensor of that dtype."""
-    if _CONSTANT_INT.fullmatch(code):
+    """``code`` converted to the Triton dtype ``name``: ``.to`` for a tensor; a constant
+    (``op_emit.is_number``: an int or float literal, ``float('inf')``) has no ``.to``
+    (AttributeError in the interpreter, a compile error otherwise), and ``tl.cast``
+    makes it a tensor of that dtype.  Every conversion of an expression goes through here."""
+    if is_number(code):
         return f"tl.cast({code}, {name})"
     return f"({code}).to({name})"
 

@@ -16,7 +16,7 @@ from ..ir.dtypes import TRITON_NAME, DataType
 from ..ir.infer import pad_widths, slice_bounds
 from ..ir.shapes import reshape_groups
 from ..ir.values import TensorVal
-from .dtype_policy import bf16_constant, literal, scalar_cast
+from .dtype_policy import bf16_constant, convert, literal, scalar_cast
 from .index import ZERO, Coord, Index, plain_div, ravel, unravel
 
 
@@ -57,7 +57,7 @@ class IndexMaps:
         key = "_".join(divisors)
         m = self.w.arg(f"{key}_dm", "divmagic", ("divmagic", dims, 0))
         p = self.w.arg(f"{key}_dp", "divmagic", ("divmagic", dims, 1))
-        return f"((({code}).to(tl.uint64) * {m}) >> {p}).to(tl.int32)"
+        return f"(({convert(code, 'tl.uint64')} * {m}) >> {p}).to(tl.int32)"
 
     def normalize(self, v, idx: Index) -> Index:
         shape = self.shapes[v]
@@ -207,7 +207,7 @@ class IndexMaps:
             inner = self.with_coords(idx.guarded(pred, c.axes), coords)
             val, ax = self.value(x, inner)
             if x.dtype is not v.dtype:
-                val = f"({val}).to({TRITON_NAME[v.dtype]})"
+                val = convert(val, TRITON_NAME[v.dtype])
             parts.append((pred, val, ax))
             start = hi
         code = parts[-1][1]

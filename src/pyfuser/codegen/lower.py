@@ -177,8 +177,8 @@ class Lowering(IndexMaps, Loads):
                 # via fp32, as torch converts (to fp8 and bf16 from a float); Triton's
                 # interpreter turns ints and fp64 into bf16 bits directly (NaN and
                 # garbage), and Triton converts fp8 from and to fp32 and fp16 alone
-                code = f"({code}).to(tl.float32)"
-            return w.tmp(f"({code}).to({TRITON_NAME[target]})"), axes
+                code = convert(code, "tl.float32")
+            return w.tmp(convert(code, TRITON_NAME[target])), axes
         if row.compute == "args":
             common = promote(tuple((a.dtype, min(a.rank, 1) if isinstance(a, TensorVal) else None)
                                     for _, a in args))
@@ -199,7 +199,7 @@ class Lowering(IndexMaps, Loads):
             elif isinstance(inp, ScalarVal):
                 conv.append(scalar_cast(code, want))
             else:
-                conv.append(f"({code}).to({TRITON_NAME[want]})")
+                conv.append(convert(code, TRITON_NAME[want]))
         w.cdtype = TRITON_NAME[cdt]
         w.fast_exp = e in self.rewrites.fast_exp
         try:
@@ -225,7 +225,7 @@ class Lowering(IndexMaps, Loads):
         if v.dtype is not result_cdt or (v.dtype.is_int and v.dtype is not DataType.Int32
                                          and all(isinstance(a, ScalarVal) and a.is_constant for a in values)):
             # (a result made of constants alone has the constants' type, int32)
-            code = f"({code}).to({TRITON_NAME[v.dtype]})"
+            code = convert(code, TRITON_NAME[v.dtype])
         return w.tmp(code), axes
 
     def shifted_tanh(self, site: peephole.ShiftedTanh, e, v, idx):
@@ -282,7 +282,7 @@ class Lowering(IndexMaps, Loads):
         s1 = literal(step.value, cdt) if step.is_constant else scalar_cast(self.scalar(step)[0], cdt)
         code = f"{convert(c.code, TRITON_NAME[cdt])} * {s1} + {s0}"
         if cdt is not v.dtype:
-            code = f"({code}).to({TRITON_NAME[v.dtype]})"
+            code = convert(code, TRITON_NAME[v.dtype])
         return self.w.tmp(code), c.axes
 
     def lower_random(self, e, v, idx):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..ir.dtypes import DataType
 from ..ir.reductions import HELPERS
 
 
@@ -16,6 +17,17 @@ class KernelArg:
     name: str
     kind: str  # "ptr" | "size" | "stride" | "scalar" | "rng" | "divmagic" | "flag" | ...
     source: tuple  # what the launcher reads: ("tensor", val) / ("size", val, dim) / ...
+
+
+def _annotation(a: KernelArg) -> str:
+    """A parameter's annotation: "flag" arguments are compile-time constants; a Double
+    scalar is typed ``tl.float64``, since Triton passes a Python float as fp32 (the
+    interpreter honours the same annotation: ``runtime.interpreter``)."""
+    if a.kind == "flag":
+        return "tl.constexpr"
+    if a.kind == "scalar" and getattr(a.source[1], "dtype", None) is DataType.Double:
+        return "tl.float64"
+    return ""
 
 
 @dataclass
@@ -86,7 +98,7 @@ class KernelWriter:
     def source(self, header_comment: list[str]) -> str:
         # "flag" arguments are compile-time constants the launcher computes per launch
         # (Triton compiles one kernel per value): a tile that divides its extent evenly.
-        params = [f"{n}: tl.constexpr" if a.kind == "flag" else n for n, a in self.args.items()]
+        params = [f"{n}: {_annotation(a)}" if _annotation(a) else n for n, a in self.args.items()]
         params += [f"{k}: tl.constexpr" for k in self.constexprs]
         head = [f"# {c}" for c in header_comment]
         sig = ",\n    ".join(params)

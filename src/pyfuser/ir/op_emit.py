@@ -10,19 +10,33 @@ names to torch's implementations while an interpreted kernel runs.
 """
 from __future__ import annotations
 
+import re
+
 import torch
 
 # ``b`` is the code generator's statement builder: b.tmp(expr) binds a new temporary,
-# b.lit(v) spells a constant in the compute dtype, b.cdtype is that dtype's Triton name.
+# b.cdtype is the compute dtype's Triton name (``const`` spells a constant in it).
+
+
+# What a constant is in kernel text: int and float literals, arithmetic of int literals
+# (a coordinate along a size-1 dim, "0", or a slice's offset from it, "(0 + 3)") and the
+# non-finite floats (``dtype_policy.literal`` spells them ``float('inf')``), and bools.
+_CONSTANT = re.compile(r"[\d\s()+*-]+|True|False|\(?-?(\d+\.?\d*(e[-+]?\d+)?|float\('-?(inf|nan)'\))\)?")
 
 
 def is_number(text: str) -> bool:
-    """Whether an emitted operand is a numeric literal (not a name or an expression)."""
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    """Whether an emitted operand is a Python constant in the kernel (not a name or a
+    tensor expression).  Such a value has no ``.to`` and no dtype of its own, so every
+    conversion and every extern call types it first (``tensor_arg``,
+    ``codegen.dtype_policy.convert``)."""
+    return _CONSTANT.fullmatch(text.strip()) is not None
+
+
+def const(b, value: float) -> str:
+    """A float constant in the compute dtype.  A Python float in Triton source is an
+    fp32 value: alone (``tl.where(c, 1.0, 0.0)``) it makes an fp32 result, which would
+    take an fp64 fusion's precision away, so other dtypes get a typed tensor."""
+    return repr(value) if b.cdtype == "tl.float32" else f"tl.full([], {value!r}, {b.cdtype})"
 
 
 def tensor_arg(b, a: str) -> str:
@@ -127,7 +141,8 @@ def sign(b, a):
         return t
     if not is_float(b):  # in the tensor's own int type (constants would make it an int32)
         return f"(({t} > 0).to({b.cdtype}) - ({t} < 0).to({b.cdtype}))"
-    return f"tl.where({t} > 0, 1.0, tl.where({t} < 0, -1.0, 0.0))"  # nan -> 0, like torch
+    one, minus, zero = const(b, 1.0), const(b, -1.0), const(b, 0.0)
+    return f"tl.where({t} > 0, {one}, tl.where({t} < 0, {minus}, {zero}))"  # nan -> 0, like torch
 
 
 def neg(b, a):

@@ -53,6 +53,7 @@ every kernel alive for the life of the process).
 """
 from __future__ import annotations
 
+import inspect
 import threading
 
 import numpy as np
@@ -111,15 +112,24 @@ def _asm_helpers():
     return {"_pyfuser_ex2_approx": _torch_fn(torch.exp2), "_pyfuser_fdiv_approx": _torch_fn(torch.div)}
 
 
-def _float_argument(arg):
-    """A Python float argument as the fp32 scalar a compiled launch receives.  Left a
-    number, the interpreter makes a constant of it where it is used, and Triton makes
-    +0.0 of every constant equal to 0, so a runtime -0.0 lost its sign."""
+def _float_argument(arg, fp64: bool = False):
+    """A Python float argument as the scalar a compiled launch receives: fp32, or fp64
+    for a parameter annotated ``tl.float64`` (a Double scalar).  Left a number, the
+    interpreter makes an fp32 constant of it where it is used, and Triton makes +0.0 of
+    every constant equal to 0, so a runtime -0.0 lost its sign."""
     if not isinstance(arg, float):
         return arg
     import triton.language as tl
 
-    return tl.tensor(tensor_handle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+    ty, np_ty = (tl.float64, np.float64) if fp64 else (tl.float32, np.float32)
+    return tl.tensor(tensor_handle(np.array([arg], dtype=np_ty), ty), ty)
+
+
+def _fp64_parameters(fn) -> frozenset:
+    """The positions of ``fn``'s parameters annotated ``tl.float64`` (the annotation is
+    the text itself where the kernel's module was rewritten from source)."""
+    names = list(inspect.signature(fn).parameters)
+    return frozenset(i for i, n in enumerate(names) if str(fn.__annotations__.get(n)) in ("tl.float64", "fp64"))
 
 
 class _Libdevice:
@@ -185,14 +195,15 @@ class InterpretedKernel:
 
     def __init__(self, fn):
         self.fn = fn
+        self.fp64 = _fp64_parameters(fn.fn)
 
     def __getitem__(self, grid):
-        run = self.fn[grid]
+        run, fp64 = self.fn[grid], self.fp64
 
         def launch(*args, **kwargs):
             with INTERPRETER_LOCK:
                 try:
-                    return run(*map(_float_argument, args), **kwargs)
+                    return run(*(_float_argument(a, i in fp64) for i, a in enumerate(args)), **kwargs)
                 except Exception as err:
                     hint = numpy_hint()
                     if hint is None:
