@@ -21,7 +21,7 @@ import pytest
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "pyfuser"
 
-LAYERS = ("errors", "compat", "ir", "rng", "reference", "frontend", "codegen", "schedulers", "segment", "runtime",
+LAYERS = ("_version", "errors", "compat", "ir", "rng", "reference", "frontend", "codegen", "schedulers", "segment", "runtime",
           "pyfuser", "dynamo", "bench", "demo")
 
 # (importer, imported): an import from a later layer
@@ -70,7 +70,7 @@ def _graph():
                         edges[m].add(sub)
                     else:
                         edges[m].add(target)
-                        if a.name.startswith("_") and target != m:
+                        if a.name.startswith("_") and not a.name.endswith("__") and target != m:
                             private.append((m, target, a.name))
     return modules, edges, private
 

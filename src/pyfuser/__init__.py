@@ -13,7 +13,7 @@ See README.md for the tour and src/pyfuser/README.md for the code's layout.
 """
 from ._version import __version__
 from .errors import (AccuracyError, CacheDirError, CompileError, DefinitionError, DefinitionTypeError, DependencyError,
-                     InputError, InputTypeError, PyfuserError, SettingError, ToolchainError, ValidationError)
+                     InputError, InternalError, InputTypeError, PyfuserError, SettingError, ToolchainError, ValidationError)
 from .frontend import Fusion, FusionDefinition
 from .frontend.descriptor import compute_tensor_descriptor
 from .ir.dtypes import DataType
@@ -29,4 +29,4 @@ def cache_info() -> dict:
 
 __all__ = ["__version__", "FusionDefinition", "Fusion", "DataType", "cache_info", "compute_tensor_descriptor", "PyfuserError", "DefinitionError",
            "DefinitionTypeError", "InputError", "InputTypeError", "CompileError", "ValidationError",
-           "CacheDirError", "SettingError", "ToolchainError", "AccuracyError", "DependencyError"]
+           "CacheDirError", "InternalError", "SettingError", "ToolchainError", "AccuracyError", "DependencyError"]

@@ -66,6 +66,13 @@ class AccuracyError(PyfuserError, AssertionError):
         self.where, self.output, self.index, self.got, self.want = where, output, index, got, want
 
 
+class InternalError(PyfuserError, RuntimeError):
+    """pyfuser failed on a fusion it accepted: a bug in pyfuser, not in the definition.
+    The message names the fusion's step and ops that were being planned and the
+    original exception (chained as ``__cause__``); ``fd.repro_script(inputs)`` makes the
+    report."""
+
+
 class Unsupported(PyfuserError):
     """A tile cannot express this segment with these parameters.  Raised while a
     kernel is generated; a scheduler's run-time check (``can_schedule_runtime``) turns

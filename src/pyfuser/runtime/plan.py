@@ -13,6 +13,7 @@ what it cost (``kernel_info``).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -21,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..errors import CacheDirError, CompileError, DependencyError
+from ..errors import CacheDirError, CompileError, DependencyError, InternalError, PyfuserError
 from ..ir.concretize import Binding
 from ..ir.infer import pad_widths, slice_bounds
 from ..codegen.writer import KernelArg
@@ -35,6 +36,20 @@ from .cache import count, load_kernel, setting
 from .probe import KernelInfo
 
 PREPARED_SIZES_DEFAULT = 64
+
+
+@contextlib.contextmanager
+def internal_errors(what: str):
+    """A failure of pyfuser's own code (an IndexError deep in the analysis, say) as an
+    ``InternalError`` that says what was being done; pyfuser's errors, and running out
+    of memory, pass as they are."""
+    try:
+        yield
+    except (PyfuserError, torch.OutOfMemoryError, MemoryError):
+        raise
+    except Exception as err:
+        raise InternalError(f"pyfuser: internal error while {what}: {type(err).__name__}: {err} (a bug in "
+                            f"pyfuser; fd.repro_script(inputs) writes a script to report it)") from err
 
 
 class ExecutorCache:
@@ -150,9 +165,15 @@ class ExecutorCache:
         """The plan for binding ``b`` (``segment.planner.make_plan``), each group of
         outputs offered to the schedulers by ``try_schedule``."""
         self.refused = {}
-        return make_plan(self.fd, b, self.try_schedule)
+        with internal_errors(f"planning fusion {self.fd.id}"):
+            return make_plan(self.fd, b, self.try_schedule)
 
     def try_schedule(self, b, outputs, cuts=None, base=None):
+        ops = ", ".join(f"{o}={o.definition.op}" for o in outputs if o.definition is not None)
+        with internal_errors(f"scheduling the step of fusion {self.fd.id} that computes {ops or outputs}"):
+            return self._try_schedule(b, outputs, cuts, base)
+
+    def _try_schedule(self, b, outputs, cuts, base):
         sf = None
         if cuts is None or cuts == base:
             seg = self.segment(b, outputs)

@@ -35,6 +35,8 @@ def merge(schedule, b, steps, base, keep):
         for i, j in flow.candidates(b):
             outputs, reads = flow.union(i, j)
             key = (frozenset(outputs), frozenset(reads))
+            if not outputs:  # nothing of either is read (a later eager step recomputes both)
+                continue
             if key in tried or flow.order(i, j, Step(outputs, None), reads) is None:
                 continue
             tried.add(key)
