@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pyfuser import DataType, FusionDefinition
+from pyfuser import DataType, FusionDefinition, InputError
 
 from ..helpers import assert_matches, define
 from .test_printer import rebuild
@@ -172,3 +172,23 @@ def test_pad_with_a_python_number_takes_the_tensor_kind_and_round_trips(case):
 def test_pad_of_an_integer_tensor_with_a_non_finite_number(value):
     with raises("pad", "value", repr(value), "DataType.Int", kind=ValueError):
         define(lambda fd: fd.ops.pad(_t(fd, (2, 2), DataType.Int), [1, 1], value))
+
+
+@pytest.mark.parametrize("runtime", [False, True], ids=["constant", "runtime"])
+def test_pad_with_negative_widths_resizes_as_nvfuser(runtime):
+    """docs/SEMANTICS.md: output i reads input i - left where inside, else the value; so
+    [-4, 9] on 3 elements gives 8 pad values (eager's F.pad raises), [-1, 2] crops one
+    and pads two, and [1, -5] (a negative extent) raises naming the dim."""
+    x = torch.tensor([1.0, 2.0, 3.0])
+
+    def run(widths):
+        with FusionDefinition() as fd:
+            t = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+            w = [fd.define_scalar(dtype=DataType.Int) for _ in widths] if runtime else widths
+            fd.add_output(fd.ops.pad(t, w, fd.define_scalar(7.0)))
+        return fd.execute([x, *widths] if runtime else [x])[0]
+
+    assert run([-4, 9]).tolist() == [7.0] * 8
+    assert run([-1, 2]).tolist() == [2.0, 3.0, 7.0, 7.0]
+    with pytest.raises(InputError, match=r"pad: padding \(1, -5\) makes dim 0 negative"):
+        run([1, -5])

@@ -252,6 +252,27 @@ def test_sdpfa_bias_and_mask():
     _check(build, [q, k, v, bias, mask], [want], tol=(1e-5, 1e-5))
 
 
+def test_sdpfa_query_row_masked_out_entirely_is_zero():
+    """A Bool mask that keeps no key for a query row: that row attends to nothing and is
+    0, as eager's scaled_dot_product_attention and nvFuser (ATen's math attention) give,
+    not NaN; its logsumexp is -inf."""
+    g = gen_for("sdpa-masked-row")
+    q, k, v = (torch.randn(1, 2, 4, 8, generator=g) for _ in range(3))
+    mask = torch.rand(1, 1, 4, 4, generator=g) > 0.3
+    mask[..., 0] = True
+    mask[..., 2, :] = False
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert torch.equal(want[..., 2, :], torch.zeros(1, 2, 8))
+
+    def build(fd, Q, K, V, M):
+        out, lse, _, _ = fd.ops.sdpfa_fwd(Q, K, V, mask=M)
+        fd.add_output(out)
+        fd.add_output(lse)
+
+    lse = torch.logsumexp((q @ k.transpose(-1, -2) / 8 ** 0.5).masked_fill(~mask, float("-inf")), -1)
+    _check(build, [q, k, v, mask], [want, lse], tol=(1e-5, 1e-5))
+
+
 def test_grouped_mm_on_the_cpu():
     g = gen_for("grouped")
     a, b = torch.randn(6, 4, generator=g), torch.randn(3, 4, 5, generator=g)

@@ -11,7 +11,8 @@ gradients of query, key and value, recomputed from the same formula by autograd.
 The formula is the math one (eager's reference implementation of
 ``scaled_dot_product_attention``): ``softmax(q @ k^T * scale + bias + mask)`` with the
 upper triangle (top-left aligned, as torch) masked for ``is_causal`` and a Bool ``mask`` keeping where True;
-``scale`` defaults to ``1 / sqrt(E)``.  It runs in fp32 for fp16/bf16 inputs and
+``scale`` defaults to ``1 / sqrt(E)``.  A query row masked out entirely attends to nothing:
+its output is 0 (its logsumexp -inf).  It runs in fp32 for fp16/bf16 inputs and
 rounds the output once.  Dropout needs nvFuser's philox stream, which pyfuser does
 not reproduce: a ``dropout_p`` other than 0 raises.
 """
@@ -41,6 +42,14 @@ def _scores(q, k, bias, mask, is_causal, scale):
     return s
 
 
+def _safe_softmax(s):
+    """Softmax over the last dim whose rows masked out entirely (every score -inf) are 0,
+    not NaN: what nvFuser computes (ATen's math attention, which softmaxes that way)
+    and what eager's ``scaled_dot_product_attention`` returns."""
+    p = torch.softmax(s, -1)
+    return p.masked_fill((s == float("-inf")).all(-1, keepdim=True), 0.0)
+
+
 def _no_dropout(op, dropout_p):
     if dropout_p not in (None, 0, 0.0):
         raise InputError(f"{op}: dropout_p {dropout_p} is not supported (pyfuser does not reproduce nvFuser's "
@@ -54,7 +63,7 @@ def sdpfa_fwd_ref(q, k, v, *bias_and_mask, bias_mask=(), dropout_p=None, is_caus
     bias, mask = given.get("bias"), given.get("mask")
     s = _scores(q, k, bias, mask, bool(is_causal), scale)
     lse = torch.logsumexp(s, -1)
-    out = (torch.softmax(s, -1) @ v.to(s.dtype)).to(q.dtype)
+    out = (_safe_softmax(s) @ v.to(s.dtype)).to(q.dtype)
     zeros = torch.zeros(2, dtype=torch.int64, device=q.device)
     return out, lse.float(), zeros, zeros[0].clone()
 
