@@ -96,6 +96,7 @@ def _elementwise(e: Expr, args):
         # where eager would give its default dtype for Python numbers.
         out = e.outputs[0].dtype.torch
         args = [args[0]] + [torch.tensor(x, dtype=out, device=args[0].device) for x in args[1:]]
+    args = _ints_rounded_to_16_bits(e, row, args)
     if any(type(x) is float for x in args) and any(isinstance(x, torch.Tensor) and x.dtype in _HALF for x in args):
         # nvFuser leaves a floating-point scalar meeting 16-bit tensors uncast (its
         # optionalCast): the op runs in fp32 with the scalar's own value and only the
@@ -104,6 +105,24 @@ def _elementwise(e: Expr, args):
         wide = [x.float() if isinstance(x, torch.Tensor) and x.dtype in _HALF else x for x in args]
         return _apply(e, row, wide).to(e.outputs[0].dtype.torch)
     return _apply(e, row, args)
+
+
+def _ints_rounded_to_16_bits(e: Expr, row, args):
+    """An integer scalar of an op computed in fp16/bf16 is cast to that dtype first, as
+    nvFuser's promoteValues casts it (and as the kernels do): 70000 is inf in fp16, so
+    fp16 ``0.5 * 70000`` is inf.  Eager rounds it for add and sub but multiplies and
+    divides with the unrounded number (docs/SEMANTICS.md)."""
+    if not any(type(x) is int for x in args):
+        return args
+    if row.compute == "args":
+        common = torch.result_type(*args[:2]) if len(args) >= 2 else None
+        for x in args[2:]:
+            common = torch.result_type(torch.empty((), dtype=common), x)
+    else:
+        common = e.outputs[0].dtype.torch
+    if common not in _HALF:
+        return args
+    return [float(torch.tensor(x).to(torch.float32).to(common)) if type(x) is int else x for x in args]
 
 
 def _apply(e: Expr, row, args):

@@ -48,7 +48,7 @@ import torch
 
 from pyfuser import DataType, FusionDefinition
 
-FLOATS = [DataType.Float, DataType.Half, DataType.BFloat16]
+FLOATS = [DataType.Float, DataType.Half, DataType.BFloat16, DataType.Double]
 INTS = [DataType.Int32, DataType.Int]
 DTYPES = FLOATS + INTS + [DataType.Bool]
 LAYOUTS = ["contig", "contig", "transposed", "strided", "expand_rows", "expand_cols", "row", "col", "size1"]
@@ -148,8 +148,15 @@ def _is_int(v) -> bool:
     return v.dtype in INTS
 
 
-def _t(x):
-    return x if isinstance(x, torch.Tensor) else torch.tensor(x)
+def _t(x, other=None):
+    """A number as a 0-d tensor of the dtype torch gives ``op(other, x)`` for the Python
+    number (an fp64 tensor keeps a Double scalar's bits, an int tensor takes the default
+    float dtype), its value rounded once to that dtype."""
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(other, torch.Tensor):
+        return torch.tensor(x, dtype=torch.result_type(other, x))
+    return torch.tensor(x)
 
 
 LOW = (torch.float16, torch.bfloat16)
@@ -158,10 +165,13 @@ LOW = (torch.float16, torch.bfloat16)
 def _fmod(op, a, b):
     """fmod and remainder as IEEE defines them (exact): C's fmod through numpy.  torch's
     CPU loop computes a - trunc(a / b) * b, NaN once the quotient overflows."""
-    out = torch.fmod(a, b) if isinstance(a, torch.Tensor) else torch.fmod(torch.tensor(a), b)
+    out = torch.fmod(a, b) if isinstance(a, torch.Tensor) else torch.fmod(_t(a, b), b)
     if not out.is_floating_point():
         return torch.remainder(a, b) if op == "remainder" else out
-    x, y = (torch.as_tensor(v).to(out.dtype).float().numpy() for v in (a, b))
+    wide = torch.float64 if out.dtype == torch.float64 else torch.float32
+    x, y = (torch.tensor(v, dtype=torch.float64) if isinstance(v, float) else torch.as_tensor(v)
+            for v in (a, b))
+    x, y = (v.to(out.dtype).to(wide).numpy() for v in (x, y))
     with np.errstate(all="ignore"):
         r = np.fmod(*np.broadcast_arrays(x, y))
         if op == "remainder":
@@ -176,8 +186,12 @@ def _eager(op, args, attrs):
     Operands are cast to the op's common dtype, as torch does, except a float scalar:
     nvFuser does not round it to a 16-bit common dtype (``optionalCast`` leaves float
     scalars alone) but computes with it in fp32, so ``half + 70000.0`` is 60000, not
-    inf: such an op runs here on fp32 copies of its operands, rounded once at the end."""
-    if op not in ("cast", "sum", "prod", "max", "min", "var", "var_mean") and any(isinstance(a, float) for a in args):
+    inf: such an op runs here on fp32 copies of its operands, rounded once at the end.
+    An integer scalar meeting such an op is cast to the 16-bit dtype first (nvFuser's
+    promoteValues: fp16 ``0.5 * 70000`` is inf; eager multiplies and divides with the
+    unrounded number), then taken as a float scalar."""
+    scalar = lambda a: isinstance(a, (float, int)) and not isinstance(a, bool)  # noqa: E731
+    if op not in ("cast", "sum", "prod", "max", "min", "var", "var_mean") and any(scalar(a) for a in args):
         tensors = [a for a in args if isinstance(a, torch.Tensor) and a.dtype is not torch.bool]
         common = None
         for a in tensors:
@@ -186,6 +200,7 @@ def _eager(op, args, attrs):
             if common is not None and not isinstance(a, torch.Tensor):
                 common = torch.result_type(torch.empty(1, dtype=common), a)
         if common in LOW:
+            args = [float(torch.tensor(a).float().to(common)) if scalar(a) and isinstance(a, int) else a for a in args]
             up = [a.to(common).float() if isinstance(a, torch.Tensor) and a.dtype is not torch.bool else a for a in args]
             r = _eager_op(op, up, attrs)
             return r.to(common) if r.is_floating_point() else r
@@ -217,7 +232,7 @@ def _eager_op(op, args, attrs):
             return torch.pow(a, b)
         return getattr(torch, op)(a, b)
     if op in ("maximum", "minimum", "atan2", "logical_and", "logical_or"):
-        return getattr(torch, op)(a, _t(b))
+        return getattr(torch, op)(a, _t(b, a))
     if op == "where":
         return torch.where(args[0], args[1], args[2])
     if op == "clamp":
@@ -745,10 +760,12 @@ def compare(got, want: Val, name: str) -> list[str]:
     return []
 
 
-def run_one(seed, index, avoid_known=False):
-    """(recipe, differences, n_ops): the differences are (kind, text), an exception's too."""
+def run_one(seed, index, avoid_known=False, device="cpu"):
+    """(recipe, differences, n_ops): the differences are (kind, text), an exception's too.
+    ``device``: where pyfuser runs the fusion ("cuda": compiled kernels, libdevice, the
+    GPU's tile choices); eager's values are always computed on the CPU."""
     rec, feeds, vals = draw(seed, index, avoid_known)
-    feeds_for_fd = [f.clone() if isinstance(f, torch.Tensor) else f for f in feeds]
+    feeds_for_fd = [f.to(device, copy=True) if isinstance(f, torch.Tensor) else f for f in feeds]
     layouts = [inp[2] if inp[0] == "tensor" else None for inp in rec.inputs]
     args = []
     for f, layout in zip(feeds_for_fd, layouts):
@@ -769,9 +786,9 @@ def run_one(seed, index, avoid_known=False):
     if len(got) != len(returned):
         return rec, diffs + [("count", f"{len(got)} outputs returned, expected {len(returned)}")], len(rec.steps)
     for k, (g, o) in enumerate(zip(got, returned)):
-        diffs += compare(g, vals[o], f"output {k} (value {o})")
+        diffs += compare(g.cpu(), vals[o], f"output {k} (value {o})")
     if rec.alias is not None:
-        diffs += compare(args[rec.alias[1]], vals[rec.alias[0]], f"aliased input {rec.alias[1]}")
+        diffs += compare(args[rec.alias[1]].cpu(), vals[rec.alias[0]], f"aliased input {rec.alias[1]}")
     return rec, diffs, len(rec.steps)
 
 
@@ -802,6 +819,30 @@ def show(rec: Recipe) -> str:
     return repr(build(rec)) + f"\n# inputs: {rec.inputs}\n# alias: {rec.alias}"
 
 
+def _run_slice(seed, indices, avoid_known, device, show_each, deadline=None):
+    """Run fusions ``indices`` (those it reaches before ``deadline``, a ``time.time()``):
+    (counts, n_ops, report lines)."""
+    warnings.filterwarnings("ignore")  # NaN and overflow in the interpreter's numpy are the point
+    counts, n_ops, lines = {}, 0, []
+    for i in indices:
+        if deadline is not None and time.time() > deadline:
+            break
+        try:
+            rec, diffs, n = run_one(seed, i, avoid_known, device)
+        except Exception:  # a bug of the generator itself
+            lines.append(f"[{i}] generator error:\n{traceback.format_exc()}")
+            counts["generator"] = counts.get("generator", 0) + 1
+            continue
+        n_ops += n
+        cls = classify(rec, diffs)
+        counts[cls] = counts.get(cls, 0) + 1
+        if cls != "ok":
+            lines.append(f"[{i}] {cls}: " + "; ".join(f"{kind}: {t}" for kind, t in diffs))
+            if show_each:
+                lines.append(show(rec))
+    return counts, n_ops, lines
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m tests.segment.eager_fuzz", description=__doc__.splitlines()[0])
     p.add_argument("--count", type=int, default=1000)
@@ -810,31 +851,33 @@ def main(argv=None):
     p.add_argument("--only", type=int, default=None, help="run fusion INDEX only")
     p.add_argument("--show", action="store_true", help="print each failing fusion's definition")
     p.add_argument("--avoid-known", action="store_true", help="draw only fusions without a known bug's feature")
+    p.add_argument("--device", default="cpu", help="where pyfuser runs the fusions: cpu (Triton's interpreter) "
+                                                   "or cuda (compiled kernels)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes sharing the fusions")
+    p.add_argument("--seconds", type=float, default=None, help="stop starting fusions after this long; the summary "
+                                                               "counts those run")
     a = p.parse_args(argv)
-    warnings.filterwarnings("ignore")  # NaN and overflow in the interpreter's numpy are the point
-    idx = [a.only] if a.only is not None else range(a.start, a.start + a.count)
-    counts, n_ops, t0 = {}, 0, time.time()
-    def summary(n):
-        return (f"eager fuzz seed={a.seed}: {n} fusions, {n_ops} ops, {time.time() - t0:.0f} s: "
-                + ", ".join(f"{c}={v}" for c, v in sorted(counts.items())))
+    idx = [a.only] if a.only is not None else list(range(a.start, a.start + a.count))
+    t0 = time.time()
+    deadline = None if a.seconds is None else t0 + a.seconds
+    if a.workers == 1:
+        results = [_run_slice(a.seed, idx, a.avoid_known, a.device, a.show, deadline)]
+    else:
+        import multiprocessing as mp
 
-    for done, i in enumerate(idx, 1):
-        try:
-            rec, diffs, n = run_one(a.seed, i, a.avoid_known)
-        except Exception:  # a bug of the generator itself
-            print(f"[{i}] generator error:\n{traceback.format_exc()}", flush=True)
-            counts["generator"] = counts.get("generator", 0) + 1
-            continue
+        chunks = [idx[k:k + 25] for k in range(0, len(idx), 25)]
+        with mp.get_context("spawn").Pool(a.workers) as pool:
+            results = pool.starmap(_run_slice, [(a.seed, c, a.avoid_known, a.device, a.show, deadline)
+                                                for c in chunks], chunksize=1)
+    counts, n_ops = {}, 0
+    for c, n, lines in results:
         n_ops += n
-        cls = classify(rec, diffs)
-        counts[cls] = counts.get(cls, 0) + 1
-        if cls != "ok":
-            print(f"[{i}] {cls}: " + "; ".join(f"{kind}: {t}" for kind, t in diffs), flush=True)
-            if a.show:
-                print(show(rec), flush=True)
-        if done % 1000 == 0 and done < len(idx):
-            print("so far: " + summary(done), flush=True)
-    print(summary(len(idx)), flush=True)
+        for k, v in c.items():
+            counts[k] = counts.get(k, 0) + v
+        for line in lines:
+            print(line, flush=True)
+    print(f"eager fuzz seed={a.seed} device={a.device}: {sum(counts.values())} fusions, {n_ops} ops, {time.time() - t0:.0f} s: "
+          + ", ".join(f"{c}={v}" for c, v in sorted(counts.items())), flush=True)
     return 1 if counts.get("new") or counts.get("generator") else 0
 
 

@@ -58,6 +58,23 @@ def test_an_integer_operand_of_a_16_bit_op_is_rounded_to_it(idt, fdt):
         torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("op", ["mul", "truediv", "div", "fmod", "pow"])
+def test_an_integer_scalar_of_a_16_bit_op_is_rounded_to_it_in_every_op(op):
+    """The reference executor rounded an integer scalar to fp16 only where torch does
+    (add, sub), and multiplied and divided with the unrounded number where torch does;
+    the kernels round it for every op, as nvFuser does: fp16 ``0.5 * 70000`` is inf and
+    ``inf / -2**63`` is NaN (the scalar is -inf in fp16)."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1], dtype=DataType.Half)
+        fd.add_output(getattr(fd.ops, op)(t, fd.define_scalar(dtype=DataType.Int)))
+    x = torch.tensor([0.5, -10000.0, float("inf"), 3.0], dtype=torch.float16)
+    for s in (70000, -2**63, 3):
+        wide = torch.tensor(s).float().to(torch.float16).float()
+        want = getattr(torch, {"truediv": "true_divide", "div": "true_divide"}.get(op, op))(x.float(), wide).half()
+        for got in (fd.execute([x, s])[0], fd.reference([x, s])[0]):
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("op", ["fmod", "remainder"])
 @pytest.mark.parametrize("dt", [DataType.Float, DataType.BFloat16])
 def test_fmod_of_a_huge_quotient_is_exact_on_cpu(op, dt):
