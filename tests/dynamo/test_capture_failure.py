@@ -273,3 +273,61 @@ def test_a_region_that_runs_out_of_memory_raises_and_stays_fused(monkeypatch):
         compiled(x)
     torch.testing.assert_close(compiled(x), fn(x))
     assert pd.stats().get("fallbacks", 0) == 0
+
+
+# -- on the device ------------------------------------------------------------------------
+def _all_of_it_usable():
+    """Whether the allocator can still give out nearly all the device's memory, freeing
+    its cached blocks for it (it no longer does while it counts a capture under way)."""
+    free = torch.cuda.mem_get_info()[0]
+    cached = torch.empty(free // 2, dtype=torch.uint8, device="cuda")
+    del cached  # cached by the allocator, not the driver's any more
+    whole = torch.empty(free - (64 << 20), dtype=torch.uint8, device="cuda")
+    del whole
+    torch.cuda.empty_cache()
+    return True
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["out_of_memory", "invalidated"])
+def test_a_failed_recording_on_the_device_gives_its_memory_back(monkeypatch, how):
+    """With the allocator's own statistics: a graph whose recorded run runs out of
+    memory for real (a ballast leaves less free than the run allocates, while the
+    allocator still caches the block the ordinary calls used) or invalidates the
+    capture (a synchronization) gives back its pool: the memory allocated and, once
+    the cache is emptied, reserved are what they were, and the whole device is usable."""
+    monkeypatch.setattr(graphs, "SMALL_INPUT_BYTES", 64)
+    n = 256 << 20
+
+    def fn(w, saved, tangent):
+        scratch = torch.zeros(n, dtype=torch.uint8, device="cuda")
+        if how == "invalidated" and recording_now():
+            torch.cuda.synchronize()
+        return [(saved * tangent.sum()).sum(0) + scratch[0], w * saved.mean(), None]
+
+    w, saved = torch.randn(1024, 64, device="cuda"), torch.randn(1024, 64, device="cuda")
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_reserved()
+    wrapped = graphs.GraphedCall(fn)
+    for _ in range(graphs.WARMUP_CALLS):
+        wrapped([w, saved, torch.randn(4, device="cuda")])
+    ballast = None
+    if how == "out_of_memory":
+        ballast = torch.empty(torch.cuda.mem_get_info()[0] - n // 2, dtype=torch.uint8, device="cuda")
+    allocated = torch.cuda.memory_allocated()
+    tangent = torch.randn(4, device="cuda")
+    with pytest.warns(pd.FallbackWarning, match="capturing a backward graph failed"):
+        got = wrapped([w, saved, tangent])
+    torch.testing.assert_close(got[0], (saved * tangent.sum()).sum(0))
+    del got
+    assert torch.cuda.memory_allocated() == allocated
+    assert wrapped.off and pd.stats()["graph_capture_failures"] == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            tangent = torch.randn(4, device="cuda")
+            torch.testing.assert_close(wrapped([w, saved, tangent])[1], w * saved.mean())
+    del ballast
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() - base < n // 2  # (a pool kept would hold the run's n bytes)
+    assert _all_of_it_usable()
