@@ -74,6 +74,8 @@ Accessor: the API behind it; its users; what runs where it is missing.
 - ``storage_use_count``, ``storage_id``: ``torch._C._storage_Use_Count``,
   ``UntypedStorage._cdata``; dynamo/graphs.py; none.
 - ``foreach_copy_``: ``torch._foreach_copy_``; dynamo/graphs.py; ``Tensor.copy_`` per pair.
+- ``graph_pool_enders``: ``torch._C._cuda_endAllocateToPool``, ``_cuda_releasePool``; dynamo/recording.py;
+  none (a failed recording's pool stays reserved).
 
 Left where they are: ATen op names with a leading underscore (``aten._to_copy``,
 ``aten._unsafe_view``) are ops of ATen's public op set, not private APIs; pyfuser's
@@ -468,6 +470,9 @@ def _as_strided_from(x, size, stride, delta):
 # is ``delta`` past ``x``'s own (torch's C++ helper, without ``as_strided``'s Python
 # argument parsing; the helper takes the offset relative to its input).
 reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or _as_strided_from
+
+# (stop allocating to a CUDA graph's pool, release the pool): for a capture that never ended.
+graph_pool_enders = getattr(torch._C, "_cuda_endAllocateToPool", None), getattr(torch._C, "_cuda_releasePool", None)
 
 # The number of references to a storage (a tensor's storage is free to reuse at 1).
 storage_use_count = torch._C._storage_Use_Count

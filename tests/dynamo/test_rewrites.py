@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -232,6 +233,73 @@ def test_a_bmm_whose_reshape_would_copy_when_turned_stays():
 
     assert transposed_matmuls(built(with_reshape=True)) == 0
     assert transposed_matmuls(built(with_reshape=False)) == 1
+
+
+def fused_qkv_attention(x, w_qkv, w_out, heads):
+    """Self-attention with one projection for the queries, keys and values, ``chunk``
+    split into heads: the chunks are strided views of the fused projection."""
+    b, s, d = x.shape
+    q, k, v = (x @ w_qkv).chunk(3, dim=-1)
+    q, k, v = (t.view(b, s, heads, d // heads).transpose(1, 2) for t in (q, k, v))
+    scores = (q @ k.transpose(-2, -1)) * (d // heads) ** -0.5
+    return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, d) @ w_out
+
+
+class FusedQkvAttention(torch.nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) * (d // self.heads) ** -0.5
+        y = scores.softmax(-1) @ v
+        return self.out(y.transpose(1, 2).reshape(b, s, d))
+
+
+def test_a_view_the_turned_layout_cannot_take_leaves_that_bmm_alone():
+    """With one head the forward's ``probs @ v`` is viewed as [tokens, dim] for the
+    output projection, a view the transposed layout cannot take.  AOTAutograd calls the
+    backend under the Python dispatcher, where a meta view that cannot be taken raises
+    ``ValueError`` (torch's Python reference), not ``RuntimeError``.  That bmm stays,
+    and the pass goes on."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+
+    gen = torch.Generator().manual_seed(23)
+    x, w_qkv, w_out = torch.randn(2, 3, 4, generator=gen), torch.randn(4, 12, generator=gen), torch.randn(4, 4, generator=gen)
+    gm = traced(functools.partial(fused_qkv_attention, heads=1), x, w_qkv, w_out)
+    with enable_python_dispatcher():
+        assert transposed_matmuls(gm) == 0
+    torch.testing.assert_close(gm(x, w_qkv, w_out), fused_qkv_attention(x, w_qkv, w_out, 1))
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_fused_qkv_attention_through_the_backend_matches_eager(monkeypatch, heads):
+    """Forward and gradients through the backend; with one head the key gradient's bmm
+    is turned (read transposed by the region that concatenates the three gradients)."""
+    from pyfuser.dynamo import backend
+    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+
+    turned = []
+    monkeypatch.setattr(backend, "REWRITES", tuple(
+        (name, (lambda gm: turned.append(transposed_matmuls(gm)) or turned[-1]) if name == "transposed_matmuls" else fn)
+        for name, fn in backend.REWRITES))
+    torch.manual_seed(24)
+    model = FusedQkvAttention(8, heads)
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    got = torch.compile(model, backend="pyfuser")(x)
+    got_grads = torch.autograd.grad(got.square().sum(), [x, *model.parameters()])
+    want = model(x)
+    want_grads = torch.autograd.grad(want.square().sum(), [x, *model.parameters()])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    assert turned == ([0, 1] if heads == 1 else [0, 0])
 
 
 def test_a_failing_rewrite_is_skipped_and_the_others_apply(monkeypatch):

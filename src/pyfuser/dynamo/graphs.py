@@ -56,7 +56,9 @@ the next is captured on a side stream and replayed.  While ``PYFUSER_DUMP`` or
 dumps and profiles see every region.  Under distributed training (a process group
 of more than one rank, or a graph holding a collective) nothing is captured: see
 ``collectives.py``.  ``PYFUSER_CUDA_GRAPHS=0`` turns graphing off, and so does the
-accuracy mode (``accuracy.py``).  ``stats()`` counts ``graph_captures``,
+accuracy mode (``accuracy.py``).  A capture that fails gives back all it took
+(``recording.py``), warns once with the cause, and its graph runs as usual from then
+on.  ``stats()`` counts ``graph_captures``, ``graph_capture_failures``,
 ``graph_replays`` and ``graph_misses``, and each per role (``graph_replays_forward``...);
 ``graph_sizes_uncaptured`` the calls at a size that ``SizedGraphs`` does not record.
 """
@@ -71,6 +73,7 @@ import torch
 from ..compat import foreach_copy_, mark_boxed, reinterpret_tensor as _reinterpret, storage_id, storage_use_count
 from ..runtime.executor import fast_path_allowed
 from .graph_checks import mutated_inputs, not_graphable, symbolic  # noqa: F401 - the backend asks them here
+from .recording import forget, record as _cuda_capture, release_cached
 from .region import STATS, capturing, warn_once
 
 SMALL_INPUT_BYTES = 1 << 20
@@ -108,31 +111,6 @@ class _Capture:
         self.outputs = outputs  # ("graph", tensor) | ("input", position, size, stride, offset delta) | ("value", v)
         self.storages = storages  # (storage handle, use count right after capture)
         self.visible = {}  # storage handle -> positions of the caller's outputs in it
-
-
-_SIDE_STREAMS: dict = {}  # device index -> the stream captures record on
-
-
-def _cuda_capture(fn, args):
-    """``(graph, outputs)``: ``fn(*args)`` recorded into a CUDA graph on a side stream
-    of the current device (nothing runs; ``graph.replay()`` computes).  Not
-    ``torch.cuda.graph``: it empties the caching allocator first, which moves the
-    next steps' saved tensors away from the addresses just captured."""
-    device = torch.cuda.current_device()
-    stream = _SIDE_STREAMS.get(device)
-    if stream is None:
-        stream = _SIDE_STREAMS[device] = torch.cuda.Stream()
-    graph = torch.cuda.CUDAGraph()
-    cur = torch.cuda.current_stream()
-    stream.wait_stream(cur)
-    with torch.cuda.stream(stream):
-        graph.capture_begin(capture_error_mode="thread_local")
-        try:
-            outs = fn(*args)
-        finally:
-            graph.capture_end()
-    cur.wait_stream(stream)
-    return graph, outs
 
 
 def _dense(x: torch.Tensor) -> bool:
@@ -198,6 +176,7 @@ class GraphedCall:
         self.cap: _Capture | None = None
         self.off = False
         self.refused = False  # ``room`` said no: the calls run as usual
+        self.failure: str | None = None  # why the capture failed (then ``off``)
         _LIVE.add(self)
 
     def __call__(self, args):
@@ -251,16 +230,15 @@ class GraphedCall:
                 static[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device).copy_(x)
                 copied.append(i)
         self.captures += 1
-        before = _reserved()
+        before, failure = _reserved(), None
         try:
             with capturing():
                 graph, outs = self._capture_fn(self.fn, static)
         except Exception as err:  # an optimization: the graph runs as usual from now on
-            self.off = True
-            msg = str(err).splitlines()[0] if str(err) else ""
-            warn_once(f"cuda graph: {type(err).__name__}", f"capturing a {self.role} graph failed "
-                                                           f"({type(err).__name__}: {msg[:160]}); it runs uncaptured")
-            return self.fn(*args)
+            failure = forget(err)
+        if failure is not None:  # (outside the handler: nothing of the attempt is alive while it runs)
+            static = None  # the copies of the inputs
+            return self._uncaptured(failure, args)
         self.footprint += max(_reserved() - before, 0)
         by_storage = {}
         for pos, x in enumerate(static):
@@ -296,6 +274,18 @@ class GraphedCall:
             self.cap, self.off = None, True
             return self.fn(*args)
         return outs
+
+    def _uncaptured(self, failure: str, args):
+        """After a failed capture (``record`` gave back the graph and its pool, the
+        caller dropped the input copies and the error's frames): the unused blocks go
+        back to the driver, one warning per cause, and the graph runs as usual from now
+        on, never captured again (a capture that ran out of memory would again)."""
+        self.off, self.failure = True, failure
+        self._count("graph_capture_failures")
+        release_cached()
+        warn_once(f"cuda graph: {failure.split(':')[0]}", f"capturing a {self.role} graph failed ({failure}); "
+                                                          "its memory is released and it runs uncaptured")
+        return self.fn(*args)
 
     # -- replay ----------------------------------------------------------------------
     def _replay(self, args):

@@ -33,6 +33,7 @@ from torch.fx.node import Node
 
 from ..compat import module_call_hooked
 from ..runtime.executor import fast_path_allowed, prepared_for, run_prepared
+from .recording import out_of_memory
 from .rules import Unsupported, meta
 from .translate import InputSpec, Translation, hints, input_layout, is_symbolic, size_key, sym_shape, translate
 
@@ -77,7 +78,7 @@ def stats() -> dict:
     ``regions`` (fused regions compiled), ``fallbacks`` (regions running in ATen),
     ``translation_cache_hits`` (regions that reused a translation), ``region_calls``
     (regions run, pyfuser or fallback; not those inside a replayed CUDA graph), and
-    from ``graphs.py`` ``graph_captures``, ``graph_replays``, ``graph_misses``
+    from ``graphs.py`` ``graph_captures``, ``graph_capture_failures``, ``graph_replays``, ``graph_misses``
     (calls that ran uncaptured after a capture) and ``graph_sizes_uncaptured`` (calls
     at a size of a symbolic graph that is not recorded), each also per role
     (``graph_replays_forward``, ...); under the accuracy mode
@@ -263,6 +264,8 @@ class FusedRegion(torch.nn.Module):
                 outs = entry.laid_out(entry.fd.execute(list(inputs), device=device))
                 fast = None
         except Exception as err:
+            if _capture.on or out_of_memory(err):
+                raise  # (not from ``_failed``: its frame would hold the error in a cycle with the run's tensors)
             return self._failed(err, args)
         if fast is None:
             copies, restride = self._post(key, entry, args, outs)
@@ -301,14 +304,17 @@ class FusedRegion(torch.nn.Module):
                     if prep is not None:
                         self.fast[key] = (entry, prep, device, copies, restride, strides)
         except Exception as err:
+            if _capture.on or out_of_memory(err):
+                raise  # (not from ``_failed``: its frame would hold the error in a cycle with the run's tensors)
             return self._failed(err, args)
         return _outputs(entry, outs, copies, restride, strides)
 
     def _failed(self, err, args):
         """A region that could not run: it runs in ATen from now on, warned once per
-        cause (under a CUDA-graph capture the error goes up: the capture must fail)."""
-        if _capture.on:
-            raise err
+        cause.  Not called for an error under a CUDA-graph capture (it goes up: the
+        capture must fail) nor for running out of memory (the region is not at fault;
+        ATen's ops would need the memory too, and the next call may find it): those
+        reach the caller as they would from eager."""
         if isinstance(err, Unsupported):
             self._give_up(err.cause, str(err))
         else:

@@ -80,8 +80,8 @@ def _readers(node, now, other, votes) -> bool:
             try:
                 a = user.target(now, *user.args[1:], **kwargs)
                 b = user.target(other, *user.args[1:], **kwargs)
-            except RuntimeError:  # a view the transposed layout cannot take
-                return False
+            except (RuntimeError, ValueError):  # a view the transposed layout cannot take
+                return False  # (ValueError: torch's Python reference, under AOTAutograd's Python dispatcher)
             if user.target in ATEN_VIEWS and a._is_view() and not b._is_view():
                 return False  # a reshape that would copy in the transposed layout only
             if not _readers(user, a, b, votes):
