@@ -27,8 +27,9 @@ gpu-test: venv
 demo: venv
 	$(PY) -m pyfuser.demo
 
+# The project's runs: the JSON and chart into benchmarks/results, the run's section into docs.
 bench: venv
-	$(PY) -m pyfuser.bench
+	$(PY) -m pyfuser.bench --out benchmarks/results --docs docs/BENCHMARKS.md
 
 # Golden kernels (tests/golden/, checked by tests/test_golden_kernels.py): every bench
 # case's kernels as planned for an H200, written without a GPU.  Regenerate after a
