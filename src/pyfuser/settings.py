@@ -318,8 +318,8 @@ _INTERNAL = ("pyfuser", "torch", "triton", "functorch", "contextlib", "importlib
 
 
 def user_stacklevel() -> int:
-    """The ``stacklevel`` for ``warnings.warn`` called by this function's caller that
-    names the first frame outside pyfuser, torch and Triton: a warning then shows the
+    """The ``stacklevel`` for a ``warnings.warn`` in this function's caller that names
+    the first frame outside pyfuser, torch and Triton: the warning then shows the
     user's line, not pyfuser's."""
     frame, level = sys._getframe(2), 2
     while frame is not None:
@@ -331,7 +331,7 @@ def user_stacklevel() -> int:
 
 
 def warn_user(message: str, category=UserWarning):
-    warnings.warn(message, category, stacklevel=user_stacklevel() + 1)
+    warnings.warn(message, category, stacklevel=user_stacklevel())
 
 
 # -- docs/SETTINGS.md ----------------------------------------------------------------------
