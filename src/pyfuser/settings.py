@@ -324,7 +324,8 @@ def user_stacklevel() -> int:
     frame, level = sys._getframe(2), 2
     while frame is not None:
         module = frame.f_globals.get("__name__", "") or ""
-        if module.split(".")[0] not in _INTERNAL:
+        generated = frame.f_code.co_filename.startswith(("<eval_with_key", "<frozen"))  # FX's code, runpy's
+        if module and module.split(".")[0] not in _INTERNAL and not generated:
             return level
         frame, level = frame.f_back, level + 1
     return 2
