@@ -220,8 +220,9 @@ def _rebuild():
     merged = dict(_assigned)
     for entries in _stack:
         merged.update(entries)
-    OVERRIDES.clear()
-    OVERRIDES.update(merged)
+    OVERRIDES.update(merged)  # in place (readers hold the dict), never empty while a setting stays
+    for name in [n for n in OVERRIDES if n not in merged]:
+        del OVERRIDES[name]
 
 
 def checked(values: dict, where: str = "pyfuser.config") -> dict:

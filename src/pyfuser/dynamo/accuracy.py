@@ -192,7 +192,7 @@ class CheckSummary:
                 f"{self.calls} calls ({self.views} fast-path views), every output within tolerance; {worst}")
 
 
-_seen = {"regions": {}, "graphs": {}, "calls": 0, "largest": 0.0, "share": -1.0, "where": None}
+_seen = {"regions": {}, "graphs": {}, "calls": 0, "views": 0, "largest": 0.0, "share": -1.0, "where": None}
 _SEEN_LOCK = threading.Lock()
 _at_exit = [False]
 
@@ -201,13 +201,13 @@ def summary() -> CheckSummary:
     """What the accuracy mode checked so far (``pyfuser.dynamo.check_summary()``)."""
     with _SEEN_LOCK:
         s = dict(_seen)
-        return CheckSummary(tuple(s["regions"]), tuple(s["graphs"]), s["calls"], STATS.get("checked_views", 0),
+        return CheckSummary(tuple(s["regions"]), tuple(s["graphs"]), s["calls"], s["views"],
                             s["largest"], max(s["share"], 0.0), s["where"])
 
 
 def reset_summary():
     with _SEEN_LOCK:
-        _seen.update(regions={}, graphs={}, calls=0, largest=0.0, share=-1.0, where=None)
+        _seen.update(regions={}, graphs={}, calls=0, views=0, largest=0.0, share=-1.0, where=None)
 
 
 def _say_at_exit():
@@ -245,7 +245,7 @@ def _record(where: str, region: bool, got, want, skip):
         if d is not None and (worst is None or d[1] > worst[1]):
             worst = (d[0], d[1], pos)
     with _SEEN_LOCK:
-        _seen["regions" if region else "graphs"][where] = True
+        _seen["regions" if region else "graphs"][where] = True  # a dict: ordered, unique
         _seen["calls"] += 1
         if worst is not None and worst[1] > _seen["share"]:
             _seen.update(largest=worst[0], share=worst[1], where=f"{where}, output {worst[2]}")
@@ -391,6 +391,8 @@ def _same_view(name: str, ops, x, got, want):
     detail = (f"view node {name} ({' -> '.join(map(str, ops))} of an input of size {list(x.shape)}, stride "
               f"{list(x.stride())}, storage offset {x.storage_offset()})")
     STATS["checked_views"] += 1
+    with _SEEN_LOCK:
+        _seen["views"] += 1
     if got.shape != want.shape:
         raise AccuracyError(f"pyfuser accuracy check: {detail}: size {list(got.shape)}, ATen {list(want.shape)}",
                             where=name)
