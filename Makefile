@@ -3,7 +3,8 @@
 PY := .venv/bin/python
 STAMP := .venv/.stamp
 # numpy < 2.4: triton 3.6's interpreter turns loop bounds into Python ints in a way numpy 2.4 rejects.
-PACKAGES := torch==2.13.0 triton==3.6.0 pytest hypothesis pytest-xdist "numpy<2.4" matplotlib transformers
+# setuptools: tests/test_wheel.py builds the wheel without build isolation (no download).
+PACKAGES := torch==2.13.0 triton==3.6.0 pytest hypothesis pytest-xdist "numpy<2.4" matplotlib transformers "setuptools>=77"
 
 .PHONY: venv test gpu-test demo bench golden ops-doc
 
@@ -27,8 +28,9 @@ gpu-test: venv
 demo: venv
 	$(PY) -m pyfuser.demo
 
+# The project's runs: the JSON and chart into benchmarks/results, the run's section into docs.
 bench: venv
-	$(PY) -m pyfuser.bench
+	$(PY) -m pyfuser.bench --out benchmarks/results --docs docs/BENCHMARKS.md
 
 # Golden kernels (tests/golden/, checked by tests/test_golden_kernels.py): every bench
 # case's kernels as planned for an H200, written without a GPU.  Regenerate after a

@@ -21,8 +21,8 @@ import pytest
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "pyfuser"
 
-LAYERS = ("_version", "errors", "compat", "ir", "rng", "reference", "frontend", "codegen", "schedulers", "segment", "runtime",
-          "pyfuser", "dynamo", "bench", "demo")
+LAYERS = ("_version", "errors", "compat", "settings", "ir", "rng", "reference", "frontend", "codegen", "schedulers", "segment", "runtime",
+          "pyfuser", "dynamo", "bench", "demo", "__main__")
 
 # (importer, imported): an import from a later layer
 UPWARD = {
@@ -70,7 +70,7 @@ def _graph():
                         edges[m].add(sub)
                     else:
                         edges[m].add(target)
-                        if a.name.startswith("_") and not a.name.endswith("__") and target != m:
+                        if a.name.startswith("_") and not a.name.endswith("__") and target != m:  # dunders are public
                             private.append((m, target, a.name))
     return modules, edges, private
 

@@ -9,14 +9,17 @@
         fd.add_output(fd.ops.sub(y, fd.ops.broadcast_in_dim(m, shape=[-1, 1], broadcast_dims=[0])))
     out, = fd.execute([torch.randn(8, 30522, dtype=torch.float16, device="cuda")])
 
-See README.md for the tour and src/pyfuser/README.md for the code's layout.
+``pyfuser.config`` holds every setting (docs/SETTINGS.md); ``python -m pyfuser`` prints
+the versions, the device and every setting.  See README.md for the tour and src/pyfuser/README.md for the code's layout.
 """
 from ._version import __version__
 from .errors import (AccuracyError, CacheDirError, CompileError, DefinitionError, DefinitionTypeError, DependencyError,
-                     InputError, InternalError, InputTypeError, PyfuserError, SettingError, ToolchainError, ValidationError)
+                     InputError, InputTypeError, InternalError, InterpreterWarning, PyfuserError, SettingError,
+                     ToolchainError, ValidationError)
 from .frontend import Fusion, FusionDefinition
 from .frontend.descriptor import compute_tensor_descriptor
 from .ir.dtypes import DataType
+from .settings import config
 
 
 def cache_info() -> dict:
@@ -27,6 +30,7 @@ def cache_info() -> dict:
     return _info()
 
 
-__all__ = ["__version__", "FusionDefinition", "Fusion", "DataType", "cache_info", "compute_tensor_descriptor", "PyfuserError", "DefinitionError",
+__all__ = ["__version__", "config", "FusionDefinition", "Fusion", "DataType", "cache_info", "compute_tensor_descriptor", "PyfuserError", "DefinitionError",
            "DefinitionTypeError", "InputError", "InputTypeError", "CompileError", "ValidationError",
-           "CacheDirError", "InternalError", "SettingError", "ToolchainError", "AccuracyError", "DependencyError"]
+           "CacheDirError", "InternalError", "SettingError", "ToolchainError", "AccuracyError", "DependencyError",
+           "InterpreterWarning"]

@@ -90,6 +90,11 @@ class EagerFallbackWarning(UserWarning):
     per cause (the schedulers' rejection codes)."""
 
 
+class InterpreterWarning(UserWarning):
+    """Kernels run on CPU tensors, under Triton's interpreter: correct results, far
+    slower than eager PyTorch (for tests and debugging).  Warned once per process."""
+
+
 class ChoicesError(PyfuserError, ValueError):
     """A ``schedulers.Choices`` names a params field or a scheduler that does not exist,
     or a params combination no kernel can take (``Params.validate``)."""

@@ -1,25 +1,24 @@
 """python -m pyfuser.bench: pyfuser vs torch.compile vs eager on the benchmark cases.
 
-    PYTHONPATH=src python -m pyfuser.bench                 # every case, on the GPU
+    python -m pyfuser.bench                                # every case, on the GPU
     python -m pyfuser.bench --cases softmax,layer_norm     # cases whose name contains a substring
     python -m pyfuser.bench --cases general                # a group: the held-out cases
     python -m pyfuser.bench --quick --no-compile           # fewer repetitions, no torch.compile
     python -m pyfuser.bench --dry-run                      # no GPU: tiny sizes on CPU, checks only
-    python -m pyfuser.bench --from-json FILE               # table/PNG/docs from a saved run's JSON
-    python -m pyfuser.bench --model bert [OPTIONS]         # BERT training steps (pyfuser.bench.bert_bench;
-                                                           # its options: --model bert --help)
-    python -m pyfuser.bench --model zoo [OPTIONS]          # the model zoo's training steps
-                                                           # (pyfuser.bench.zoo_bench; --model zoo --help)
+    python -m pyfuser.bench --from-json FILE               # the table (and with --out, the chart) of a saved run
+    python -m pyfuser.bench --model bert [OPTIONS]         # BERT training steps (--model bert --help)
+    python -m pyfuser.bench --model zoo [OPTIONS]          # the model zoo's training steps (--model zoo --help)
 
-On the lent GPU machine (a copy of the tree, no .git): PYFUSER_COMMIT=<hash>
-PYTHONPATH=src python -m pyfuser.bench --out $OUT, then here
-python -m pyfuser.bench --from-json <fetched>.json copies the JSON into
-benchmarks/results, draws the PNG and updates docs/BENCHMARKS.md.
-
-Writes <out>/<date>-<gpu>.json after every case (so a run cut short keeps what it
-measured), then <out>/<date>-<gpu>.png (needs matplotlib) and this run's section of
-docs/BENCHMARKS.md.  Exit status: 0 when every check is ok, 1 otherwise, 2 on bad usage.
+Writes only where it is told: the run's JSON (after every case, so a run cut short
+keeps what it measured) and its chart (needs matplotlib) go to --out, by default a
+new folder pyfuser-bench-<date>-<gpu> in the current directory (a dry run writes
+nothing unless --out is given); --docs FILE also puts the run's section in that
+markdown file.  Exit status: 0 when every check is ok, 1 otherwise, 2 on bad usage.
 """
+# The project's own GPU runs record into the source tree by naming it: from the
+# repository root, PYTHONPATH=src python -m pyfuser.bench --out benchmarks/results
+# --docs docs/BENCHMARKS.md (PYFUSER_COMMIT=<hash> where the tree has no .git), or
+# --from-json FILE with the same two flags for a JSON fetched from another machine.
 from __future__ import annotations
 
 import argparse
@@ -32,20 +31,21 @@ import sys
 import time
 import warnings
 
+# The source tree this module runs from, when it does (for the commit only: outputs go
+# where --out and --docs say).
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-if not os.path.exists(os.path.join(ROOT, "pyproject.toml")):
-    ROOT = os.getcwd()
 DRY_SCALE = 1.0 / 4096
 
 
 def parse(argv):
     p = argparse.ArgumentParser(prog="python -m pyfuser.bench", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n".join(__doc__.splitlines()[2:]))
+                                epilog="\n".join(__doc__.strip().splitlines()[2:]))
     p.add_argument("--cases", default="", help="comma-separated substrings of case names (default: all)")
     p.add_argument("--quick", action="store_true", help="fewer repetitions (do_bench warmup=10 ms, rep=30 ms)")
-    p.add_argument("--out", default=None, help="folder for the JSON and PNG (default: benchmarks/results; "
-                                               "a dry run writes nothing unless --out is given)")
+    p.add_argument("--out", default=None, help="folder for the JSON and PNG (default: a new folder "
+                                               "pyfuser-bench-<date>-<gpu> here; a dry run writes nothing "
+                                               "unless --out is given)")
     p.add_argument("--no-compile", action="store_true", help="do not time torch.compile")
     p.add_argument("--model", default=None, choices=("bert", "zoo"),
                    help="whole-model benchmark, eager vs torch.compile vs pyfuser: bert (BERT training steps; "
@@ -55,9 +55,9 @@ def parse(argv):
                    help="build every case at tiny sizes on CPU (Triton interpreter) and check it; no timing")
     p.add_argument("--scale", type=float, default=None,
                    help=f"size scale (default 1.0; dry run {DRY_SCALE:g}): rows scale linearly, widths by sqrt")
-    p.add_argument("--docs", default=None, help="markdown file to put this run's section in "
-                                                "(default docs/BENCHMARKS.md; a dry run only with --docs)")
-    p.add_argument("--no-docs", action="store_true", help="do not touch docs/BENCHMARKS.md")
+    p.add_argument("--docs", default=None, help="markdown file to put this run's section in (created if "
+                                                "missing; default: none)")
+    p.add_argument("--no-docs", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
     p.add_argument("--budget", type=float, default=420.0,
                    help="seconds; once spent, the remaining cases skip torch.compile (0: no limit; default 420)")
     p.add_argument("--cpu-timing", action="store_true",
@@ -65,7 +65,7 @@ def parse(argv):
                         "--no-compile); a self-test of the harness, the numbers mean nothing")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.add_argument("--from-json", default=None, metavar="FILE",
-                   help="do not run: print the table and write the PNG and docs section from a saved JSON")
+                   help="do not run: print a saved run's table (its PNG with --out, its docs section with --docs)")
     return p.parse_args(argv)
 
 
@@ -102,6 +102,19 @@ def _versions():
     return torch.__version__, tv
 
 
+def default_out(header) -> str:
+    """A new folder in the current directory named for the run (a later run on the same
+    day and GPU gets a numbered one)."""
+    from . import report
+
+    base = os.path.join(os.getcwd(), f"pyfuser-bench-{header['date']}-{report.slug(header['gpu'])}")
+    path, n = base, 1
+    while os.path.exists(path):
+        n += 1
+        path = f"{base}-{n}"
+    return path
+
+
 def _outputs(header, out_dir, rows, docs_path):
     from . import report
 
@@ -127,14 +140,14 @@ def from_json(args) -> int:
     print()
     for line in report.summary_lines(header, rows):
         print(line)
-    out_dir = args.out or os.path.join(ROOT, "benchmarks", "results")
-    target = os.path.join(out_dir, f"{header['date']}-{report.slug(header['gpu'])}.json")
-    if os.path.abspath(target) != os.path.abspath(args.from_json):  # e.g. fetched from the GPU machine
-        os.makedirs(out_dir, exist_ok=True)
-        shutil.copyfile(args.from_json, target)
-        print(f"copied {args.from_json} -> {target}", flush=True)
-    docs = None if args.no_docs else (args.docs or os.path.join(ROOT, "docs", "BENCHMARKS.md"))
-    _outputs(header, out_dir, rows, docs)
+    out_dir = args.out
+    if out_dir:
+        target = os.path.join(out_dir, f"{header['date']}-{report.slug(header['gpu'])}.json")
+        if os.path.abspath(target) != os.path.abspath(args.from_json):  # e.g. fetched from the GPU machine
+            os.makedirs(out_dir, exist_ok=True)
+            shutil.copyfile(args.from_json, target)
+            print(f"copied {args.from_json} -> {target}", flush=True)
+    _outputs(header, out_dir, rows, None if args.no_docs else args.docs)
     return 0
 
 
@@ -202,7 +215,9 @@ def main(argv=None) -> int:
     print(f"pyfuser bench: {header['gpu']}, commit {commit}{' (dirty)' if dirty else ''}, torch {tv}, "
           f"triton {trv}, {len(cases)} case(s), mode {header['mode']}, scale {opts.scale:g}", flush=True)
 
-    out_dir = args.out if args.out else (None if dry else os.path.join(ROOT, "benchmarks", "results"))
+    out_dir = args.out if args.out else (None if dry else default_out(header))
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
     json_path = os.path.join(out_dir, f"{header['date']}-{report.slug(header['gpu'])}.json") if out_dir else None
     kept = []
     if json_path and args.cases and os.path.exists(json_path):  # a partial re-run: keep the other cases' rows
@@ -241,10 +256,7 @@ def main(argv=None) -> int:
     for line in report.summary_lines(header, rows):
         print(line)
     print(f"total {header['total_s']:.0f} s", flush=True)
-    docs = None
-    if not args.no_docs and (args.docs or not dry):
-        docs = args.docs or os.path.join(ROOT, "docs", "BENCHMARKS.md")
-    _outputs(header, out_dir, rows, docs)
+    _outputs(header, out_dir, rows, None if args.no_docs else args.docs)
     return 0 if all(r.get("check") == "ok" for r in rows) else 1
 
 

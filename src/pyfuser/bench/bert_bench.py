@@ -1,8 +1,8 @@
 """BERT training steps: eager vs torch.compile (Inductor) vs torch.compile(backend="pyfuser").
 
-    PYTHONPATH=src python -m pyfuser.bench.bert_bench                 # 64x128 and 16x512, on the GPU
-    PYTHONPATH=src python -m pyfuser.bench.bert_bench --configs 64x128 --steps 10 --no-dropout
-    PYTHONPATH=src python -m pyfuser.bench --model bert [same options]  # the same, from the bench
+    python -m pyfuser.bench.bert_bench                 # 64x128 and 16x512, on the GPU
+    python -m pyfuser.bench.bert_bench --configs 64x128 --steps 10 --no-dropout
+    python -m pyfuser.bench --model bert [same options]  # the same, from the bench
 
 The model is ``BertForMaskedLM`` built from ``transformers.BertConfig()`` (bert-base,
 random weights, nothing downloaded, eager attention).  Each implementation starts

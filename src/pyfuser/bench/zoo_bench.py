@@ -1,6 +1,6 @@
 """The model zoo's training steps: eager vs torch.compile vs torch.compile(backend="pyfuser").
 
-    PYTHONPATH=src python -m pyfuser.bench --model zoo                      # every model, full sizes, GPU
+    python -m pyfuser.bench --model zoo                      # every model, full sizes, GPU
     python -m pyfuser.bench --model zoo --models gpt2,vit --steps 10
     python -m pyfuser.bench --model zoo --varlen gpt2                        # + a variable-length run
     python -m pyfuser.bench --model zoo --tiny --device cpu --steps 2        # a smoke test, not a benchmark

@@ -27,7 +27,8 @@ ATen.
 from __future__ import annotations
 
 from ..errors import AccuracyError
-from .accuracy import TOLERANCES, check_accuracy, set_tolerance
+from .accuracy import TOLERANCES, CheckSummary, check_accuracy, set_tolerance
+from .accuracy import summary as check_summary
 from .backend import pyfuser_backend
 from .explanation import Explanation, explain, fused_share
 from .region import FallbackWarning, reset, stats
@@ -53,4 +54,4 @@ def _register():
 _register()
 
 __all__ = ["pyfuser_backend", "stats", "reset", "FallbackWarning", "BACKEND_NAMES", "check_accuracy", "set_tolerance",
-           "TOLERANCES", "AccuracyError", "explain", "Explanation", "fused_share"]
+           "TOLERANCES", "AccuracyError", "check_summary", "CheckSummary", "explain", "Explanation", "fused_share"]

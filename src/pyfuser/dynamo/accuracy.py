@@ -31,6 +31,11 @@ ATen's generators draw different numbers.  Regions reading a mask made elsewhere
 are compared (both paths read the same mask).  Compare with dropout off to cover
 everything.
 
+The mode says what it checked: ``pyfuser.dynamo.check_summary()`` (``summary``) gives
+the regions and graphs compared, the calls, and the largest difference an output
+that passed had (absolute, and as a share of its tolerance); a process that checked
+anything prints that line on stderr at exit.
+
 Tolerance per dtype (``TOLERANCES``, overridable with ``set_tolerance``): an output
 passes where ``|got - want| <= atol * scale + rtol * |want|``, ``scale`` being the
 largest finite ``|want|`` of that output (at least 1): a fused region reorders sums,
@@ -39,13 +44,17 @@ NaN, infinities must match, integers and bools are exact.
 """
 from __future__ import annotations
 
+import atexit
 import math
-import os
+import sys
+import threading
+from dataclasses import dataclass
 
 import torch
 
 from ..compat import mark_boxed, op_schema, share_codegen
 from ..errors import AccuracyError
+from ..settings import read
 from . import views
 from .region import STATS
 
@@ -66,10 +75,10 @@ _switch: list = [None]  # None: PYFUSER_CHECK decides
 
 def enabled() -> bool:
     """Whether graphs compiled now are checked: ``check_accuracy``'s switch, else
-    ``PYFUSER_CHECK`` (on unless unset, empty or 0)."""
+    ``pyfuser.config.check`` (``PYFUSER_CHECK``, or the option ``check``)."""
     if _switch[0] is not None:
         return _switch[0]
-    return os.environ.get("PYFUSER_CHECK", "0") not in ("", "0")
+    return read("check")
 
 
 class check_accuracy:
@@ -158,9 +167,94 @@ def _outputs(v) -> tuple:
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
 
-def raise_first(where: str, detail: str, got, want, skip=frozenset(), names=()):
+# -- what the checks saw: ``summary()``, printed at exit ---------------------------------
+
+
+@dataclass(frozen=True)
+class CheckSummary:
+    """What the accuracy mode checked in this process: ``regions`` and ``graphs`` (names)
+    compared at least once, ``calls`` comparisons, and the largest difference seen in
+    an output that passed: ``largest`` (absolute), ``share`` (of its tolerance there,
+    the closest to failing), ``where`` (the region or graph, and the output)."""
+
+    regions: tuple
+    graphs: tuple
+    calls: int
+    views: int
+    largest: float
+    share: float
+    where: str | None
+
+    def __str__(self):
+        worst = (f"largest difference {self.largest:.3g} ({100 * self.share:.1f}% of its tolerance) in {self.where}"
+                 if self.where else "no float outputs compared")
+        return (f"pyfuser accuracy check: {len(self.regions)} regions and {len(self.graphs)} graphs checked over "
+                f"{self.calls} calls ({self.views} fast-path views), every output within tolerance; {worst}")
+
+
+_seen = {"regions": {}, "graphs": {}, "calls": 0, "views": 0, "largest": 0.0, "share": -1.0, "where": None}
+_SEEN_LOCK = threading.Lock()
+_at_exit = [False]
+
+
+def summary() -> CheckSummary:
+    """What the accuracy mode checked so far (``pyfuser.dynamo.check_summary()``)."""
+    with _SEEN_LOCK:
+        s = dict(_seen)
+        return CheckSummary(tuple(s["regions"]), tuple(s["graphs"]), s["calls"], s["views"],
+                            s["largest"], max(s["share"], 0.0), s["where"])
+
+
+def reset_summary():
+    with _SEEN_LOCK:
+        _seen.update(regions={}, graphs={}, calls=0, views=0, largest=0.0, share=-1.0, where=None)
+
+
+def _say_at_exit():
+    s = summary()
+    if s.calls:
+        sys.stderr.write(f"{s}\n")
+
+
+def _watch_at_exit():
+    if not _at_exit[0]:
+        _at_exit[0] = True
+        atexit.register(_say_at_exit)
+
+
+def _difference(got, want):
+    """(largest |got - want|, its largest share of the tolerance) of a float output
+    that passed; None for other outputs."""
+    if not (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor) and want.dtype.is_floating_point
+            and got.shape == want.shape and want.numel()):
+        return None
+    g, w = got.detach().double(), want.detach().to(got.device).double()
+    rtol, atol = TOLERANCES.get(want.dtype, (0.0, 0.0))
+    both = torch.isfinite(g) & torch.isfinite(w)
+    scale = max(1.0, w.abs().where(torch.isfinite(w), 0.0).max().item())
+    diff = (g - w).abs().where(both, 0.0)
+    allowed = atol * scale + rtol * w.abs()
+    share = (diff / allowed).where(allowed > 0, 0.0).max().item()
+    return diff.max().item(), share
+
+
+def _record(where: str, region: bool, got, want, skip):
+    worst = None
+    for pos, (g, w) in enumerate(zip(got, want)):
+        d = None if pos in skip else _difference(g, w)
+        if d is not None and (worst is None or d[1] > worst[1]):
+            worst = (d[0], d[1], pos)
+    with _SEEN_LOCK:
+        _seen["regions" if region else "graphs"][where] = True  # a dict: ordered, unique
+        _seen["calls"] += 1
+        if worst is not None and worst[1] > _seen["share"]:
+            _seen.update(largest=worst[0], share=worst[1], where=f"{where}, output {worst[2]}")
+
+
+def raise_first(where: str, detail: str, got, want, skip=frozenset(), names=(), region=True):
     """Compare each output of ``got`` with ``want`` (positions in ``skip`` are not);
-    raise an ``AccuracyError`` at the first that disagrees."""
+    raise an ``AccuracyError`` at the first that disagrees; else record the largest
+    difference (``summary``)."""
     got, want = _outputs(got), _outputs(want)
     if len(got) != len(want):
         raise AccuracyError(f"pyfuser accuracy check: {where} returned {len(got)} outputs, ATen {len(want)}; "
@@ -174,6 +268,7 @@ def raise_first(where: str, detail: str, got, want, skip=frozenset(), names=()):
             raise AccuracyError(f"pyfuser accuracy check: {where} output {pos}{name} differs from ATen: "
                                 f"{bad['what']}; {detail}", where=where, output=pos, index=bad.get("index"),
                                 got=bad.get("got"), want=bad.get("want"))
+    _record(where, region, got, want, skip)
 
 
 # -- what a graph writes and what depends on random numbers ------------------------------
@@ -279,6 +374,7 @@ class CheckedRegion(torch.nn.Module):
 def check_regions(gm: torch.fx.GraphModule, region_type, where: str) -> int:
     """Wrap each ``region_type`` child of ``gm`` (a graph named ``where``) in a
     ``CheckedRegion``; returns how many."""
+    _watch_at_exit()
     count = 0
     for name, mod in list(gm.named_children()):
         if isinstance(mod, region_type):
@@ -295,6 +391,8 @@ def _same_view(name: str, ops, x, got, want):
     detail = (f"view node {name} ({' -> '.join(map(str, ops))} of an input of size {list(x.shape)}, stride "
               f"{list(x.stride())}, storage offset {x.storage_offset()})")
     STATS["checked_views"] += 1
+    with _SEEN_LOCK:
+        _seen["views"] += 1
     if got.shape != want.shape:
         raise AccuracyError(f"pyfuser accuracy check: {detail}: size {list(got.shape)}, ATen {list(want.shape)}",
                             where=name)
@@ -375,7 +473,7 @@ class CheckedGraph:
         mine = run_aside(self.rewritten, ref2, self.random)
         STATS["checked_graph_calls"] += 1
         raise_first(f"{self.name} (the backend's rewrites outside regions, regions run in ATen)",
-                    "outputs are named by the traced graph's nodes", mine, want, self.skip, self.names)
+                    "outputs are named by the traced graph's nodes", mine, want, self.skip, self.names, region=False)
         return got
 
 

@@ -30,8 +30,10 @@ from collections import Counter
 
 import torch
 
-from ..compat import (aot_autograd, aot_forward_metadata, functorch_config, fx_graph_cse, min_cut_partition,
-                      share_codegen, unset_fake_temporarily)
+from ..compat import (aot_autograd, aot_forward_metadata, functorch_config, fx_graph_cse, mark_boxed,
+                      min_cut_partition, share_codegen, unset_fake_temporarily)
+from ..errors import SettingError
+from ..settings import BY_NAME, OPTIONS, checked, config, read, validate_environment
 from . import accuracy, graphs, logs
 from .broadcast_copies import broadcast_copies
 from .decompositions import decomposition_table
@@ -105,11 +107,32 @@ def _rewritten(gm):
                                                         "the graph stays as traced there")
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, check=None, kind=None):
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, check=None, kind=None, options=()):
     """AOTAutograd's forward / backward / inference compiler; a training graph that
     can be replayed as a CUDA graph is (``graphs.py``).  ``check``: the accuracy mode
     (``accuracy.py``; None: as it is now).  ``kind`` names the graph in the logs
-    (``logs.py``; default "backward" or "forward")."""
+    (``logs.py``; default "backward" or "forward").  ``options``: (setting, value)
+    pairs of ``torch.compile``'s options, in force while the graph compiles and runs."""
+    if not options:
+        with logs.scoped_level(read("log")):
+            return _compile_graph(gm, backward, check, kind)
+    values = dict(options)
+    with config.patch(**values), logs.scoped_level(read("log")):
+        return _scoped(_compile_graph(gm, backward, check, kind), values)
+
+
+def _scoped(compiled, values: dict):
+    """Boxed ``compiled`` run with settings ``values`` in force (and their log level)."""
+
+    def run(args):
+        with config.patch(**values), logs.scoped_level(read("log")):
+            return compiled(args)
+
+    mark_boxed(run)
+    return run
+
+
+def _compile_graph(gm, backward, check, kind):
     from functorch.compile import make_boxed_func
 
     traced = gm
@@ -135,9 +158,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, chec
         warn_once(f"views: {type(err).__name__}", f"rewriting views failed ({type(err).__name__}); ATen takes them")
     if accuracy.enabled() if check is None else check:
         return _checked(traced, gm, "backward graph" if backward else "forward graph")
-    forward = gm.forward
-    if logs.log.isEnabledFor(logging.INFO):  # the first run's kernels and segments, logged
-        forward = logs.first_run_logged(forward, gm, name)
+    forward = logs.first_run_watched(gm.forward, gm, name)  # progress and, at INFO, what it built
     if kind in ("forward", "backward") and graphs.enabled():
         visible, why_not = (0, None) if backward else _visible_outputs()
         why_not = why_not or graphs.not_graphable(gm)
@@ -200,16 +221,43 @@ def partition_joint(joint_module, joint_inputs, **kwargs):
 
 
 @functools.lru_cache(maxsize=None)
-def _aot_backend(check: bool):
+def _aot_backend(check: bool, options: tuple = ()):
     """AOTAutograd with pyfuser's compilers.  The accuracy mode is bound when Dynamo
     compiles: AOTAutograd compiles a backward graph at its first call, maybe after
-    the mode was switched, and it must be checked as its forward is."""
-    compiler = functools.partial(compile_graph, check=check)
+    the mode was switched, and it must be checked as its forward is.  ``options``:
+    ``torch.compile``'s, as sorted (setting, value) pairs."""
+    compiler = functools.partial(compile_graph, check=check, options=options)
     return aot_autograd(fw_compiler=compiler, bw_compiler=functools.partial(compiler, backward=True),
                         inference_compiler=functools.partial(compiler, kind="inference"),
                         partition_fn=partition_joint, decompositions=decomposition_table())
 
 
-def pyfuser_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
-    """``torch.compile(model, backend=pyfuser_backend)``, also registered as "pyfuser"."""
-    return _aot_backend(accuracy.enabled())(gm, example_inputs, **kwargs)
+def pyfuser_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
+    """``torch.compile(model, backend=pyfuser_backend)``, also registered as "pyfuser".
+
+    ``options`` (``torch.compile(..., options={...})``): settings of this compiled model
+    (``settings.OPTIONS``: dump, prof, check, cuda_graphs, log, progress), in force
+    while its graphs compile and run.  An unknown option, a process-wide setting, or a
+    value pyfuser cannot use (here or in a ``PYFUSER_*`` variable) raises
+    ``SettingError`` now, rather than leaving the model unfused."""
+    values = backend_options(options)
+    with config.patch(**values):
+        validate_environment()
+        check = accuracy.enabled()
+    return _aot_backend(check, tuple(sorted(values.items())))(gm, example_inputs, **kwargs)
+
+
+def backend_options(options) -> dict:
+    """``torch.compile``'s ``options``, checked: setting name -> parsed value."""
+    if not options:
+        return {}
+    if not isinstance(options, dict):
+        raise SettingError(f"torch.compile(backend='pyfuser', options=...): expected a dict, got {options!r}")
+    for name in options:
+        if name not in OPTIONS:
+            known = BY_NAME.get(name)
+            why = (f"{name!r} is a process-wide setting: set {known.env} or pyfuser.config.{name}" if known else
+                   f"unknown option {name!r}")
+            raise SettingError(f"torch.compile(backend='pyfuser', options=...): {why}; options: {', '.join(OPTIONS)} "
+                               f"(docs/SETTINGS.md)")
+    return checked(options, "torch.compile(backend='pyfuser', options=...)")

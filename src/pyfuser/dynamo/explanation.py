@@ -7,6 +7,8 @@
     for o in e.outside: print(o.node.name, o.node.target, o.code, o.reason.detail, o.node.source)
     e.rejections                                   # (region, segment, scheduler, code) run as torch ops
     print(e)                                       # the TORCH_LOGS="pyfuser" text
+    print(e.program())                             # each region's FusionDefinitions and kernels' source
+    e.definitions(), e.kernels()                   # the same as data, by region name
 
 The model is compiled with ``backend="pyfuser"`` and ``dynamic=False`` afresh (a
 backend of its own, so Dynamo compiles it again even if it was compiled before; static
@@ -59,6 +61,37 @@ class Explanation:
             for code, n in g.reasons().items():
                 out[code] = out.get(code, 0) + n
         return out
+
+    def definitions(self, region: str | None = None) -> dict:
+        """Region name -> ``print(fd)``'s text of each of its FusionDefinitions (of
+        region ``region`` alone when given)."""
+        return {r.name: [text for _, text in r.definitions] for r in self._regions(region)}
+
+    def kernels(self, region: str | None = None) -> dict:
+        """Region name -> the ``report.Kernel`` (name, scheduler, Triton source) of each
+        kernel its fusions ran (of region ``region`` alone when given)."""
+        return {r.name: list(r.kernels) for r in self._regions(region)}
+
+    def program(self, region: str | None = None) -> str:
+        """The program that ran, as text: per region its FX nodes, each FusionDefinition
+        and each kernel's source (what ``TORCH_LOGS="+pyfuser"`` logs)."""
+        lines = []
+        for r in self._regions(region):
+            lines.append(f"# region {r.name}: {', '.join(f'{n.name} = {n.target}' for n in r.nodes)}")
+            if not r.fused:
+                lines.append(f"# runs in ATen: {r.fallback}")
+            for fid, text in r.definitions:
+                lines += [f"# fusion{fid}", text.rstrip("\n")]
+            for k in r.kernels:
+                lines += [f"# fusion{k.fusion_id}: kernel {k.name} ({k.scheduler})", k.source.rstrip("\n")]
+            lines.append("")
+        return "\n".join(lines)
+
+    def _regions(self, name):
+        found = [r for r in self.regions if name is None or r.name == name]
+        if name is not None and not found:
+            raise KeyError(f"explain: no region {name!r}; regions: {', '.join(r.name for r in self.regions)}")
+        return found
 
     def __str__(self):
         return "\n".join(line for g in self.graphs for line in logs.summary_lines(g))

@@ -65,13 +65,13 @@ on.  ``stats()`` counts ``graph_captures``, ``graph_capture_failures``,
 from __future__ import annotations
 
 import logging
-import os
 import weakref
 
 import torch
 
 from ..compat import foreach_copy_, mark_boxed, reinterpret_tensor as _reinterpret, storage_id, storage_use_count
 from ..runtime.executor import fast_path_allowed
+from ..settings import read
 from .graph_checks import mutated_inputs, not_graphable, symbolic  # noqa: F401 - the backend asks them here
 from .recording import forget, record as _cuda_capture, release_cached
 from .region import STATS, capturing, warn_once
@@ -90,8 +90,9 @@ _log = logging.getLogger(__name__)
 
 
 def enabled() -> bool:
-    """Whether backward graphs may be captured (``PYFUSER_CUDA_GRAPHS``, default on)."""
-    return os.environ.get("PYFUSER_CUDA_GRAPHS", "1") != "0" and torch.cuda.is_available()
+    """Whether training graphs may be captured (``pyfuser.config.cuda_graphs``: ``PYFUSER_CUDA_GRAPHS``
+    or the option ``cuda_graphs``, default on)."""
+    return read("cuda_graphs") and torch.cuda.is_available()
 
 
 def _storage_key(t: torch.Tensor) -> int:

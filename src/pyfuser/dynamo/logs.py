@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
 import time
 from collections import Counter
@@ -42,6 +43,7 @@ from ..compat import artifact_logger, compile_id, register_torch_logs
 from ..runtime import dump
 from ..runtime.cache import cache_info
 from ..runtime.executor import kernel_sources
+from ..settings import read
 from . import report as reports
 from .region import STATS, FusedRegion
 
@@ -93,17 +95,28 @@ def _progress_line() -> str:
 
 @contextlib.contextmanager
 def progress(what: str):
-    """Log ``what`` and, every ``HEARTBEAT_S`` until the block ends, what has been done."""
-    if not log.isEnabledFor(logging.INFO):
+    """Every ``HEARTBEAT_S`` until the block ends, log what has been done (at INFO); with
+    INFO off, say it on stderr once the block has run ``pyfuser.config.progress``
+    seconds (``PYFUSER_PROGRESS``; 0: never), then every ``HEARTBEAT_S``."""
+    info = log.isEnabledFor(logging.INFO)
+    after = HEARTBEAT_S if info else read("progress")
+    if not after:
         yield
         return
     done = threading.Event()
     start = time.perf_counter()
 
     def beat():
-        while not done.wait(HEARTBEAT_S):
-            log.info("pyfuser: still %s after %.0f s: %s", what, time.perf_counter() - start, _progress_line(),
-                     extra={"pyfuser_progress": _progress()})
+        wait = after
+        while not done.wait(wait):
+            wait = HEARTBEAT_S
+            if info:
+                log.info("pyfuser: still %s after %.0f s: %s", what, time.perf_counter() - start, _progress_line(),
+                         extra={"pyfuser_progress": _progress()})
+            else:
+                sys.stderr.write(f"pyfuser: still {what} after {time.perf_counter() - start:.0f} s: "
+                                 f"{_progress_line()} (PYFUSER_PROGRESS=0 silences this)\n")
+                sys.stderr.flush()
 
     thread = threading.Thread(target=beat, name="pyfuser-progress", daemon=True)
     thread.start()
@@ -184,6 +197,63 @@ def _fusion_text(gm, region) -> list:
         if hasattr(entry, "fd"):
             lines += [f"# fusion{entry.fd.id}", repr(entry.fd).rstrip("\n")]
     return lines
+
+
+def first_run_watched(fn, gm, name: str):
+    """``fn`` (the graph's forward) with its first call watched: at INFO, logged
+    (``first_run_logged``); else with the progress heartbeat alone when that is on."""
+    if log.isEnabledFor(logging.INFO):
+        return first_run_logged(fn, gm, name)
+    if not read("progress"):
+        return fn
+    state = {"first": True}
+
+    def run(*args):
+        if not state["first"]:
+            return fn(*args)
+        state["first"] = False
+        with progress(f"running {name} for the first time (building its kernels)"):
+            return fn(*args)
+
+    return run
+
+
+_level_lock = threading.Lock()
+_levels: list = []  # the levels of the scoped_level blocks in force
+_saved: dict = {}  # while any is: the logger's own level and propagate, and the handler added
+
+
+@contextlib.contextmanager
+def scoped_level(level: str):
+    """``pyfuser.config.log`` ("info", "debug"; "": nothing): inside the block the
+    ``pyfuser`` logger logs at that level to stderr, as ``TORCH_LOGS=pyfuser`` (or
+    ``+pyfuser``) would, unless it already does."""
+    want = {"info": logging.INFO, "debug": logging.DEBUG}.get(level)
+    root = logging.getLogger("pyfuser")
+    if want is None or (root.isEnabledFor(want) and root.handlers and not _levels):
+        yield
+        return
+    with _level_lock:
+        if not _levels:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            _saved.update(level=root.level, propagate=root.propagate, handler=handler)
+            root.addHandler(handler)
+            root.propagate = False  # no second copy through a root handler
+        _levels.append(want)
+        root.setLevel(min(_levels))
+    try:
+        yield
+    finally:
+        with _level_lock:
+            _levels.remove(want)
+            if _levels:
+                root.setLevel(min(_levels))
+            else:
+                root.removeHandler(_saved["handler"])
+                root.setLevel(_saved["level"])
+                root.propagate = _saved["propagate"]
+                _saved.clear()
 
 
 def first_run_logged(fn, gm, name: str):

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-import warnings
 from collections import Counter
 
 import torch
@@ -33,7 +32,11 @@ from torch.fx.node import Node
 
 from ..compat import module_call_hooked
 from ..runtime.executor import fast_path_allowed, prepared_for, run_prepared
+<<<<<<< HEAD
 from .recording import out_of_memory
+=======
+from ..settings import warn_user
+>>>>>>> i55
 from .rules import Unsupported, meta
 from .translate import InputSpec, Translation, hints, input_layout, is_symbolic, size_key, sym_shape, translate
 
@@ -70,7 +73,7 @@ def warn_once(cause: str, message: str):
     if cause in _warned:
         return
     _warned.add(cause)
-    warnings.warn(f"pyfuser.dynamo: {message}", FallbackWarning, stacklevel=3)
+    warn_user(f"pyfuser.dynamo: {message}", FallbackWarning)  # shown at the user's line
 
 
 def stats() -> dict:

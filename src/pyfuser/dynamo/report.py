@@ -10,7 +10,8 @@
   back at a region's edge, a region too small to fuse, a fallback after an error;
 * with ``explain=True`` (after the graph's first run, when the fusions' plans are
   cached) each region's segments from ``fd.explain``: the scheduler that took each,
-  and for a segment that runs as torch ops the schedulers' rejection codes.
+  and for a segment that runs as torch ops the schedulers' rejection codes; and the
+  program that ran: each fusion's definition (``print(fd)``) and its kernels' source.
 
 ``logs.py`` prints these reports; ``explain.py`` returns them.  The share of fused
 ops (``GraphReport.fused_ops``) counts ATen call nodes that are neither matmuls
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..runtime.executor import kernel_sources
 from .region import FusedRegion
 from .rules import ATEN_ONLY, ATEN_VIEWS, LAYOUT_COPY_MIN_NUMEL, Reason, meta, why_not
 from .translate import hints
@@ -86,6 +88,17 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class Kernel:
+    """One generated kernel of a region's fusion: its name, the scheduler that made it,
+    its Triton source."""
+
+    fusion_id: int
+    name: str
+    scheduler: str
+    source: str
+
+
+@dataclass(frozen=True)
 class RegionReport:
     name: str  # "<graph name>.<submodule>", unique in the process
     module: str  # the submodule's name in the graph
@@ -94,6 +107,8 @@ class RegionReport:
     fused: bool  # False: it runs its ATen submodule (``fallback`` says why)
     fallback: str | None = None
     segments: tuple = ()  # Segment of each fusion, with ``explain=True``
+    definitions: tuple = ()  # (fusion id, ``print(fd)``'s text) of each fusion, with ``explain=True``
+    kernels: tuple = ()  # Kernel of each fusion's kernels built so far, with ``explain=True``
 
     @property
     def sources(self) -> tuple:
@@ -170,10 +185,12 @@ def build(gm, name: str, kind: str, explain: bool = False) -> GraphReport:
             nodes = _aten_nodes(mod.fallback.graph)
             cause = getattr(mod, "fallback_cause", None)
             segments = _segments(mod) if explain and not mod.broken else ()
-            regions.append(RegionReport(f"{name}.{node.target}", node.target,
-                                        tuple(e.fd.id for e in mod.entries.values() if hasattr(e, "fd")),
+            fds = [e.fd for e in mod.entries.values() if hasattr(e, "fd")]
+            definitions = tuple((fd.id, repr(fd)) for fd in fds) if explain else ()
+            kernels = tuple(Kernel(fd.id, *k) for fd in fds for k in kernel_sources(fd)) if explain else ()
+            regions.append(RegionReport(f"{name}.{node.target}", node.target, tuple(fd.id for fd in fds),
                                         tuple(_info(n) for n in nodes), not mod.broken,
-                                        cause if mod.broken else None, segments))
+                                        cause if mod.broken else None, segments, definitions, kernels))
             counted = sum(_counted_target(str(n.target)) for n in nodes)
             if mod.broken:
                 out += counted

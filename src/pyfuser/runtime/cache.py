@@ -41,7 +41,8 @@ import threading
 import warnings
 from collections import Counter, OrderedDict
 
-from ..errors import CacheDirError, DependencyError, SettingError
+from ..errors import CacheDirError, DependencyError
+from ..settings import BY_NAME, read
 
 COUNTERS: Counter = Counter()
 _COUNT_LOCK = threading.Lock()
@@ -49,8 +50,8 @@ _LOAD_LOCK = threading.RLock()
 _modules: OrderedDict = OrderedDict()  # (module name, "cuda" | "cpu") -> module, least recently used first
 _fallback_dirs: dict = {}  # default path refused -> this process's fresh private directory
 
-KERNEL_MODULES_DEFAULT = 512
-CACHE_FILES_DEFAULT = 2048
+KERNEL_MODULES_DEFAULT = BY_NAME["kernel_modules"].default
+CACHE_FILES_DEFAULT = BY_NAME["cache_files"].default
 
 
 def count(hits: int = 0, launches: int = 0, misses: int = 0, kernels_compiled: int = 0):
@@ -79,20 +80,6 @@ def reset_counters():
         COUNTERS.clear()
 
 
-def setting(name: str, default: int) -> int:
-    """A positive integer setting from the environment (a cache bound)."""
-    raw = os.environ.get(name, "")
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise SettingError(f"{name}: expected a positive integer, got {raw!r}")
-    return value
-
-
 # -- the directory ---------------------------------------------------------------------------
 def _default_dir() -> str:
     return os.path.join(tempfile.gettempdir(), f"pyfuser-{os.getuid()}")
@@ -105,7 +92,7 @@ def cache_dir() -> str:
     failing means someone else made it first (its name is predictable), which must
     not stop this user: the process then uses a fresh private directory of its own
     (``tempfile.mkdtemp``) and warns once."""
-    named = os.environ.get("PYFUSER_CACHE_DIR")
+    named = read("cache_dir")
     if named:
         return private_dir(named, "PYFUSER_CACHE_DIR")
     default = _default_dir()
@@ -179,7 +166,7 @@ def write_file(directory: str, name: str, data: bytes, prune: bool = True) -> st
             os.unlink(tmp)
         raise
     if prune:
-        _prune(directory, setting("PYFUSER_CACHE_FILES", CACHE_FILES_DEFAULT))
+        _prune(directory, read("cache_files"))
     return path
 
 
@@ -222,7 +209,7 @@ def load_kernel(name: str, source: str, device_type: str):
                     raise
                 raise dep from err
             _modules[key] = mod
-            _evict(setting("PYFUSER_KERNEL_MODULES", KERNEL_MODULES_DEFAULT))
+            _evict(read("kernel_modules"))
         else:
             _modules.move_to_end(key)
     fn = getattr(mod, name)

@@ -20,45 +20,30 @@ This module only formats; ``runtime.probe`` decides when.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
 
 from ..ir.analysis import live_exprs_for
 from ..ir.values import ScalarVal
+from ..settings import DUMP_NAMES, ENV_DATA, OVERRIDES, from_env, getenv, read
 
-VALID = ("python_definition", "fusion_args", "scheduler_params", "segmented_fusion", "launch_params",
-         "kernel_code", "ptx", "kernel_time", "cache")
-
-_parsed: dict[str, frozenset] = {}
-_ENV_DATA = getattr(os.environ, "_data", None)  # CPython: the dict behind os.environ, kept current by its setters
-_KEYS: dict[str, object] = {}
-
-
-def getenv(name: str) -> str:
-    """``os.environ.get(name, "")``, several times faster (a missing key costs
-    os.environ a KeyError; docs/TUNING.md#host-time): every execute reads PYFUSER_DUMP
-    and PYFUSER_PROF."""
-    if _ENV_DATA is None:
-        return os.environ.get(name, "")
-    key = _KEYS.get(name)
-    if key is None:
-        key = _KEYS[name] = os.environ.encodekey(name)
-    value = _ENV_DATA.get(key)
-    return "" if value is None else os.environ.decodevalue(value)
+VALID = DUMP_NAMES
+_ENV_DATA = ENV_DATA  # executor's fast check reads it
 
 
 def enabled_dumps() -> frozenset:
+    """The dump names in force (``PYFUSER_DUMP``, or an override: ``pyfuser.config``)."""
+    if OVERRIDES:
+        return read("dump")
     raw = getenv("PYFUSER_DUMP")
     names = _parsed.get(raw)
     if names is None:
-        names = frozenset(n.strip() for n in raw.split(",") if n.strip())
-        bad = sorted(names - set(VALID))
-        if bad:
-            raise ValueError(f"PYFUSER_DUMP: unknown option(s) {', '.join(bad)}; valid options: {', '.join(VALID)}")
-        _parsed[raw] = names
+        names = _parsed[raw] = from_env("dump")
     return names
+
+
+_parsed: dict = {}
 
 
 def dumping(name: str) -> bool:

@@ -37,6 +37,7 @@ from ..reference import run_expr, run_reference, write_aliases
 from ..schedulers.base import current_choices
 from ..segment.aliases import broadcast_chain
 from ..segment.subfusion import bind_sub, needed_exprs
+from ..settings import OVERRIDES, read
 from . import dump, profiler
 from .cache import count
 from .plan import ExecutorCache, Explanation, explain_plan
@@ -48,7 +49,7 @@ from .program import cacheable, prepare
 from .rng_state import draw_seed_offset
 from .toolchain import triton_ptxas
 
-POISON_OUTPUTS = os.environ.get("PYFUSER_POISON_OUTPUTS", "") == "1"
+POISON_OUTPUTS = read("poison_outputs")
 # When a list, every launch appends (kernel, grid, args, kwargs): benchmarks replay
 # them to time the kernels without the host-side work of execute().
 RECORD_LAUNCHES: list | None = None
@@ -383,7 +384,7 @@ def fast_path_allowed() -> bool:
     validates them."""
     if current_choices():
         return False
-    if _ENV_DATA is None:
+    if OVERRIDES or _ENV_DATA is None:
         return not dump.enabled_dumps() and not profiler.printing()
     prof = _ENV_DATA.get(_PROF_KEY)
     return not _ENV_DATA.get(_DUMP_KEY) and (prof is None or prof in _PROF_OFF)

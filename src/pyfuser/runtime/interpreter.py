@@ -60,7 +60,9 @@ import numpy as np
 
 from ..compat import (argument_conversion, interpreted_function_base, interpreter_module, set_argument_conversion,
                       tensor_handle)
+from ..errors import InterpreterWarning
 from ..ir.reductions import HELPERS
+from ..settings import warn_user
 
 # The op table's combine helpers with a numpy equivalent, by the name kernels call them.
 _NUMPY = {h.name: getattr(np, h.numpy) for h in HELPERS if h.numpy is not None}
@@ -189,11 +191,26 @@ def interpreted_module(mod):
                 g[name].rewrite()
 
 
+CPU_WARNING = ("pyfuser runs these kernels on CPU tensors under Triton's interpreter: results are correct but "
+               "much slower than eager PyTorch (for tests and debugging, not for speed); use CUDA tensors to run "
+               "compiled kernels.  Warned once per process.")
+_warned_cpu = [False]
+
+
+def warn_cpu_once():
+    """``InterpreterWarning`` the first time this process builds an interpreted kernel
+    (``fd.execute`` or the torch.compile backend on CPU tensors)."""
+    if not _warned_cpu[0]:
+        _warned_cpu[0] = True
+        warn_user(CPU_WARNING, InterpreterWarning)
+
+
 class InterpretedKernel:
     """``kernel[grid](*args)`` through Triton's interpreter (``fn``: a function of a
     module prepared by ``interpreted_module``), one launch at a time per process."""
 
     def __init__(self, fn):
+        warn_cpu_once()
         self.fn = fn
         self.fp64 = _fp64_parameters(fn.fn)
 

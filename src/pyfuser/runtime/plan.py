@@ -32,10 +32,11 @@ from ..segment.planner import make_plan
 from ..segment.steps import Plan, make_step
 from ..segment.subfusion import SubFusion, subfusion
 from . import dump
-from .cache import count, load_kernel, setting
+from ..settings import BY_NAME, read
+from .cache import count, load_kernel
 from .probe import KernelInfo
 
-PREPARED_SIZES_DEFAULT = 64
+PREPARED_SIZES_DEFAULT = BY_NAME["prepared_sizes"].default
 
 
 @contextlib.contextmanager
@@ -89,7 +90,7 @@ class ExecutorCache:
         a second hash of its fingerprint to reorder the dict."""
         self.prepared[key] = prep
         self.prepared.move_to_end(key)
-        keep = setting("PYFUSER_PREPARED_SIZES", PREPARED_SIZES_DEFAULT)
+        keep = read("prepared_sizes")
         while len(self.prepared) > keep:
             old, entry = next(iter(self.prepared.items()))
             if entry.used and entry is not prep:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import PyfuserError
-from .dump import getenv
+from ..settings import OVERRIDES, from_env, getenv, read
 
 _COPY_GBPS: dict = {}
 
@@ -29,12 +29,13 @@ OFF = ("", "0")  # PYFUSER_PROF values that print nothing
 
 
 def printing() -> bool:
+    """Whether every execute profiles and prints (``PYFUSER_PROF=print``, or an override)."""
+    if OVERRIDES:
+        return read("prof") == "print"
     raw = getenv("PYFUSER_PROF")
     if raw in OFF:
         return False
-    if raw != "print":
-        raise ValueError(f"PYFUSER_PROF: unknown value {raw!r}; valid: print")
-    return True
+    return from_env("prof") == "print"
 
 
 def copy_bandwidth(device: torch.device) -> float | None:

@@ -18,6 +18,7 @@ import torch
 from ..errors import CompileError
 from ..ir.shapes import contiguous_strides
 from ..schedulers.base import current_choices
+from ..settings import read
 from .cache import cache_dir, private_dir, write_file
 
 HEADER = '''"""pyfuser repro: fusion {fid}.
@@ -49,7 +50,7 @@ def make_input(dtype, sizes, strides=None, storage_offset=0):
 
 
 def repro_dir() -> str:
-    named = os.environ.get("PYFUSER_REPRO_DIR")
+    named = read("repro_dir")
     return private_dir(named, "PYFUSER_REPRO_DIR") if named else private_dir(os.path.join(cache_dir(), "repro"),
                                                                              "the repro directory")
 
