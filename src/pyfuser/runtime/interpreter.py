@@ -212,7 +212,7 @@ class InterpretedKernel:
     def __init__(self, fn):
         warn_cpu_once()
         self.fn = fn
-        self.fp64 = _fp64_parameters(fn.fn)
+        self.fp64 = _fp64_parameters(fn.fn) if hasattr(fn, "fn") else frozenset()
 
     def __getitem__(self, grid):
         run, fp64 = self.fn[grid], self.fp64
