@@ -317,8 +317,8 @@ def div_uniform(b, x, y, constant=None):
     """fp32 ``x / y`` for a divisor ``y`` that is uniform along a tile axis ``x`` varies
     on (a softmax's row sum, a runtime scalar, a constant): ``((x * u) * r) * d`` with
     ``r = 1 / (y * u * d)`` rounded once (``div_rn``) where ``y`` lives, so each element
-    pays multiplies instead of an IEEE division (a software sequence, a third of the
-    BERT attention softmax + dropout's time: docs/TUNING.md#index-math).
+    pays multiplies instead of an IEEE division (a software sequence, a third of an
+    attention softmax + dropout's time: docs/TUNING.md#index-math).
 
     ``u`` (2^100 for a tiny divisor) and ``d`` (2^-100 for a huge one) are powers of
     two, 1 otherwise: they keep ``r`` a normal number, and scaling ``x`` up before the
