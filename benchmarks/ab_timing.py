@@ -1,7 +1,7 @@
 """Bench cases timed in rounds, in one process: through ``fd.execute`` (as the bench
 times pyfuser) and by replaying the launches one execute made (kernels only).
 
-    PYTHONPATH=src:benchmarks python benchmarks/ab_timing.py --cases bert_softmax --rounds 3
+    PYTHONPATH=src python benchmarks/ab_timing.py --cases bert_softmax --rounds 3
 
 Run it once per source tree, taking turns (old, new, old, new), to compare two
 versions of the code generator on the same GPU: the spread between rounds of one

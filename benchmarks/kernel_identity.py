@@ -5,9 +5,9 @@ written out and compared between two source trees, without a GPU.
     PYTHONPATH=OLD/src .venv/bin/python benchmarks/kernel_identity.py --out /tmp/kid_old
     .venv/bin/python benchmarks/kernel_identity.py --compare /tmp/kid_old /tmp/kid_new
 
-Each case is planned at full size with the CUDA heuristics (meta inputs, as
-``regcheck.py`` does); for every kernel step the scheduler, its parameters and the
-generated source of each candidate (the heuristics' choice, then the fallbacks the
+Each case is planned at full size with the CUDA heuristics (meta inputs,
+``pyfuser.bench.offline``, as ``regcheck.py`` plans); for every kernel step the
+scheduler, its parameters and the generated source of each candidate (the heuristics' choice, then the fallbacks the
 spill check may move to) are written to ``OUT/<case>.txt``.  Kernel names carry a
 process-wide fusion number, so they are normalised.  ``--compare`` lists every case
 whose file differs, with a unified diff of the first lines that differ; identical
@@ -21,12 +21,9 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from regcheck import meta_inputs, plan_offline  # noqa: E402
-
-from pyfuser.bench.cases import select  # noqa: E402
-from pyfuser.runtime.spills import candidates  # noqa: E402
+from pyfuser.bench.cases import select
+from pyfuser.bench.offline import meta_inputs, plan_offline
+from pyfuser.runtime.spills import candidates
 
 _NAME = re.compile(r"pyfuser_f\d+_k\d+")
 

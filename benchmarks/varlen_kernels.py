@@ -2,7 +2,7 @@
 (compiled once for every length, as a variable-length run uses it) and a graph
 compiled for that length alone (GPU).
 
-    PYTHONPATH=src:benchmarks python benchmarks/varlen_kernels.py bert --layers 4 --length 74
+    PYTHONPATH=src python benchmarks/varlen_kernels.py bert --layers 4 --length 74
 
 The model is built at the zoo bench's full width with ``--layers`` layers.  First it
 is compiled through the backend and trained at two other lengths (Dynamo's automatic

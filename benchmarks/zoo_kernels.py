@@ -1,7 +1,7 @@
 """Which pyfuser kernel is which region of a zoo model, and how near the copy
 bandwidth each runs (GPU).
 
-    PYTHONPATH=src:benchmarks python benchmarks/zoo_kernels.py llama --layers 3 [--out DIR]
+    PYTHONPATH=src python benchmarks/zoo_kernels.py llama --layers 3 [--out DIR]
 
 The model is built at the zoo bench's full width (``pyfuser.bench.zoo_bench.FULL``)
 with ``--layers`` layers (layer 0 often differs from the rest; three show both kinds).

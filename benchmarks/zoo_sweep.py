@@ -1,6 +1,6 @@
 """Scheduler variants of a zoo model's own fusions, each kernel timed alone (GPU).
 
-    PYTHONPATH=src:benchmarks python benchmarks/zoo_sweep.py vit --layers 1 \
+    PYTHONPATH=src python benchmarks/zoo_sweep.py vit --layers 1 \
         --variants "block_k=8,num_warps=2; block_k=16,num_warps=4"
 
 The model is built at the zoo bench's full width (``zoo_bench.full_width``) and trains

@@ -29,11 +29,7 @@ REGENERATE = "make golden  (or: CUDA_VISIBLE_DEVICES= PYTHONPATH=src python benc
 
 
 def _kernel_identity():
-    import sys
-
     bench = os.path.join(ROOT, "benchmarks")
-    if bench not in sys.path:  # kernel_identity imports regcheck as a sibling module
-        sys.path.insert(0, bench)
     spec = importlib.util.spec_from_file_location("kernel_identity", os.path.join(bench, "kernel_identity.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

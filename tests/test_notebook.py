@@ -12,6 +12,11 @@ What ``test_no_lab_notebook_in_src`` rejects in a comment or docstring under src
 A rule's magnitudes in a few words ("about 20 instructions", "about 5 us of a
 launch's host time") stay allowed: they are the why.  The tables, dates and commits
 behind a rule belong in docs/TUNING.md.
+
+The notebook also stays small outside src/: benchmarks/ keeps at most a dozen tools
+that import none of each other, benchmarks/results/ at most 40 records, every record
+a doc cites exists, docs/TUNING.md and docs/BENCHMARKS.md stay short, and core
+comments name a rule, not the model a measurement was made on.
 """
 from __future__ import annotations
 
@@ -33,7 +38,16 @@ _ARROW = re.compile(rf"{_NUM}\s*(?:us|ms)?\s*(?:->|→)\s*{_NUM}\s*(?:us|ms)\b")
 _FROM_TO = re.compile(rf"\bfrom {_NUM} to {_NUM}\s*(?:us|ms)\b")
 _TIMING = re.compile(rf"\b{_NUM}\s*(?:us|ms)\b")
 _HASH = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
-_RESULT = re.compile(r"benchmarks/results/([A-Za-z0-9_.*\-]+\.(?:txt|json|png|log))")
+_RESULT = re.compile(r"benchmarks/results/([A-Za-z0-9_.*{},\-]+\.(?:txt|json|png|log))")
+# ``..._NAME.txt``: a record named without its ``DATE-GPU-`` prefix
+_SHORT = re.compile(r"\.\.\._([A-Za-z0-9_.*{},\-]+\.(?:txt|json|png|log))")
+BENCH = os.path.join(ROOT, "benchmarks")
+MAX_TOOLS, MAX_RESULTS, MAX_TUNING_LINES, MAX_BENCHMARKS_LINES = 12, 40, 550, 350
+# A model named in a core comment (outside src/pyfuser/bench/): "T5" only where it
+# cannot be an IR value's name.
+_MODEL = re.compile(r"\b(?:GPT-?2|BERT|LLaMA|Llama|ViT|RoBERTa|Mistral|Qwen|T5(?='s|-| adds| model))")
+# Worked examples in design essays that explain a rule; anecdotes go to TUNING.md.
+MAX_MODEL_MENTIONS = 0
 
 
 def _py_files():
@@ -86,17 +100,76 @@ def test_no_lab_notebook_in_src():
                        "tag the section):\n" + "\n".join(found))
 
 
+def _expand(name):
+    """``a_{x,y}_b`` -> ``a_x_b``, ``a_y_b``."""
+    m = re.search(r"\{([^{}]*)\}", name)
+    if not m:
+        return [name]
+    return [n for alt in m.group(1).split(",") for n in _expand(name[:m.start()] + alt + name[m.end():])]
+
+
 def test_cited_results_exist():
-    """Every benchmarks/results/ file the docs, the benchmarks' README and src/ cite
-    exists (a ``*`` in a citation must match at least one file)."""
+    """Every benchmarks/results/ file the docs, the READMEs and src/ cite exists: full
+    paths, ``{a,b}`` alternatives and ``..._NAME`` short forms (a ``*`` in a citation
+    must match at least one file)."""
     cited = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) + [os.path.join(ROOT, "README.md"),
-                                                                      os.path.join(ROOT, "benchmarks", "README.md")]
+                                                                      os.path.join(BENCH, "README.md")]
     cited += [p for p in glob.glob(os.path.join(SRC, "**", "*.*"), recursive=True) if p.endswith((".py", ".md"))]
     missing = []
     for path in cited:
         if not os.path.exists(path):
             continue
-        for name in _RESULT.findall(open(path, encoding="utf-8").read()):
-            if not glob.glob(os.path.join(ROOT, "benchmarks", "results", name)):
+        text = open(path, encoding="utf-8").read()
+        names = [n for c in _RESULT.findall(text) for n in _expand(c)]
+        names += ["*" + n for c in _SHORT.findall(text) for n in _expand(c)]
+        for name in names:
+            if not glob.glob(os.path.join(BENCH, "results", name)):
                 missing.append(f"{os.path.relpath(path, ROOT)}: {name}")
     assert not missing, "cited result files missing from benchmarks/results/:\n" + "\n".join(missing)
+
+
+def test_benchmarks_are_a_few_independent_tools():
+    """At most a dozen scripts, none importing another (a shared helper belongs in
+    pyfuser.bench), each documented in benchmarks/README.md."""
+    scripts = sorted(f[:-3] for f in os.listdir(BENCH) if f.endswith(".py"))
+    assert len(scripts) <= MAX_TOOLS, f"{len(scripts)} scripts in benchmarks/ (at most {MAX_TOOLS}): {scripts}"
+    readme = open(os.path.join(BENCH, "README.md"), encoding="utf-8").read()
+    bad = []
+    for name in scripts:
+        if f"`{name}.py" not in readme:
+            bad.append(f"{name}.py: not in benchmarks/README.md")
+        tree = ast.parse(open(os.path.join(BENCH, name + ".py"), encoding="utf-8").read())
+        for node in ast.walk(tree):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{name}.py imports {m}" for m in mods if m.split(".")[0] in scripts]
+        if "sys.path" in open(os.path.join(BENCH, name + ".py"), encoding="utf-8").read():
+            bad.append(f"{name}.py edits sys.path")
+    assert not bad, "\n".join(bad)
+
+
+def test_results_keep_only_latest_runs_and_cited_files():
+    results = os.listdir(os.path.join(BENCH, "results"))
+    assert len(results) <= MAX_RESULTS, (f"{len(results)} files in benchmarks/results/ (at most {MAX_RESULTS}): keep "
+                                         "the latest run per GPU kind and the files the docs cite")
+
+
+def test_tuning_and_benchmarks_pages_stay_short():
+    for name, cap in (("TUNING.md", MAX_TUNING_LINES), ("BENCHMARKS.md", MAX_BENCHMARKS_LINES)):
+        n = len(open(os.path.join(ROOT, "docs", name), encoding="utf-8").read().splitlines())
+        assert n <= cap, f"docs/{name}: {n} lines (at most {cap}): cut history and duplicate tables"
+
+
+def test_core_comments_name_rules_not_models():
+    """A comment says the rule and names its TUNING.md section; which model a
+    measurement was made on belongs in that section."""
+    found = []
+    for path in _py_files():
+        if os.sep + "bench" + os.sep in path:
+            continue
+        for n, line in _prose(path):
+            if _MODEL.search(line):
+                found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
+    assert len(found) <= MAX_MODEL_MENTIONS, (
+        f"{len(found)} model names in core comments (at most {MAX_MODEL_MENTIONS}); state the rule and "
+        "name its docs/TUNING.md section:\n" + "\n".join(found))

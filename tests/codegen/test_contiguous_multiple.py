@@ -113,7 +113,7 @@ def test_the_hint_gives_16_byte_loads_on_sm90():
             seg = rt.segment(b, step.outputs)
             p = step.scheduler.heuristics(seg)
             src, fn = rt.build(seg, step.scheduler, p)
-            args, kw = rc.offline_args(src, step.scheduler, seg, p, b, rc._Env(b))
+            args, kw = rc.offline_args(src, step.scheduler, seg, p, b, rc.MetaEnv(b))
             ptx = compiled_offline(fn, args, kw).asm["ptx"]
             return p.contig_multiple, {re.search(r"(v\d\.)?b\d+$", ld).group(0)
                                        for ld in re.findall(r"ld\.global[\w.:]*", ptx)}

@@ -246,7 +246,7 @@ def test_cos_has_local_memory_but_no_spills():
     seg = rt.segment(b, step.outputs)
     p = step.scheduler.heuristics(seg)
     src, fn = rt.build(seg, step.scheduler, p)
-    args, kw = rc.offline_args(src, step.scheduler, seg, p, b, rc._Env(b))
+    args, kw = rc.offline_args(src, step.scheduler, seg, p, b, rc.MetaEnv(b))
     usage = spills.offline_usage(fn, args, kw)
     assert usage.spills == 0 and usage.local > 0
 

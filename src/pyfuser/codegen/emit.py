@@ -70,7 +70,7 @@ def _store(low, o, idx, val, axes):
 
 def _rows_guard(low, dedup, dropped_axes) -> str | None:
     """A program-level condition for a store that keeps only the rows whose collapsed
-    coordinates are 0 (an output broadcast over some kept dims, such as the BERT
+    coordinates are 0 (an output broadcast over some kept dims, such as an attention
     fusion's [B, 1, 1, S] mask computed on a multi-pass [B, H, S, S] tile): whether
     any row of the program's tile is one of them.  The other programs skip the store
     and the layout change before it (docs/TUNING.md#own-rows; one-block tiles now
@@ -216,7 +216,7 @@ def _own_rows_fit(low, tile, o) -> bool:
 
 
 def _store_own_rows(low, tile, o):
-    """Store ``o``, which differs from the reference along the kept dims (the BERT
+    """Store ``o``, which differs from the reference along the kept dims (an attention
     fusion's [64,1,1,128] scaled mask on the [64,12,128,128] tile), over rows of its
     own: program ``pid`` computes o's rows ``pid, pid + G, ...`` (``G`` programs) from
     its inputs, and the programs past o's rows skip the loop.  A row at a time is a

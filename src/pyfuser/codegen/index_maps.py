@@ -116,7 +116,7 @@ class IndexMaps:
         re-ravelled on its own: [B, S, 768] -> [B, S, 12, 64] costs ``c // 64`` and
         ``c % 64`` of the last coordinate only, which varies along one tile axis, where
         going through the linear index divides it, at every element, by B*S*768 and
-        S*768 too (BERT's Q/K/V bias gradients: docs/TUNING.md#reshape-groups)."""
+        S*768 too (attention's Q/K/V bias gradients: docs/TUNING.md#reshape-groups)."""
         x = e.inputs[0]
         groups = reshape_groups(self.shapes[x], self.shapes[v])
         if groups is None:  # an empty tensor: the linear index, as it comes

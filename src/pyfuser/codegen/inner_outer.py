@@ -23,8 +23,8 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     col_shapes = {reduce_shape(ref_shape, summed, False): False, reduce_shape(ref_shape, summed, True): True}
     from_cols = _computed_from(outputs, tile.outer)
     # Column results: the values computed from a column sum, and the values shaped like
-    # one though computed without (T5's first layer returns the row-major copy of the
-    # position bias it reads): a value of that shape cannot vary along the summed dims,
+    # one though computed without (a first layer that returns the row-major copy of
+    # the position bias it reads): a value of that shape cannot vary along the summed dims,
     # so the programs storing the column sums store it too, once.
     cols = [o for o in outputs if o in from_cols or (
         o not in full and shapes[o] not in row_shapes and shapes[o] in col_shapes)]

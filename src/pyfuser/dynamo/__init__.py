@@ -18,7 +18,7 @@ Files, in processing order:
   and whether distributed training runs (no CUDA-graph replay then);
 * ``accuracy.py``: the accuracy mode (``PYFUSER_CHECK=1``, ``check_accuracy()``): regions,
   fast-path views and rewritten graphs checked against ATen as they run;
-* the BERT training-step benchmark is ``pyfuser.bench.bert_bench``.
+* the training-step benchmarks are ``pyfuser.bench.bert_bench`` and ``zoo_bench``.
 
 ``stats()`` counts what the backend did (FusionDefinitions created, regions,
 fallbacks, backward graphs captured, replayed and run uncaptured); ``FallbackWarning`` is warned once per distinct reason a region runs in

@@ -7,11 +7,11 @@ Dynamo hands the backend an FX graph of torch calls.  AOTAutograd traces it to A
 the joint graph with the min-cut rematerialization partitioner, which recomputes
 cheap fusible values in the backward instead of saving them (it saves dropout's
 bool mask, not the float tensors around it), after ``remat.py`` has given each
-reader of a tensor made from scalars alone (BERT's attention mask) its own copy to
+reader of a tensor made from scalars alone (an attention mask) its own copy to
 recompute.  Each of the two graphs is then
 partitioned (``partition.py``): fusible regions become FusionDefinitions run by
 pyfuser, everything else stays an ATen call.  Before that, matmuls with sizes that
-are not multiples of 8 are padded (``pad_matmuls.py``: BERT's vocabulary of 30522),
+are not multiples of 8 are padded (``pad_matmuls.py``: a vocabulary of 30522),
 and ``REWRITES`` give the partitioner fewer, larger regions reading their inputs in
 order (bmms read transposed computed transposed, one-hot sums per row, reshapes moved
 below pointwise ops, sums through views, strided tensors read broadcast copied once);

@@ -1,12 +1,12 @@
 """A strided tensor that regions read broadcast is copied into row-major order once.
 
-T5's relative position bias is an embedding lookup, [query, key, heads], viewed as
+A relative position bias is an embedding lookup, [query, key, heads], viewed as
 [1, heads, query, key]: along its last dim neighbours lie ``heads`` elements apart.
 Every encoder layer adds it to its [batch, heads, query, key] scores, and a kernel
 walks its values in logical row-major order, so each layer's softmax read the bias
 ``batch`` times over as a gather: one 32-byte sector for every 4 bytes used, all of
-it through the L2.  Copied once into row-major order (12.6 MB at T5-base's 512
-positions), every reader takes whole sectors instead (docs/TUNING.md#broadcast-copies).
+it through the L2.  Copied once into row-major order (12.6 MB at 512 positions
+and 12 heads), every reader takes whole sectors instead (docs/TUNING.md#broadcast-copies).
 
 Rewritten: a tensor strided in its last dim (stride not 1, size above 1) of at least
 ``LAYOUT_COPY_MIN_NUMEL`` elements, read by computing ops whose results are larger

@@ -9,7 +9,7 @@ attention kernels and the like are not in this list and run in ATen.
 ``nll_loss_forward`` is pyfuser's own decomposition (unweighted [N, C] losses; others
 stay in ATen).  ATen's gather reads one value per row from log-probabilities that
 the fusion before it must store in full (fp32, [tokens, vocabulary]: a gigabyte for
-BERT at 64 x 128); as ``gather`` in the fusion, each row's value is read inside the
+8192 tokens of 30522 words); as ``gather`` in the fusion, each row's value is read inside the
 log-softmax's own kernel, at the target's column, and nothing is stored.  A target
 outside [0, C) that is not ``ignore_index`` makes the loss NaN (ATen stops with a
 device-side assert instead); it is never silently read as another class.
@@ -18,7 +18,7 @@ device-side assert instead); it is never silently read as another class.
 fuses into the log-softmax backward, where ATen would fill a zero fp32 tensor of
 [tokens, vocabulary] and scatter one value per row into it.  It matters twice: ATen's
 op takes the log-probabilities as an argument (for their shape only), which made
-the min-cut partitioner save them, a gigabyte of fp32 for BERT at 64 x 128.  With the
+the min-cut partitioner save them, a gigabyte of fp32 for 8192 tokens.  With the
 op decomposed (and ``detach`` an alias, which the partitioner may recompute), the
 forward saves the 16-bit logits and two per-row values and the backward recomputes
 the log-probabilities inside its kernel, as Inductor does.

@@ -27,7 +27,7 @@ never a stale or overwritten result:
   (the saved activations: PyTorch's caching allocator hands a repeated sequence of
   requests the same blocks, and a forward replay hands out the same buffers, so they
   come back where the captured step's were; small blocks move as soon as the loop
-  keeps something small, its losses, and pinning them used up the captures on BERT),
+  keeps something small, its losses, and pinning them used up the captures),
   in a forward every parameter (a leaf that requires grad); in either, every input
   that another graph's replay wrote (``_produced``: the logits a loss graph takes
   after a graph break, a layer's hidden states; they come back in that graph's

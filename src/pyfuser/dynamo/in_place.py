@@ -3,7 +3,7 @@
 A functional graph writes ``index_add(zeros, dim, index, rows)`` (the embedding's
 weight gradient, ``decompositions.embedding_dense_backward``): ATen's out-of-place
 op copies the zeros before adding into the copy, an extra read and write of the
-whole table ([30522, 768] fp32 for BERT: 94 MB each way, per step).  Where the
+whole table ([30522, 768] fp32: 94 MB each way, per step).  Where the
 zeros are made by a ``full`` (``zeros``, ``new_zeros``, ``zeros_like``) that nothing
 else reads, the add goes into them in place (``index_add_``) and the copy is gone.
 """

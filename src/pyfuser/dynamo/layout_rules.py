@@ -193,7 +193,7 @@ def _slice_backward(t, n, a):
 @rule("select_backward.default", ops=["broadcast_in_dim", "pad"], check=_static_dim)
 def _select_backward(t, n, a):
     """The gradient of ``x.select(dim, index)``: the gradient given back its dim, then
-    padded with zeros to the input's size (ViT's [CLS] token read from the sequence)."""
+    padded with zeros to the input's size (a [CLS] token read from the sequence)."""
     sizes = t.shape(n)
     d = a.dim % len(sizes)
     i = a.index % sizes[d]

@@ -3,7 +3,7 @@
 The gradient of ``nll_loss`` (``decompositions.nll_loss_backward``) is a one-hot row:
 ``where((arange(C) == target) & valid, g, 0)``.  ``_log_softmax_backward_data`` then
 sums it over the classes, so the fusion computes a [tokens, vocabulary] selection
-only to add it up: for BERT (8192 x 30522) that row sum was a kernel of its own,
+only to add it up: at 8192 x 30522 that row sum was a kernel of its own,
 compute-bound before any byte of the logits was read (docs/TUNING.md#pad-matmuls).  The sum of such a row
 is ``g`` when the target is a class, else 0, so the sum is rewritten as
 ``where(valid & (0 <= target) & (target < C), g, 0)``, computed per row; what is left

@@ -1,8 +1,8 @@
 """Pad 16-bit matmuls whose sizes are not multiples of 8, before partitioning.
 
 cuBLAS runs a half-precision GEMM at a fraction of its speed when a size, and so a
-leading dimension, is not a multiple of 8 elements (16 bytes): BERT's decoder GEMMs
-over its vocabulary of 30522 take two and a half times as long as over 30528
+leading dimension, is not a multiple of 8 elements (16 bytes): GEMMs over a
+vocabulary of 30522 take two and a half times as long as over 30528
 (docs/TUNING.md#pad-matmuls).  So a ``mm`` / ``addmm`` whose ``K`` or ``M`` is misaligned is rewritten on zero-padded
 operands and its result's rows sliced back (a contiguous view); zeros along K add
 nothing to the products.
@@ -47,7 +47,7 @@ aten = torch.ops.aten
 ALIGN = 8  # elements per 16 bytes of a 16-bit dtype
 # A misaligned dim at least WIDE_DIM long pads to a multiple of LINE elements (128
 # bytes, a cache line) rather than of ALIGN, for at most 1.5% more columns: rows
-# starting on cache lines made GPT-2's head GEMMs and its gradient's pad faster
+# starting on cache lines made a 50257-word head's GEMMs and its gradient's pad faster
 # (docs/TUNING.md#pad-matmuls).
 LINE = 64
 WIDE_DIM = 4096
@@ -130,7 +130,7 @@ def _contiguous_at_outputs(graph, sliced):
     contiguous copy: eager returns contiguous logits, and code that ``view``s them
     must keep working.  The copy is taken of the sliced result itself and viewed as
     the output, so it is one more output of the fusion that reads the logits anyway
-    (BERT's log-softmax statistics read the same [tokens, vocabulary] view once the
+    (a loss's log-softmax statistics read the same [tokens, vocabulary] view once the
     backend folds the view chain back, ``sink_views``): one kernel reads the logits
     once, writes the copy and keeps the statistics.  A copy of the [batch, seq,
     vocabulary] view was a kernel of its own (docs/TUNING.md#pad-matmuls)."""
@@ -154,7 +154,7 @@ def _contiguous_at_outputs(graph, sliced):
 
 def _sums_from_padded(graph, padded: dict):
     """A sum over the leading dims of a tensor that is also padded (the gradient of
-    BERT's decoder output: padded for its GEMMs, summed for the bias gradient) reads
+    a vocabulary projection: padded for its GEMMs, summed for the bias gradient) reads
     the padded copy, through a slice that stays a view between the regions
     (``rules.ATEN_ONLY``), instead of computing the tensor a second time: the
     region that pads it would otherwise recompute it in a column-sum kernel of its

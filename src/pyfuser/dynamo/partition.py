@@ -25,8 +25,8 @@ accepts into acyclic regions.  Then:
   op gains nothing from fusion and pays the fusion's host overhead.  Except a copy
   of a non-contiguous tensor (``rules.is_layout_copy``: a clone, or a key/value
   cache's ``cat`` of one tensor and empty ones): ATen copies a transposed
-  tensor with a generic strided kernel (BERT's attention heads: 96 such copies per
-  training step), pyfuser's pointwise kernel with coalesced, tiled accesses;
+  tensor with a generic strided kernel (attention heads: about a hundred such copies
+  in a 12-layer training step), pyfuser's pointwise kernel with coalesced, tiled accesses;
 * a view inside a region whose result is also used outside it is taken again
   outside (``hoist_output_views``), so the region stores the tensor it computes,
   not a view shaped unlike its rows;
@@ -206,7 +206,7 @@ def regroup_along_data_flow(partitions, order) -> list:
     together.
 
     Before torch 2.13 ``CapabilityBasedPartitioner`` has no ``skip_horizontal_fusion``
-    and merges every partition it can: on BERT's backward (torch 2.11) one region
+    and merges every partition it can: on a 12-layer backward (torch 2.11) one region
     collected every layer's bias and layer-norm weight sums with the weight-gradient
     casts, 9 kernels at the end of the step re-reading 2 GB of gradients, and the
     layer-norm regions stored fp32 copies of dy for it.  A column sum belongs with the
@@ -252,7 +252,7 @@ def reduce_before_leaving(partitions, order) -> list:
     """Each reduction in a partition P whose one tensor operand ``x`` another partition
     Q computes, and which is ``x``'s only reader outside Q, moves to Q, unless Q would
     then have to be cut there (``split_mixed_reductions``).  Q then hands P the reduced
-    tensor instead of ``x``.  T5 adds one position bias to every encoder layer's
+    tensor instead of ``x``.  A model may add one position bias to every layer's
     scores: its gradient is the batch sum of every layer's fp32 score gradient, and the
     partitioner put each layer's sum in the region of the layer after it, so every
     layer wrote its [batch, heads, seq, seq] fp32 gradient and the next read it back.
@@ -318,7 +318,7 @@ def _components(partition) -> list:
 
 def hoist_output_views(graph, partition, order):
     """Users outside ``partition`` of a view taken inside it get their own copy of
-    the view, taken in ATen from the region's output of the view's input.  BERT's
+    the view, taken in ATen from the region's output of the view's input.  A model's
     logits are viewed to [batch, seq, vocab] for the model's output while the loss
     reads them as [tokens, vocab] rows: stored as the view, the output is shaped
     unlike the rows the fusion reduces, and the segmenter gives it a kernel of its

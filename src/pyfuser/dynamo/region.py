@@ -8,7 +8,7 @@ and an input that arrives with other strides gets its own translation, so a
 definition's contiguity claims always hold.
 
 Translations are cached process-wide on the region's op text plus its input specs,
-so the twelve identical layers of BERT share one FusionDefinition (and its kernels).
+so a model's identical layers share one FusionDefinition (and its kernels).
 
 A region of a graph traced with dynamic shapes has symbolic sizes: its inputs are
 defined with symbolic extents, and its SymInt inputs (Python ints when it runs) are

@@ -1,7 +1,7 @@
 """What the backward recomputes instead of saving: AOTAutograd's min-cut partitioner,
 with each reader of a tensor made from scalars alone given its own copy to rebuild.
 
-BERT builds its extended attention mask once, at the top of the forward: an
+A transformer may build its extended attention mask once, at the top of the forward: an
 ``iota`` compared with a bound, expanded to [batch, 1, seq, seq] and filled with 0 or
 the dtype's minimum.  Every layer's softmax adds it to the scores.  Min-cut bans the
 recomputation of an op that reads a tensor after another of that tensor's readers
@@ -23,11 +23,11 @@ common-subexpression pass would merge the copies again, so the backend runs that
 pass before making them and turns it off inside the partitioner
 (``backend.partition_joint``).
 
-A softmax computed in fp32 from 16-bit scores (autocast's softmax; LLaMA's
+A softmax computed in fp32 from 16-bit scores (autocast's softmax, or
 ``softmax(dtype=float32)``) is the other case.  Min-cut weighs a saved tensor's bytes
 by 1.1 to the power of its distance from the backward, so the scores, a few ops
 before the probabilities, weighed more than the probabilities' twice as many bytes:
-GPT-2's layers 1-11 and all of LLaMA's saved the fp32 [batch, heads, seq, seq]
+every layer but the last saved the fp32 [batch, heads, seq, seq]
 probabilities, written by the forward and read by the backward
 (docs/TUNING.md#remat-softmax).  ``tag_upcast_softmax`` marks the upcast, the
 shift, the exponential and the division of each such softmax ``MUST_RECOMPUTE``

@@ -1,7 +1,7 @@
 """Sums over a reshape that merged the leading dims, taken over those dims instead.
 
 A linear layer's bias gradient is ``grad.view(tokens, hidden).sum(0)``, where
-``grad`` is [batch, seq, hidden] and comes out of the region before it (BERT's
+``grad`` is [batch, seq, hidden] and comes out of the region before it (a
 layer-norm backward).  The reshape of a row normalization's result cuts that region
 (``partition._cuts_here``), so the sum ran as a region and a kernel of its own, one
 per layer and per bias, re-reading the gradient.  ``grad.sum((0, 1))`` is the same

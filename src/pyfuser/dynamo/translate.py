@@ -229,7 +229,7 @@ class Translator:
     def shape(self, node):
         """The node's traced shape: ints, and Int scalars for its symbolic sizes.  A
         reshape's target may leave one size it cannot build as -1 (inferred from the
-        element count): BERT's [batch * seq, hidden] viewed as [batch, seq, hidden]
+        element count): [batch * seq, hidden] viewed as [batch, seq, hidden]
         has no input of size batch."""
         out, missing = [], []
         for d, s in enumerate(meta(node).shape):
@@ -327,7 +327,7 @@ def dense_order(t) -> tuple | None:
     A kernel writes its outputs row-major.  An output ATen lays out otherwise (a
     transpose cast to another dtype keeps the transposed strides) would be copied into
     ATen's strides after the kernel, and the kernel's walk over the logical order
-    would read its input across the memory order (LLaMA's grouped-query keys,
+    would read its input across the memory order (grouped-query keys,
     repeated and transposed for the scores' matmul: docs/TUNING.md#output-layout).
     In a pointwise region the fusion outputs the tensor permuted into memory order and
     the region views it back; regions with reductions keep the copy (their tiles walk

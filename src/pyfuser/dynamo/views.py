@@ -1,6 +1,6 @@
 """Views between the fused regions, taken at the cost of a tensor header.
 
-After partitioning, a BERT training step still runs about 1150 view ops in ATen per
+After partitioning, a 12-layer training step still runs over a thousand view ops in ATen per
 step (``view``, ``t``, ``transpose``, ``expand``, ``_unsafe_view``, ...): the reshapes
 around every matmul and attention head.  Each costs a trip through the dispatcher
 (docs/TUNING.md#host-time) while the result is known at
@@ -14,7 +14,7 @@ it was traced with (then ATen's view would produce exactly these sizes, strides 
 offset); any other input runs the original op.
 
 A view whose input is another view used nowhere else (``view`` then ``permute``
-around every attention head: about 30% of them in BERT) is built straight from the
+around every attention head: about 30% of them) is built straight from the
 first view's input (``reinterpret_chain``): one header instead of two, the
 intermediate node gone.  With other strides than traced, the chain's ops run in turn.
 """

@@ -220,8 +220,7 @@ def div(b, x, y):
 # multiply-adds, and -0 stays -0); above, 1 - 2 / (e^2|x| + 1) with x's sign (on x
 # itself the subtraction cancelled for x < 0: 3 ulp), whose ex2 and division are the
 # approximate instructions libdevice uses there (flushing subnormals: EX2_APPROX).  On
-# the GPU against float64 (``benchmarks/tanh_probe.py``): 1.81 ulp at most, as
-# libdevice's.
+# the GPU it is as accurate as libdevice's (docs/TUNING.md#branchless-tanh).
 TANH_FP32 = """@triton.jit
 def _pyfuser_tanh(x):
     x2 = x * x
@@ -318,8 +317,8 @@ def div_uniform(b, x, y, constant=None):
     """fp32 ``x / y`` for a divisor ``y`` that is uniform along a tile axis ``x`` varies
     on (a softmax's row sum, a runtime scalar, a constant): ``((x * u) * r) * d`` with
     ``r = 1 / (y * u * d)`` rounded once (``div_rn``) where ``y`` lives, so each element
-    pays multiplies instead of an IEEE division (a software sequence, a third of the
-    BERT attention softmax + dropout's time: docs/TUNING.md#index-math).
+    pays multiplies instead of an IEEE division (a software sequence, a third of an
+    attention softmax + dropout's time: docs/TUNING.md#index-math).
 
     ``u`` (2^100 for a tiny divisor) and ``d`` (2^-100 for a huge one) are powers of
     two, 1 otherwise: they keep ``r`` a normal number, and scaling ``x`` up before the

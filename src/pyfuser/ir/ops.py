@@ -41,7 +41,7 @@ from . import op_emit as E
 from . import op_refs as F
 from . import reductions as R
 
-# The fp32 tanh helper's source, as benchmarks/tanh_probe.py reads it.
+# The fp32 tanh helper's source, for tools that compile it on its own.
 TANH_FP32 = E.TANH_FP32
 
 # --- the table -------------------------------------------------------------------

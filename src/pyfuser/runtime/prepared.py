@@ -34,8 +34,8 @@ of the fusion uses offset ``base + k`` in whichever kernel computes it.
 After the first run without probe, poison or record, a program without host steps
 runs as one generated function instead of the loop (``straight_line``): the same
 steps unrolled, with every index, shape, stride and dtype a constant and every
-launch through the runner chosen for it.  A BERT step makes 152 such calls, and the
-straight line takes about a third off each one's host time (``python -m
+launch through the runner chosen for it.  A transformer's training step makes over a
+hundred such calls, and the straight line takes about a third off each one's host time (``python -m
 pyfuser.bench.host_bench``; docs/TUNING.md#host-time).
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ Two walks, by what the column sums keep:
 
 * all of the row dims summed (a layer norm's dw over every token): ``NPROG``
   programs walk row blocks and fold their column partials in two levels;
-* only the leading ones (T5's position-bias gradient, the batch sum of
+* only the leading ones (a shared attention bias's gradient, the batch sum of
   [batch, heads, q, k] score gradients, is [1, heads, q, k]): the kept ones number
   the ``groups``, rows with the same trailing coordinates, and each program sums its
   block of groups over the leading rows in registers, then stores them: no folds.

@@ -24,20 +24,20 @@ computed on a [1, BLOCK_J] block shared by the tile's ``block_outer`` rows.  A h
 that varies along the outer dims only ([BLOCK_K, 1], once per row) counts as well.
 
 Row tile: the same 2-D tile when an input is read once per row (a row's statistic,
-a label: BERT's log-softmax backward from the saved statistics, its result padded
-for the decoder's GEMMs).  A flat walk divides its index by the row length to read
+a label: a log-softmax backward from the saved statistics, its result padded for
+the GEMMs after it).  A flat walk divides its index by the row length to read
 such a value, at every element; the tile puts the rows on ``k``, so the value is a
 [BLOCK_K, 1] load and the columns need no division.  Every thread holding a row's
-elements computes that row's values, so rows of a vocabulary (GPT-2's 50257 words)
+elements computes that row's values, so rows of a vocabulary (tens of thousands of words)
 take one row a program (docs/TUNING.md#long-rows).
 
 Transpose tile: the same 2-D tile when an input is read through a permute whose
-unit-stride dim is not the output's last (BERT's K^T made contiguous: a flat walk
+unit-stride dim is not the output's last (attention's K^T made contiguous: a flat walk
 reads it 2 bytes per 128-byte line).  That dim goes on k, 64 of it, so each column
 of the tile is one contiguous read, and each row one contiguous write; Triton
 converts between the two layouts through shared memory.  The input's unit-stride
 dim is part of the plan's signature (``plan.unit_stride_dim``).  When the dims after
-that one do not span a multiple of 16 elements (ViT's 197 tokens), ``j`` walks those
+that one do not span a multiple of 16 elements (197 tokens), ``j`` walks those
 dims alone and each program takes one index of the dims before (``grid_dims``): a j
 block running across row ends divides its index by the row length, which hides from
 Triton that the store is contiguous along j, and Triton then stores the tile along k,

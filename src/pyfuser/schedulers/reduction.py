@@ -218,8 +218,8 @@ def _peel_pays(J: int, itemsize: int) -> bool:
 
 def strided_rows_dominate(seg: Segment, ref) -> bool:
     """Whether the tensors streamed along the rows are mostly inputs whose rows start
-    16-byte aligned with a padded stride (BERT's logits, written [tokens, 30528] by
-    the padded decoder GEMM and read as [tokens, 30522]) rather than contiguous
+    16-byte aligned with a padded stride (logits written [tokens, 30528] by a padded
+    GEMM and read as [tokens, 30522]) rather than contiguous
     tensors (whose rows start where the previous one ends): peeling then keeps each
     row's start.  Ties go to the strided inputs: their loads wait, stores do not."""
     n = seg.numel(ref)

@@ -93,7 +93,7 @@ OUTER_STRIP_BYTES = 128  # the widest strip of a row one outer program sums
 OUTER_STAGES = 3  # num_stages of an outer tile's chunk loop
 # Bytes of one chunk's loads that may be pipelined: the pipeline keeps OUTER_STAGES - 1
 # chunks of every load in shared memory, so a tile streaming many tensors runs few
-# programs per SM: a tile streaming 8 tensors (BERT's position-embedding gradient)
+# programs per SM: a tile streaming 8 tensors (an embedding gradient summed over a batch)
 # holds about 20 times the shared memory pipelined and ran several times slower.  The
 # bias gradient's chunk is 4 KB (64 x 32 fp16).  docs/TUNING.md#outer-tiles
 OUTER_STAGE_BYTES = 4096

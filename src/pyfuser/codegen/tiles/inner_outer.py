@@ -23,7 +23,7 @@ Counters live in the scratch buffer and are reset by the programs that used them
 so the next launch finds zeros.  Every fold adds rows in a fixed order, so the
 result does not depend on which program finishes last.
 
-Column sums over only the leading row dims (``col_dims``: T5's position-bias
+Column sums over only the leading row dims (``col_dims``: a shared position bias's
 gradient sums [batch, heads, q, k] score gradients over the batch) keep a row per
 *group*, the rows sharing their trailing coordinates: row ``k = s * F + f`` is row
 ``s`` of group ``f``.  Then each program takes ``BLOCK_K`` consecutive groups and walks

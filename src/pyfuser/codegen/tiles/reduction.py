@@ -64,9 +64,8 @@ class ReductionTile(RowLoads, Accumulators, SplitFold):
         self.raxis = 1 if inner else 0
         # One row per program: a row's statistics are scalars, not [1, 1] blocks.  A
         # block carries a layout, and the compiler then gives the peeled edges (16
-        # lanes) the body's 8 elements per thread to combine them: log-softmax
-        # [8192, 30522] fp16 -> fp16 + fp32 compiled to 787 PTX instructions (with the
-        # constant row mask below), 638 with scalars (sm_90, offline).
+        # lanes) the body's 8 elements per thread to combine them: about a fifth more
+        # instructions (docs/TUNING.md#reduction-tiles).
         self.scalar_rows = inner and block_k == 1 and split == 1
         self.last_pass = False  # set while emitting a multi-pass row's output pass
         self.out_reversed = out_reversed  # that pass walks the chunks last to first
