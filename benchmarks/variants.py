@@ -1,43 +1,34 @@
-"""Kernel variants of one fusion on the GPU: scheduler overrides and edits of the
-generated source, each timed (launches replayed under ``do_bench``).
+"""Kernel variants of one fusion on the GPU: scheduler overrides (``Choices`` fields),
+each timed (launches replayed under ``do_bench``).
 
     PYTHONPATH=src python benchmarks/variants.py [--only bert,cast,stats,norm,logsoftmax] [--dump DIR]
 
-An edit is a regular expression applied to every generated kernel's source before it
-is compiled (``(pattern, replacement)``), so a codegen idea can be measured before it
-is written into the code generator: what would change if divisions by a power of two
-were multiplications, if the dropout mask cost nothing, if the softmax divided by a
-per-row reciprocal.  Outputs are not checked here: an edit may change the results.
 Groups: ``bert`` (the report's attention softmax + dropout and its two halves),
 ``normbwd`` (normalization backwards: one inner-outer kernel, its fold sizes, and the
 two kernels they ran as before), ``outer`` (column sums: strip and chunk sizes, the
-chunk loop pipelined), ``rope`` (the broadcast tile's sizes against the flat tile),
+chunk loop pipelined: ``stages``), ``rope`` (the broadcast tile's sizes against the flat tile),
 ``pointwise`` (elements per thread of math-heavy flat tiles), ``phases`` (wide rows:
-pipelined chunk loops, the exponentials' share), ``heldout``, ``heldout2`` (tile
-sizes of the held-out bench cases that torch.compile beat), ``heldout3`` (their
-short rows with compile-time sizes, a max without NaN propagation, eviction hints),
-``constrow`` (rows narrower than their block: the length a constant or not),
+warps), ``heldout``, ``heldout2`` (tile sizes of the held-out bench cases that
+torch.compile beat), ``constrow`` (rows narrower than their block: the length a constant or not),
 ``heldout4`` (the held-out cases below torch.compile at 1add3b9: rows per program and
-warps), ``window`` (short rows off 16-byte boundaries: loads through each row's aligned
-window), ``padded`` (persistent rows padded by a fifth or more: lanes per thread),
+warps), ``padded`` (persistent rows padded by a fifth or more: lanes per thread),
 ``half_warps`` (the same change on rows without padding), ``peel_width``
 (misaligned rows of 777-16001: peeled against unpeeled), ``peel_rules`` (the same
 on rows aligned to 8 or 4 bytes and on layer norms), ``peel_rules2`` (rows of 30522,
 fp32 rows, chunked rows), ``rms_chunks`` (RMS norms of 4096-8192: persistent rows
-against chunks, L2 hints), ``rms_persist`` (the persistent row of 8192 under edits), ``rows_last`` (persistent
-rows' loads kept in L2), ``chunks`` (aligned rows of 4096-8192: persistent against chunked), ``ties`` (the suite cases tied with torch.compile: pointwise tile sizes,
+against chunks), ``chunks`` (aligned rows of 4096-8192: persistent against chunked), ``ties`` (the suite cases tied with torch.compile: pointwise tile sizes,
 column sums' split and pipelining), ``prefetch`` (rows walked with the next one
 loaded ahead, against the tiles without),
 ``prefetch_general`` (the same on shapes and fusions the rule was not measured on), ``rows1024`` (rows of
 513-1024 elements: one or several per program), ``waste`` (rows padded far past their
-width: chunks against the persistent row), ``l2`` (wide rows read
-twice: exp2, the online pass's group size; the L2 hints measured as edits are now the
-code's), ``transpose`` (a transposed
+width: chunks against the persistent row), ``transpose`` (a transposed
 input copied contiguous: the transpose tile's sizes against the flat tile),
 ``cast`` (the byte mix of a fp16 -> fp32 log-softmax without its reductions),
 ``stats`` (statistics-only rows of 30522), ``norm`` (wide normalizations, online
 chunks against persistent rows), ``logsoftmax`` (the report's three log-softmax
-fusions).  Runs of this session: ``benchmarks/results/*-variants_<commit>.txt``.
+fusions).  Source edits of the generated kernels, timed by earlier versions of this
+script (L2 hints, aligned windows, exp forms, folds), are recorded in the runs
+below and in docs/TUNING.md.  Runs: ``benchmarks/results/*-variants_<commit>.txt``.
 """
 from __future__ import annotations
 
@@ -52,32 +43,6 @@ import torch
 from pyfuser.schedulers import Choices
 
 from sweep import dropout_only, measure, softmax_only, stats
-
-# Edits, by name (those measured into the code generator since are gone: divisions by a
-# uniform divisor as reciprocal products, Philox products as one 64-bit multiply).
-# Dropout's keep test on the integer word: (w >> 8) > floor(p * 2^24) instead of a float compare.
-INT_KEEP = [(r"\((\w+) >> 8\)\.to\(tl\.float32\) \* 5\.960464477539063e-08", r"(\1 >> 8)"),
-            (r"> 0\.1\)", r"> 1677721)")]
-# Every size argument a compile-time constant (divisions by extents become shifts/multiplies).
-CONST_SIZES = (r"(?m)^(\s+)(K|J|T\d+_s\d+),$", r"\1\2: tl.constexpr,")
-# Drop the store of the small [B,1,1,S] output made from the big tile (its loop over
-# its own rows, ``emit._store_own_rows``).
-NO_SMALL_STORE = (r"\n    for k_o in range\(pid, \w+, tl\.num_programs\(0\)\):(?:\n        [^\n]*)+", "")
-NO_RNG = (r"(r\d+) = tl\.reshape\(tl\.join\(.*\), \[BLOCK_K, BLOCK_J\]\)",
-          r"\1 = tl.full([BLOCK_K, BLOCK_J], 0.5, tl.float32)")
-
-# A misaligned row tile's loads through each row's aligned window: lanes from the
-# 16-byte boundary at or before the row's start up to the one after its end (what is
-# read past the row belongs to its neighbours or to the last row's granule), so the
-# load mask is uniform across 8 lanes; j is each lane's column in its row.
-WINDOW_LOADS = [(r"    j = 0 \+ tl\.arange\(0, BLOCK_J\)\[None, :\]\n    jmask = j < J\n",
-                 "    w0 = (k * J) // 8 * 8\n    jw = tl.arange(0, BLOCK_J)[None, :]\n    j = jw - (k * J - w0)\n"
-                 "    jmask = (j >= 0) & (j < J)\n    lmask = kmask & (jw < (J + 14) // 8 * 8)\n"),
-                (r"tl\.load\((T\d+_ptr) \+ \(k \* J \+ j\), mask=mask\)", r"tl.load(\1 + (w0 + jw), mask=lmask)")]
-# ... and the stores too (wrong results: the window's lanes outside the row overwrite
-# the neighbours; what 16-byte stores would cost).
-WINDOW_STORES = [(r"tl\.store\((T\d+_out) \+ \(k \* J \+ j\), (\w+), mask=mask\)",
-                  r"tl.store(\1 + (w0 + jw), \2, mask=lmask)")]
 
 
 def without_prefetch():
@@ -96,59 +61,8 @@ def prefetch_variants():
     """The tile as chosen, the tile without prefetching, and each form of the
     prefetching tile (``PrefetchRows.rewiden``, in the spill check's order,
     ``reduction.REWIDEN_ORDER``), timed even where it spills."""
-    return [("base", {}, []), ("without prefetch", {}, [], without_prefetch())] + [
-        (f"rewiden {k} (spills allowed)", dict(rewiden=k), [], spills_allowed()) for k in (1, 2, 0)]
-
-
-def pipelined(stages):
-    """The reduction's chunk loop software-pipelined ``stages`` deep (loads of the next
-    chunks issued before this one is summed)."""
-    return [(r"for j0 in range\((.*), BLOCK_J\):", rf"for j0 in tl.range(\1, BLOCK_J, num_stages={stages}):")]
-
-
-# The inner-outer kernel without its column-partial folds (timing only: the column
-# sums are not written).
-NO_FOLD = (r"if arrived == members - 1:", r"if arrived == members + 1000000:")
-
-
-def fold_pipelined(stages):
-    """The inner-outer folds' row loops software-pipelined ``stages`` deep."""
-    return [(r"for r0 in range\(0, (\w+), FOLD_ROWS\):", rf"for r0 in tl.range(0, \1, FOLD_ROWS, num_stages={stages}):")]
-# The inner-outer column sums accumulated elementwise in [BLOCK_K, BLOCK_J] blocks and
-# summed over the block's rows once, after the row loop, instead of every iteration.
-ACC_2D = [(r"(cacc\d+) = tl\.full\(\[1, BLOCK_J\]", r"\1 = tl.full([BLOCK_K, BLOCK_J]"),
-          (r"(cacc\d+) \+= tl\.reduce\((tl\.where\(mask, .*, 0\.0\)), 0, tl\.standard\._sum_combine, keep_dims=True\)",
-           r"\1 += \2"),
-          (r"(tl\.store\(\w+ \+ \(\d+ \* \(NPROG \+ NGROUP\) \+ pid\) \* J \+ j, )(cacc\d+)(, mask=jmask\))",
-           r"\1tl.reduce(\2, 0, tl.standard._sum_combine, keep_dims=True)\3")]
-# Streaming hints on a flat tile's loads and stores.
-EVICT_FIRST = (r"mask=mask\)", r"mask=mask, eviction_policy='evict_first')")
-STREAM_STORES = (r"(tl\.store\(.*), mask=mask\)", r"\1, mask=mask, cache_modifier='.cs')")
-
-# Wide rows read twice (statistics pass, output pass): stores that stream past L2
-# ('.cs') and input loads marked to stay in L2, so the output does not evict the rows
-# before their second read.
-STORES_CS = (r"(tl\.store\([^\n]*), mask=(mask\w*)\)", r"\1, mask=\2, cache_modifier='.cs')")
-LOADS_KEEP = (r"(tl\.load\(T0_ptr[^\n]*), mask=(mask\w*)\)", r"\1, mask=\2, eviction_policy='evict_last')")
-# The online pass's exp(a - max) as one FMA and exp2.
-EXP2 = (r"tl\.exp\((red\d+) - (red\d+)\[:, :, None\]\)",
-        r"tl.exp2(\1 * 1.4426950408889634 - (\2 * 1.4426950408889634)[:, :, None])")
-
-# The online pass's running max shared by 8 or 16 contiguous elements instead of 4
-# (fewer exponentials for the rescale).
-ONLINE8 = [(r"BLOCK_J // 4, 4\]", "BLOCK_J // 8, 8]"), (r"BLOCK_J // 4\]", "BLOCK_J // 8]")]
-ONLINE16 = [(r"BLOCK_J // 4, 4\]", "BLOCK_J // 16, 16]"), (r"BLOCK_J // 4\]", "BLOCK_J // 16]")]
-
-# The statistics pass's chunk loop (its loads keep the row in L2) pipelined 2 deep; the
-# output pass left as it is.
-PASS1_PIPELINED = (r"for j0 in range\((.*), BLOCK_J\):(\n(?:\s+\w+ = [^\n]*\n){4}\s+x\d+ = tl\.load\([^\n]*evict_last)",
-                   r"for j0 in tl.range(\1, BLOCK_J, num_stages=2):\2")
-# Every exponential dropped (timing only: the results are wrong): what the MUFU costs.
-NO_EXP = (r"tl\.exp\(", "(")
-
-def edited(edits):
-    """Apply ``edits`` to every kernel source generated inside the block."""
-    return Choices(edits=tuple(edits)) if edits else contextlib.nullcontext()
+    return [("base", {}), ("without prefetch", {}, without_prefetch())] + [
+        (f"rewiden {k} (spills allowed)", dict(rewiden=k), spills_allowed()) for k in (1, 2, 0)]
 
 
 @contextlib.contextmanager
@@ -191,10 +105,10 @@ def without(name):
 
 
 def run(name, build, variants, dump=None):
-    """Time each variant: (label, overrides, edits[, context manager to plan under])."""
+    """Time each variant: (label, overrides[, context manager to plan under])."""
     rows = []
-    for label, ov, edits, *ctx in variants:
-        with built_sources(dump) as sources, edited(edits), (ctx[0] if ctx else contextlib.nullcontext()):
+    for label, ov, *ctx in variants:
+        with built_sources(dump) as sources, (ctx[0] if ctx else contextlib.nullcontext()):
             ms, nbytes, rec = measure(build, ov)
         row = f"| {name} | {label} | {ms * 1e3:.1f} | {nbytes / ms / 1e6:.0f} | {stats(rec)} |"
         print(row, flush=True)
@@ -210,9 +124,9 @@ def run_overrides(name, configs, dump=None, build=None, again=False):
     """Time the fusion as planned, then under each dict of scheduler overrides (labelled
     ``field=value ...``), then as planned once more where ``again`` (the spread of two
     runs of the same kernels)."""
-    return run(name, build or bench_build(name), [("base", {}, [])] + [
-        (" ".join(f"{k}={v}" for k, v in ov.items()), ov, []) for ov in configs]
-        + ([("base again", {}, [])] if again else []), dump)
+    return run(name, build or bench_build(name), [("base", {})] + [
+        (" ".join(f"{k}={v}" for k, v in ov.items()), ov) for ov in configs]
+        + ([("base again", {})] if again else []), dump)
 
 
 def rows_warps(*pairs):
@@ -238,31 +152,6 @@ def ties(dump):
     for label, build in (("col sum [8192,768] fp16", col_sum(8192, 768)),
                          ("col sum [8192,3072] fp16", col_sum(8192, 3072))):
         rows += run_overrides(label, outer, dump, build, again=True)
-    return rows
-
-
-def window(dump):
-    """Rows narrower than 512 (and one of 777) that start off 16-byte boundaries, as
-    planned (``old``: J padded to a power of 2, 2-byte loads), each row's loads through
-    its aligned window (``WINDOW_LOADS``), and the stores too (wrong results: the
-    ceiling 16-byte stores would give)."""
-    from pyfuser import DataType
-
-    H, BF = DataType.Half, DataType.BFloat16
-    rows = []
-    for R, W, dt, kind in ((262144, 257, H, "log_softmax"), (262144, 257, BF, "softmax"),
-                           (524288, 100, H, "log_softmax"), (524288, 129, H, "softmax"),
-                           (131072, 385, BF, "softmax"), (131072, 500, H, "softmax"),
-                           (131072, 300, H, "layer_norm"), (65536, 777, BF, "softmax")):
-        bj = _next_pow2(W)
-        bk = min(64, 1024 // bj)
-        warps = max(1, bk * bj // (32 * (8 if bj <= 256 else 16)))
-        old = dict(align=1, block_k=bk, block_j=bj, num_warps=warps, contig_multiple=_contiguous_multiple(W))
-        more = dict(old, block_k=2 * bk, num_warps=2 * warps)
-        rows += run(f"{kind} [{R}, {W}] {dt.name}", _rows_fusion(R, W, dt, kind), [
-            ("old", old, []), ("window loads", old, WINDOW_LOADS), ("window loads + stores", old,
-                                                                     WINDOW_LOADS + WINDOW_STORES),
-            ("window loads, 2x rows and warps", more, WINDOW_LOADS)], dump)
     return rows
 
 
@@ -382,62 +271,16 @@ def peel_rules2(dump):
     return rows
 
 
-# Chunked rows' stores without the streaming modifier; their per-column loads (a
-# weight) kept in L2 rather than evicted first.
-NO_CS = [(r", cache_modifier='\.cs'", "")]
-WEIGHT_LAST = [(r"tl\.load\((T\d+_ptr) \+ j, mask=jmask, eviction_policy='evict_first'\)",
-                r"tl.load(\1 + j, mask=jmask, eviction_policy='evict_last')")]
-
-
 def rms_chunks(dump):
     """RMS norms of 8192 and 4096 (torch.compile's looped kernel beat the persistent row
-    on the first): the persistent row as planned against chunks of 1024-4096, with and
-    without streaming stores and with the weight kept in L2."""
+    on the first): the persistent row as planned against chunks of 1024-4096."""
     rows = []
     for name in ("rms_norm_8192_bf16", "rms_norm_4096_bf16"):
-        variants = [("base", {}, [])]
+        variants = [("base", {})]
         for bj, w in ((1024, 4), (2048, 4), (2048, 8), (4096, 8)):
             ov = dict(persistent=False, block_k=1, block_j=bj, num_warps=w, align=1)
-            variants += [(f"chunks {bj} on {w}", ov, []), (f"chunks {bj} on {w}, no .cs", ov, NO_CS),
-                         (f"chunks {bj} on {w}, no .cs, weight evict_last", ov, NO_CS + WEIGHT_LAST)]
-        rows += run(name, bench_build(name), variants + [("base again", {}, [])], dump)
-    return rows
-
-
-def rms_persist(dump):
-    """The persistent RMS-norm row of 8192 (torch.compile's kernel: the same tile, one
-    row on 16 warps, 128.8 us against 134.8 in the bench at d4a7cbc) under edits toward
-    that kernel: the weight kept in L2, the row's length a constant (no masks), the row
-    read again for the output rather than held, and all three (then with the first read
-    kept in L2, as that kernel asks).  Since 10be556 the plan's row load carries that
-    hint itself (``ReductionTile.load_hint``), so ``first_last`` matches nothing."""
-    w_last = [(r"tl\.load\((T\d+_ptr) \+ j, mask=jmask\)", r"tl.load(\1 + j, mask=jmask, eviction_policy='evict_last')")]
-    const_j = [(r"jmask = j < J\n", "jmask = j < 8192\n")]
-    reread = [(r"(t\d+) = \((t\d+) \* (t\d+)\)\n(    x\d+ = tl\.load\(T\d+_ptr \+ j)",
-               r"xr = tl.load(T0_ptr + (k * J + j), mask=mask, eviction_policy='evict_first').to(tl.float32)\n"
-               r"    \1 = (xr * \3)\n\4")]
-    first_last = [(r"(x\d+ = tl\.load\(T0_ptr \+ \(k \* J \+ j\), mask=mask)\)", r"\1, eviction_policy='evict_last')")]
-    return run("rms_norm_8192_bf16", bench_build("rms_norm_8192_bf16"), [
-        ("base", {}, []), ("weight evict_last", {}, w_last), ("J constant", {}, const_j),
-        ("row read again", {}, reread), ("all three", {}, w_last + const_j + reread),
-        ("all three, first read evict_last", {}, w_last + const_j + reread + first_last), ("base again", {}, [])], dump)
-
-
-# Row-sized loads of a tile asking L2 to keep what they read.
-ROWS_LAST = [(r"(tl\.load\(T\d+_ptr \+ \(k \* J \+ j\), mask=mask)\)", r"\1, eviction_policy='evict_last')")]
-
-
-def rows_last(dump):
-    """Persistent rows whose row-sized loads ask L2 to keep their lines
-    (``ROWS_LAST``: what lifted the RMS norm of 8192 in ``rms_persist``), as planned
-    and so edited.  Since 10be556 the plan's own (``ReductionTile.load_hint``): the
-    edit matches nothing."""
-    rows = []
-    for name in ("rms_norm_8192_bf16", "rms_norm_4096_bf16", "layer_norm_4096_fp16", "softmax_4096_bf16",
-                 "layer_norm_1024_bf16", "softmax_1024_fp32", "softmax_128_fp16", "layer_norm_768_fp16",
-                 "softmax_backward_fp16", "rms_norm_2048_fp16", "softmax_backward_1000_bf16"):
-        rows += run(name, bench_build(name), [("base", {}, []), ("rows evict_last", {}, ROWS_LAST),
-                                              ("base again", {}, []), ("rows evict_last again", {}, ROWS_LAST)], dump)
+            variants += [(f"chunks {bj} on {w}", ov)]
+        rows += run(name, bench_build(name), variants + [("base again", {})], dump)
     return rows
 
 
@@ -500,60 +343,57 @@ def main():
     print(f"copy {2 * x.numel() * 4 / ms / 1e6:.0f} GB/s")
     print("| case | variant | us | GB/s | regs/spills |\n|---|---|---|---|---|")
     groups = set(filter(None, args.only.split(","))) or {"bert", "cast", "stats", "norm", "logsoftmax", "normbwd", "outer",
-                                                               "rope", "pointwise", "transpose", "l2"}
+                                                               "rope", "pointwise", "transpose"}
     rows = []
     if "bert" in groups:
         for name in ("bert_softmax_dropout", "bert_softmax_dropout_noview"):
             rows += run(name, bench_build(name), [
-                ("base", {}, []),
-                ("no small store", {}, [NO_SMALL_STORE]),
-                ("stores .cs", {}, [STORES_CS]),
-                ("norng", {}, [NO_RNG]),
-                ("k8w2", dict(block_k=8, num_warps=2), []),
-                ("k16w8", dict(block_k=16, num_warps=8), []),
-                ("k32w8", dict(block_k=32, num_warps=8), []),
-                ("k64w16", dict(block_k=64, num_warps=16), []),
+                ("base", {}),
+                ("k8w2", dict(block_k=8, num_warps=2)),
+                ("k16w8", dict(block_k=16, num_warps=8)),
+                ("k32w8", dict(block_k=32, num_warps=8)),
+                ("k64w16", dict(block_k=64, num_warps=16)),
             ], args.dump)
-        rows += run("softmax_only", softmax_only, [("base", {}, []), ("k16w4", dict(block_k=16, num_warps=4), [])])
-        rows += run("dropout_only", dropout_only, [("base", {}, []), ("intkeep", {}, INT_KEEP)])
+        rows += run("softmax_only", softmax_only, [("base", {}), ("k16w4", dict(block_k=16, num_warps=4))])
+        rows += run("dropout_only", dropout_only, [("base", {})])
     if "cast" in groups:  # the byte mix of log_softmax_sub without its reductions
         def cast_only(fd):
             from pyfuser import DataType
             x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
             fd.add_output(fd.ops.cast(x, DataType.Float))
             return [torch.randn(8192, 30522, device="cuda", dtype=torch.float16)]
-        rows += run("cast fp16->fp32 [8192,30522]", cast_only, [("base", {}, [])])
+        rows += run("cast fp16->fp32 [8192,30522]", cast_only, [("base", {})])
     if "stats" in groups:  # rows reduced to statistics only: log(sum(exp(x - max)))
         M = dict(persistent=False, block_k=1, online=True)
         rows += run("log_softmax_logsum", bench_build("log_softmax_logsum"), [
-            ("base", {}, []),
-            ("online 2048 w4", dict(M, block_j=2048, num_warps=4), []),
-            ("online 4096 w8", dict(M, block_j=4096, num_warps=8), []),
-            ("online 1024 w2", dict(M, block_j=1024, num_warps=2), []),
-            ("online 4096 w4", dict(M, block_j=4096, num_warps=4), []),
-            ("online 8192 w8", dict(M, block_j=8192, num_warps=8), []),
-            ("online 2048 w8", dict(M, block_j=2048, num_warps=8), []),
+            ("base", {}),
+            ("online 2048 w4", dict(M, block_j=2048, num_warps=4)),
+            ("online 4096 w8", dict(M, block_j=4096, num_warps=8)),
+            ("online 1024 w2", dict(M, block_j=1024, num_warps=2)),
+            ("online 4096 w4", dict(M, block_j=4096, num_warps=4)),
+            ("online 8192 w8", dict(M, block_j=8192, num_warps=8)),
+            ("online 2048 w8", dict(M, block_j=2048, num_warps=8)),
         ], args.dump)
     if "norm" in groups:  # wide normalizations: online statistics pass + output pass
         M = dict(persistent=False, block_k=1, online=True)
         for name in ("softmax_30522_bf16", "log_softmax_50257_bf16", "log_softmax_sub", "log_softmax_full"):
             rows += run(name, bench_build(name), [
-                ("base", {}, []),
-                ("online 2048 w4", dict(M, block_j=2048, num_warps=4), []),
-                ("online 4096 w8", dict(M, block_j=4096, num_warps=8), []),
-                ("online 8192 w16", dict(M, block_j=8192, num_warps=16), []),
+                ("base", {}),
+                ("online 2048 w4", dict(M, block_j=2048, num_warps=4)),
+                ("online 4096 w8", dict(M, block_j=4096, num_warps=8)),
+                ("online 8192 w16", dict(M, block_j=8192, num_warps=16)),
             ], args.dump)
     if "logsoftmax" in groups:
         M = dict(persistent=False, block_k=1)
         P = dict(persistent=True, block_k=1, block_j=32768)
         for name in ("log_softmax_full", "log_softmax_logsum", "log_softmax_sub"):
             rows += run(name, bench_build(name), [
-                ("base", {}, []),
-                ("P w16", dict(P, num_warps=16), []),
-                ("P w8", dict(P, num_warps=8), []),
-                ("M 8192 w16", dict(M, block_j=8192, num_warps=16), []),
-                ("M 4096 w8", dict(M, block_j=4096, num_warps=8), []),
-                ("P w32 noalign", dict(P, num_warps=32, align=1), []),
+                ("base", {}),
+                ("P w16", dict(P, num_warps=16)),
+                ("P w8", dict(P, num_warps=8)),
+                ("M 8192 w16", dict(M, block_j=8192, num_warps=16)),
+                ("M 4096 w8", dict(M, block_j=4096, num_warps=8)),
+                ("P w32 noalign", dict(P, num_warps=32, align=1)),
             ], args.dump)
     if "outer" in groups:  # column sums: strip width, rows per chunk, warps, split
         from bert_kernels import col_sum
@@ -561,20 +401,20 @@ def main():
                             ("col sum [8192,768] fp16", col_sum(8192, 768)),
                             ("col sum [8192,3072] fp16", col_sum(8192, 3072))):
             rows += run(name, build, [
-                ("base", {}, []),
-                ("k64 j64", dict(block_k=64, block_j=64), []),
-                ("k128 j32", dict(block_k=128, block_j=32), []),
-                ("k256 j16", dict(block_k=256, block_j=16), []),
-                ("k32 j128 s16", dict(block_k=32, block_j=128, split=16), []),
-                ("k32 j128 s64", dict(block_k=32, block_j=128, split=64), []),
-                ("k64 j128 w8", dict(block_k=64, block_j=128, num_warps=8), []),
-                ("k128 j64 w8", dict(block_k=128, block_j=64, num_warps=8), []),
-                ("k256 j32 w8", dict(block_k=256, block_j=32, num_warps=8), []),
-                ("k64 j64 s64", dict(block_k=64, block_j=64, split=64), []),
-                ("base stages2", {}, pipelined(2)),
-                ("base stages3", {}, pipelined(3)),
-                ("k128 j32 stages3", dict(block_k=128, block_j=32), pipelined(3)),
-                ("k64 j64 stages3", dict(block_k=64, block_j=64), pipelined(3)),
+                ("base", {}),
+                ("k64 j64", dict(block_k=64, block_j=64)),
+                ("k128 j32", dict(block_k=128, block_j=32)),
+                ("k256 j16", dict(block_k=256, block_j=16)),
+                ("k32 j128 s16", dict(block_k=32, block_j=128, split=16)),
+                ("k32 j128 s64", dict(block_k=32, block_j=128, split=64)),
+                ("k64 j128 w8", dict(block_k=64, block_j=128, num_warps=8)),
+                ("k128 j64 w8", dict(block_k=128, block_j=64, num_warps=8)),
+                ("k256 j32 w8", dict(block_k=256, block_j=32, num_warps=8)),
+                ("k64 j64 s64", dict(block_k=64, block_j=64, split=64)),
+                ("stages2", dict(stages=2)),
+                ("stages3", dict(stages=3)),
+                ("k128 j32 stages3", dict(block_k=128, block_j=32, stages=3)),
+                ("k64 j64 stages3", dict(block_k=64, block_j=64, stages=3)),
             ], args.dump)
     if "normbwd" in groups:  # normalization backwards: one inner-outer kernel against two kernels
         from pyfuser import DataType
@@ -589,22 +429,13 @@ def main():
             builds.append((label, build))
         for name, build in builds:
             rows += run(name, build, [
-                ("base", {}, []),
-                ("no fold", {}, [NO_FOLD]),
-                ("two kernels", {}, [], without("inner_outer")),
-                ("n1056 stages2", dict(nprog=1056, stages=2), []),
-                ("n792", dict(nprog=792), []),
-                ("n396", dict(nprog=396), []),
-                ("stages2", dict(stages=2), []),
-                ("k2 w4 n528", dict(block_k=2, num_warps=4, nprog=528), []),
-                ("fold 2 stages", {}, fold_pipelined(2)),
-                ("fold rows 2, 3 stages", dict(fold_rows=2), fold_pipelined(3)),
-                ("2-D sums", {}, ACC_2D),
-                ("k2 2-D sums", dict(block_k=2), ACC_2D),
-                ("k2 2-D sums n396", dict(block_k=2, nprog=396), ACC_2D),
-                ("k2 2-D sums n264", dict(block_k=2, nprog=264), ACC_2D),
-                ("k2 w8 2-D sums n264", dict(block_k=2, num_warps=8, nprog=264), ACC_2D),
-                ("k4 w8 2-D sums n264", dict(block_k=4, num_warps=8, nprog=264), ACC_2D),
+                ("base", {}),
+                ("two kernels", {}, without("inner_outer")),
+                ("n1056 stages2", dict(nprog=1056, stages=2)),
+                ("n792", dict(nprog=792)),
+                ("n396", dict(nprog=396)),
+                ("stages2", dict(stages=2)),
+                ("k2 w4 n528", dict(block_k=2, num_warps=4, nprog=528)),
             ], args.dump)
     if "rope" in groups:  # the broadcast tile: heads on k, cos/sin once per tile column
         from pyfuser import DataType
@@ -619,13 +450,13 @@ def main():
             return build
         for name, build in (("rope_forward_bf16", rope(False)), ("rope_backward_bf16", rope(True))):
             rows += run(name, build, [
-                ("base", {}, []),
-                ("flat", dict(outer=()), []),
-                ("k8 4096 w8", dict(num_warps=8), []),
-                ("k8 2048 w4", dict(block=2048), []),
-                ("k8 8192 w8", dict(block=8192, num_warps=8), []),
-                ("k4 4096 w4", dict(block_outer=4), []),
-                ("k4 2048 w4", dict(block_outer=4, block=2048), []),
+                ("base", {}),
+                ("flat", dict(outer=())),
+                ("k8 4096 w8", dict(num_warps=8)),
+                ("k8 2048 w4", dict(block=2048)),
+                ("k8 8192 w8", dict(block=8192, num_warps=8)),
+                ("k4 4096 w4", dict(block_outer=4)),
+                ("k4 2048 w4", dict(block_outer=4, block=2048)),
             ], args.dump)
     if "heldout4" in groups:  # held-out cases below torch.compile at 1add3b9, rows per program and warps
         for name, configs in (
@@ -645,14 +476,8 @@ def main():
         rows += peel_rules(args.dump)
     if "peel_rules2" in groups:  # peeled against unpeeled: rows of 30522, fp32 rows, chunked rows
         rows += peel_rules2(args.dump)
-    if "rms_chunks" in groups:  # RMS norms: the persistent row against chunks, store and weight hints
+    if "rms_chunks" in groups:  # RMS norms: the persistent row against chunks
         rows += rms_chunks(args.dump)
-    if "rms_persist" in groups:  # the persistent RMS-norm row under edits toward torch.compile's kernel
-        rows += rms_persist(args.dump)
-    if "rows_last" in groups:  # persistent rows' loads asking L2 to keep their lines
-        rows += rows_last(args.dump)
-    if "window" in groups:  # short misaligned rows: loads through each row's aligned window
-        rows += window(args.dump)
     if "chunks" in groups:  # aligned rows of 4096-8192: the persistent row against two passes of chunks
         for name in ("rms_norm_8192_bf16", "rms_norm_4096_bf16", "layer_norm_4096_fp16", "layer_norm_5120_bf16"):
             rows += run_overrides(name, [dict(persistent=False, block_k=1, block_j=bj, num_warps=w, align=1)
@@ -663,36 +488,19 @@ def main():
     if "pointwise" in groups:  # flat tiles of a math-heavy pointwise fusion: elements per thread
         for name in ("gelu_tanh_backward_bf16", "gelu_erf_backward_bf16", "bias_gelu_tanh_fp16"):
             rows += run(name, bench_build(name), [
-                ("base", {}, []),
-                ("evict_first", {}, [EVICT_FIRST]),
-                ("stream stores", {}, [STREAM_STORES]),
-                ("1024 w4", dict(block=1024, num_warps=4), []),
-                ("2048 w4", dict(block=2048, num_warps=4), []),
-                ("4096 w8", dict(block=4096, num_warps=8), []),
+                ("base", {}),
+                ("1024 w4", dict(block=1024, num_warps=4)),
+                ("2048 w4", dict(block=2048, num_warps=4)),
+                ("4096 w8", dict(block=4096, num_warps=8)),
             ], args.dump)
-    if "l2" in groups:  # wide rows: keep the input in L2 for the second pass, stream the output
-        for name in ("log_softmax_sub", "log_softmax_full", "log_softmax_logsum", "softmax_30522_bf16",
-                     "log_softmax_50257_bf16"):
-            rows += run(name, bench_build(name), [
-                ("base", {}, []),
-                ("exp2", {}, [EXP2]),
-                ("group 8", {}, ONLINE8),
-                ("group 16", {}, ONLINE16),
-            ], args.dump)
-        rows += run("log_softmax_backward_bf16", bench_build("log_softmax_backward_bf16"), [("base", {}, [])])
-    if "phases" in groups:  # where the wide rows' time goes: pipelined chunk loops, exp's share
+    if "phases" in groups:  # wide rows: chunks of 8192 on 8 warps, 16 warps
         rows += run("log_softmax_sub", bench_build("log_softmax_sub"), [
-            ("base", {}, []),
-            ("pass 1 pipelined 2", {}, [PASS1_PIPELINED]),
-            ("both passes pipelined 2", {}, pipelined(2)),
-            ("both passes pipelined 3", {}, pipelined(3)),
-            ("8192 x 8 warps, pass 1 pipelined 2", dict(block_j=8192, num_warps=8), [PASS1_PIPELINED]),
-            ("no exp (timing only)", {}, [NO_EXP]),
+            ("base", {}),
+            ("8192 x 8 warps", dict(block_j=8192, num_warps=8)),
         ], args.dump)
         rows += run("log_softmax_full", bench_build("log_softmax_full"), [
-            ("base", {}, []),
-            ("no exp (timing only)", {}, [NO_EXP]),
-            ("16 warps", dict(num_warps=16), []),
+            ("base", {}),
+            ("16 warps", dict(num_warps=16)),
         ], args.dump)
     if "heldout" in groups:  # held-out cases below torch.compile (bench --cases general): tile sizes
         rows += run_overrides("log_softmax_257_fp16", rows_warps(
@@ -705,24 +513,12 @@ def main():
             (64, 32, 3), (64, 64, 3), (32, 64, 3), (64, 128, 3), (32, 128, 3), (64, 64, 1), (32, 32, 1))], args.dump)
         rows += run_overrides("bias_grad_sum_dim0_fp16", [dict(split=sp) for sp in (64, 128)], args.dump)
     if "constrow" in groups:  # rows narrower than their block: the length constant (as chosen) or at run time
-        runtime_j = (r"\n    J: tl\.constexpr,", "\n    J,")
+        runtime_j = dict(runtime_row=True)
         for name in ("log_softmax_257_fp16", "layer_norm_768_fp16", "layer_norm_backward_768_fp16",
                      "softmax_backward_1000_bf16", "dropout_residual_layer_norm_768_fp16"):
-            rows += run(name, bench_build(name), [("base", {}, []), ("runtime J", {}, [runtime_j]),
-                                                  ("base again", {}, []), ("runtime J again", {}, [runtime_j])],
+            rows += run(name, bench_build(name), [("base", {}), ("runtime J", runtime_j),
+                                                  ("base again", {}), ("runtime J again", runtime_j)],
                         args.dump)
-    if "heldout3" in groups:  # short rows torch.compile ties or beats: compile-time sizes, plain max, hints
-        max_plain = (r"tl\.reduce\((tl\.where\([^\n]*?float\('-inf'\)\)), 1, _pyfuser_max_nan, keep_dims=True\)",
-                     r"tl.max(\1, 1, keep_dims=True)")
-        for name in ("log_softmax_257_fp16", "softmax_128_fp16"):
-            rows += run(name, bench_build(name), [
-                ("base", {}, []),
-                ("constsizes", {}, [CONST_SIZES]),
-                ("max without NaN propagation", {}, [max_plain]),
-                ("evict_first", {}, [EVICT_FIRST]),
-                ("constsizes + plain max", {}, [CONST_SIZES, max_plain]),
-                ("block_k=1 num_warps=2 constsizes", dict(block_k=1, num_warps=2), [CONST_SIZES]),
-            ], args.dump)
     if "heldout2" in groups:  # the held-out cases still below torch.compile after contiguous_multiple
         rows += run_overrides("rms_norm_8192_bf16", rows_warps((2, 16), (2, 32), (4, 32), (2, 8)), args.dump)
         rows += run_overrides("layer_norm_768_fp16", rows_warps((1, 2), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8)),
@@ -765,8 +561,8 @@ def main():
     if "rows1024" in groups:  # rows of 513-1024 elements: one row on 2 warps against 2 or 4 rows
         for name in ("layer_norm_768_fp16", "layer_norm_1024_bf16", "softmax_1024_fp32", "softmax_backward_1000_bf16",
                      "softmax_777_bf16"):
-            rows += run(name, bench_build(name), [("base", {}, []), ("2 rows, 2 warps", dict(block_k=2, num_warps=2), []),
-                                                  ("4 rows, 4 warps", dict(block_k=4, num_warps=4), [])], args.dump)
+            rows += run(name, bench_build(name), [("base", {}), ("2 rows, 2 warps", dict(block_k=2, num_warps=2)),
+                                                  ("4 rows, 4 warps", dict(block_k=4, num_warps=4))], args.dump)
     if "transpose" in groups:  # a transposed input made contiguous (BERT's K^T): the transpose tile
         from pyfuser import DataType
 
@@ -775,12 +571,12 @@ def main():
             fd.add_output(fd.ops.set(t))
             return [torch.randn(64, 12, 128, 64, device="cuda", dtype=torch.float16).transpose(2, 3)]
         rows += run("K^T copy [64,12,64,128] fp16", kt_copy, [
-            ("base", {}, []),
-            ("flat", dict(outer=()), []),
-            ("k32 4096", dict(block_outer=32), []),
-            ("k64 8192 w8", dict(block=8192, num_warps=8), []),
-            ("k64 2048", dict(block=2048), []),
-            ("k64 4096 w8", dict(num_warps=8), []),
+            ("base", {}),
+            ("flat", dict(outer=())),
+            ("k32 4096", dict(block_outer=32)),
+            ("k64 8192 w8", dict(block=8192, num_warps=8)),
+            ("k64 2048", dict(block=2048)),
+            ("k64 4096 w8", dict(num_warps=8)),
         ], args.dump)
     print("\n".join(["", "| case | variant | us | GB/s | regs/spills |", "|---|---|---|---|---|"] + rows))
 
