@@ -1,16 +1,13 @@
-"""Bench cases under scheduler variants and source edits, each timed on the GPU.
+"""Bench cases under scheduler variants, each timed on the GPU.
 
     PYTHONPATH=src python benchmarks/sweep.py softmax_30522_bf16 \
         --variants "persistent=False,block_j=8192,num_warps=16; num_warps=8"
-    PYTHONPATH=src python benchmarks/sweep.py layer_norm_768_fp16 \
-        --edit "evict_last=>evict_first" --no-spill-check
+    PYTHONPATH=src python benchmarks/sweep.py layer_norm_768_fp16 --variants "stages=2" --no-spill-check
 
 Each case runs as planned, then under each variant: ``schedulers.Choices`` fields as
-``name=value`` pairs, variants separated by ``;``.  ``--edit PATTERN=>REPLACEMENT``
-(repeatable) applies a regular expression to every generated kernel source of every
-run but the planned one, so an idea can be timed before it is written into the code
-generator; outputs are not checked, since an edit may change them.
-``--no-spill-check`` keeps a variant's params where its kernel spills.
+``name=value`` pairs, variants separated by ``;``.  A kernel form worth timing is a
+scheduling parameter first (a ``Choices`` field), so every variant is one the code
+generator can emit and the tests cover.  ``--no-spill-check`` keeps a variant's params where its kernel spills.
 
 The launches of one execute are replayed under ``triton.testing.do_bench`` (median, L2
 flushed): kernels only, no host work.  Per case and variant the table gives ms, GB/s
@@ -37,16 +34,6 @@ def parse_variants(text: str) -> list[dict]:
             for part in text.split(";") if part.strip()]
 
 
-def parse_edits(texts: list[str]) -> tuple:
-    """``["pat=>rep", ...]`` -> ``((pat, rep), ...)`` as ``Choices(edits=...)`` takes them."""
-    out = []
-    for t in texts:
-        if "=>" not in t:
-            raise SystemExit(f"--edit {t!r}: expected PATTERN=>REPLACEMENT")
-        out.append(tuple(t.split("=>", 1)))
-    return tuple(out)
-
-
 def time_case(case, choices: Choices):
     """(ms, bytes moved, per-kernel 'regs/spills') of the case's launches under ``choices``."""
     sizes = case.sizes(1.0)
@@ -69,14 +56,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("cases", help="comma-separated bench case names, substrings or groups")
     p.add_argument("--variants", default="", help='"field=value,field=value; ..." (schedulers.Choices)')
-    p.add_argument("--edit", action="append", default=[], metavar="PATTERN=>REPLACEMENT")
     p.add_argument("--no-spill-check", action="store_true", help="time a variant even where it spills")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a GPU")
-    edits = parse_edits(args.edit)
-    runs = [("planned", Choices())] + [(str(v), Choices(spill_check=not args.no_spill_check, edits=edits, **v))
-                                       for v in parse_variants(args.variants) or ([{}] if edits else [])]
+    runs = [("planned", Choices())] + [(str(v), Choices(spill_check=not args.no_spill_check, **v))
+                                       for v in parse_variants(args.variants)]
     print("| case | variant | ms | GB/s | regs/spills |\n|---|---|---|---|---|")
     for case in select(args.cases):
         if case.group == "host":

@@ -6,7 +6,7 @@ import torch
 
 import pyfuser
 from pyfuser.ir.concretize import bind
-from pyfuser.schedulers import Segment, inner_normalization, pointwise
+from pyfuser.schedulers import Segment, INNER_NORMALIZATION, pointwise
 from pyfuser.runtime.plan import is_contiguous
 
 from .common import DataType, check, fusion, gen_for, make_tensor
@@ -80,7 +80,7 @@ def test_gpu_heuristics_are_size_stable():
     params = set()
     for rows in (1024, 2000, 4096, 8192, 30000):
         inputs = [torch.empty(rows, 1024, dtype=torch.float16, device="meta")]
-        params.add(inner_normalization.heuristics(_segment(sm, inputs, "cuda")))
+        params.add(INNER_NORMALIZATION.heuristics(_segment(sm, inputs, "cuda")))
     assert len(params) <= 2, params
 
 

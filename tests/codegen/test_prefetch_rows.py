@@ -134,7 +134,7 @@ def test_cuda_heuristics(rc, name, prefetch):
 def test_bf16_rows_are_not_widened_again():
     """Even when asked to (an override), a carried bf16 row is read as it is in the
     output pass: cvt.f32.bf16 measured slower than reusing the fp32 row."""
-    from pyfuser.schedulers import inner_normalization
+    from pyfuser.schedulers import INNER_NORMALIZATION
     from .test_register_budget import cuda_segment
 
     def build(fd):
@@ -144,16 +144,16 @@ def test_bf16_rows_are_not_widened_again():
         y = fd.ops.sub(d, T.bcast_rows(fd, fd.ops.log(fd.ops.sum(fd.ops.exp(d), dims=[1])), (6144, 30001)))
         fd.add_output(fd.ops.cast(y, T.BF))
     seg = cuda_segment(build, [((6144, 30001), torch.bfloat16)])
-    p = inner_normalization.heuristics(seg)
+    p = INNER_NORMALIZATION.heuristics(seg)
     assert p.prefetch and p.rewiden == 0
-    src = inner_normalization.emit(seg, replace(p, rewiden=2), "k").source
+    src = INNER_NORMALIZATION.emit(seg, replace(p, rewiden=2), "k").source
     assert "c1 = nc1" in src and "inline_asm" not in src
     fp16 = cuda_segment(lambda fd: seeds.build_log_softmax_sub(fd, 4096, 32767), [((4096, 32767), torch.float16)])
-    p = inner_normalization.heuristics(fp16)
+    p = INNER_NORMALIZATION.heuristics(fp16)
     assert p.prefetch and p.rewiden == 1
     # three passes (max, sum, output): the last ``rewiden`` widen for themselves, one PTX text each
     for k, tags in ((0, []), (1, [2]), (2, [1, 2]), (3, [1, 2])):
-        src = inner_normalization.emit(fp16, replace(p, rewiden=k), "k").source
+        src = INNER_NORMALIZATION.emit(fp16, replace(p, rewiden=k), "k").source
         assert sorted({int(t) for t in re.findall(r'"cvt\.f32\.f16 \$0, \$1;  // pass (\d)"', src)}) == tags, k
 
 

@@ -9,7 +9,7 @@ import torch
 from pyfuser.bench import training as T
 from pyfuser.ir.concretize import bind
 from pyfuser.runtime import spills
-from pyfuser.schedulers import Segment, outer_reduction, Choices, pointwise
+from pyfuser.schedulers import Segment, OUTER_REDUCTION, Choices, pointwise
 from pyfuser.schedulers.reduction import OUTER_VALUES_PER_THREAD, outer_values, reduction_fallbacks
 
 from .common import DataType, fusion, need_ptxas, regcheck
@@ -64,21 +64,21 @@ def test_outer_tile_fits_the_register_budget():
     keeps 32-column strips (24 x 16 = 384 programs)."""
     seg = column_sums(2)
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 4
-    p = outer_reduction.heuristics(seg)
+    p = OUTER_REDUCTION.heuristics(seg)
     assert (p.block_k, p.block_j, p.num_warps, p.persistent) == (32, 32, 2, False)
     assert per_thread(p) * 4 <= OUTER_VALUES_PER_THREAD
 
     seg = column_sums(1)  # RMS norm backward's dw: dy, x and one accumulator
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 3
-    assert (outer_reduction.heuristics(seg).block_j, outer_reduction.heuristics(seg).num_warps) == (64, 2)
+    assert (OUTER_REDUCTION.heuristics(seg).block_j, OUTER_REDUCTION.heuristics(seg).num_warps) == (64, 2)
 
     seg = bias_grad()
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == 2
-    p = outer_reduction.heuristics(seg)
+    p = OUTER_REDUCTION.heuristics(seg)
     assert (p.block_k, p.block_j, p.num_warps, p.split, p.stages) == (64, 32, 2, 16, 3)
     assert per_thread(p) * 2 <= OUTER_VALUES_PER_THREAD
 
-    p = outer_reduction.heuristics(bias_grad((8192, 768)))
+    p = OUTER_REDUCTION.heuristics(bias_grad((8192, 768)))
     assert (p.block_k, p.block_j, p.split) == (32, 64, 16)
 
 
@@ -91,8 +91,8 @@ def test_outer_split_halves_only_for_sums_alone(shape):
         x = T.tensor(fd, 2, DataType.Half)
         fd.add_output(fd.ops.set(x))
         fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.cast(x, DataType.Float), dims=[0]), DataType.Half))
-    with_copy = outer_reduction.heuristics(cuda_segment(build, [(shape, torch.float16)]))
-    alone = outer_reduction.heuristics(bias_grad(shape))
+    with_copy = OUTER_REDUCTION.heuristics(cuda_segment(build, [(shape, torch.float16)]))
+    alone = OUTER_REDUCTION.heuristics(bias_grad(shape))
     assert (alone.split, with_copy.split) == (16, 32)
 
 
@@ -114,14 +114,14 @@ def test_outer_tile_shrinks_its_rows_before_adding_warps(n_tensors, n_sums, valu
     values widen the strip to 128 bytes); 28 values need 4 warps even at 16 rows."""
     seg = _many_column_sums(n_tensors, n_sums, 4)
     assert outer_values(seg, seg.reductions()[0].inputs[0]) == values
-    p = outer_reduction.heuristics(seg)
+    p = OUTER_REDUCTION.heuristics(seg)
     assert (p.num_warps, p.block_k, p.block_j) == (warps, block_k, 16)
     assert per_thread(p) * values <= OUTER_VALUES_PER_THREAD
 
 
 def test_outer_fallbacks_halve_the_rows():
     seg = column_sums(2)
-    p = outer_reduction.heuristics(seg)
+    p = OUTER_REDUCTION.heuristics(seg)
     fb = reduction_fallbacks(seg, p)
     assert [q.block_j for q in fb] == [16, 8]
     assert all((q.block_k, q.num_warps, q.persistent) == (32, 2, False) for q in fb)
@@ -275,12 +275,12 @@ def _row_segment(compare: bool, V: int = 1001, rows: int = 64):
 def test_rows_compared_as_integers_are_not_peeled():
     """A peeled row with an integer comparison along it takes Triton minutes to compile
     (see reduction.row_alignment); plain misaligned rows are still peeled."""
-    from pyfuser.schedulers import inner_normalization
+    from pyfuser.schedulers import INNER_NORMALIZATION
 
-    assert inner_normalization.heuristics(_row_segment(False)).align == 8
-    assert inner_normalization.heuristics(_row_segment(True)).align == 1
+    assert INNER_NORMALIZATION.heuristics(_row_segment(False)).align == 8
+    assert INNER_NORMALIZATION.heuristics(_row_segment(True)).align == 1
     # Past 8192 the row is walked in chunks, and those are peeled (they compile in 1 s).
-    wide = inner_normalization.heuristics(_row_segment(True, V=30522, rows=8192))
+    wide = INNER_NORMALIZATION.heuristics(_row_segment(True, V=30522, rows=8192))
     assert (wide.persistent, wide.block_j, wide.align) == (False, 8192, 8)
 
 
@@ -314,11 +314,11 @@ def _log_softmax_segment(R, V, dt, outs):
 ], ids=["stats", "bf16", "fp16+fp32", "50257", "1024"])
 def test_wide_rows_take_the_measured_tile(what, want):
     """``reduction._wide_row_params``: which rows are chunked with the online pass."""
-    from pyfuser.schedulers import inner_normalization, inner_reduction
+    from pyfuser.schedulers import INNER_NORMALIZATION, INNER_REDUCTION
 
     shape, dt, outs = what
     seg = cuda_segment(_log_softmax_segment(*shape, dt, outs), [(shape, dt.torch)])
-    sched = inner_reduction if outs == "stats" else inner_normalization
+    sched = INNER_REDUCTION if outs == "stats" else INNER_NORMALIZATION
     p = sched.heuristics(seg)
     # Peeled rows of 16384-32768 walked with the next loaded ahead (test_prefetch_rows)
     # replace the tile measured here, which is their fallback.
@@ -340,6 +340,6 @@ def test_outer_chunks_of_many_tensors_are_not_pipelined():
             acc = fd.ops.add(acc, fd.ops.cast(t, DataType.Float))
         fd.add_output(fd.ops.sum(acc, dims=[0], keepdim=True))
     seg = cuda_segment(build, [((64, 128, 768), d) for d in (torch.half,) * 3 + (torch.float,) * 2 + (torch.bool,)])
-    p = outer_reduction.heuristics(seg)
+    p = OUTER_REDUCTION.heuristics(seg)
     assert not p.persistent and p.stages == 1
-    assert outer_reduction.heuristics(bias_grad()).stages == 3
+    assert OUTER_REDUCTION.heuristics(bias_grad()).stages == 3

@@ -11,7 +11,7 @@ import torch
 
 from pyfuser.bench import training as T
 from pyfuser.bench.cases import build_softmax
-from pyfuser.schedulers import inner_normalization, Choices
+from pyfuser.schedulers import INNER_NORMALIZATION, Choices
 from pyfuser.schedulers.reduction import PADDED_ROW_SHARE, PAIRED_ROW_PEEL, _peel_pays
 
 from .common import DataType, check, fusion, gen_for, make_tensor, sources_of
@@ -23,7 +23,7 @@ H, BF, F = DataType.Half, DataType.BFloat16, DataType.Float
 def _softmax(R, W, dt, log=False):
     """The CUDA params of a softmax (or log-softmax) over [R, W] rows of ``dt``."""
     seg = cuda_segment(lambda fd: build_softmax(fd, (R, W, dt), log), [((R, W), dt.torch)])
-    return inner_normalization.heuristics(seg)
+    return INNER_NORMALIZATION.heuristics(seg)
 
 
 def test_padded_persistent_rows_take_half_the_warps():

@@ -44,7 +44,8 @@ def test_choices_stay_in_their_thread():
 
 
 @pytest.mark.parametrize("kw,what", [({"blok_j": 16}, "blok_j"), ({"disable": ("pointwize",)}, "pointwize"),
-                                     ({"outer": [0]}, "hashable")])
+                                     ({"outer": [0]}, "hashable"),
+                                     ({"edits": ((r"\.", ""),)}, "edits is not a field")])
 def test_bad_choices_name_the_problem(kw, what):
     with pytest.raises(ChoicesError, match=what):
         Choices(**kw)
@@ -75,15 +76,3 @@ def test_disable_plans_without_the_scheduler():
     assert seg.scheduler is None and "inner_reduction" not in seg.codes
     assert fd.explain([x]).segments[0].scheduler == "inner_reduction"
 
-
-def test_edits_change_every_generated_source_and_the_cache_key():
-    """``Choices(edits=...)``: a regular expression applied to the kernel source (here
-    the row sum doubled), a kernel and plan of its own; a bad edit names itself."""
-    fd, x = row_sums(), torch.randn(4, 64)
-    edit = (r"tl\.store\(([^,]+), (\w+),", r"tl.store(\1, 2.0 * \2,")
-    with Choices(edits=(edit,)):
-        torch.testing.assert_close(fd.execute([x])[0], 2 * x.sum(1))
-    torch.testing.assert_close(fd.execute([x])[0], x.sum(1))
-    assert Choices(edits=(edit,)) != Choices() and "edits=" in repr(Choices(edits=(edit,)))
-    with pytest.raises(ChoicesError, match="does not compile"):
-        Choices(edits=(("(", ""),))

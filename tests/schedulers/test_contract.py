@@ -38,8 +38,8 @@ def test_every_registered_scheduler_implements_the_protocol():
     assert [s.NAME for s in SCHEDULERS] == ["pointwise", "inner_normalization", "inner_reduction",
                                           "outer_reduction", "inner_outer"]  # the priority order
     for sched in SCHEDULERS:
-        assert isinstance(sched, Scheduler), sched.__name__
-        assert all(callable(getattr(sched, m)) for m in MEMBERS), sched.__name__
+        assert isinstance(sched, Scheduler), sched.NAME
+        assert all(callable(getattr(sched, m)) for m in MEMBERS), sched.NAME
 
 
 def test_the_runtime_does_not_probe_schedulers_for_members():

@@ -1,7 +1,9 @@
 """Schedulers, in priority order: the first whose checks accept a segment generates
 its kernel.
 
-Every module implements the ``base.Scheduler`` contract (checked here at import):
+Every entry, a module (``pointwise``, ``inner_outer``) or a ``ReductionScheduler`` row
+(``reduction_schedulers``: the three reduction schedulers, one definition), implements
+the ``base.Scheduler`` contract (checked here at import):
 
 * ``can_schedule(seg)``, the compile-time check, and ``can_schedule_runtime(seg,
   params)``, the run-time check, each return ``None`` or a ``Reject`` (scheduler,
@@ -21,18 +23,21 @@ run-time check walks the segment over that tile.
 ``fd.explain(inputs)`` shows the decision and every rejection on the way
 (docs/DEBUGGING.md).
 """
-from . import base, inner_normalization, inner_outer, inner_reduction, outer_reduction, pointwise, reduction_params
+from . import base, inner_outer, pointwise, reduction_params
 from .base import Choices, Reject, Rejection, Scheduler, Segment, current_choices
+from .reduction_schedulers import INNER_NORMALIZATION, INNER_REDUCTION, OUTER_REDUCTION, ReductionScheduler
 
-SCHEDULERS = (pointwise, inner_normalization, inner_reduction, outer_reduction, inner_outer)
+SCHEDULERS = (pointwise, INNER_NORMALIZATION, INNER_REDUCTION, OUTER_REDUCTION, inner_outer)
 
 for _sched in SCHEDULERS:
     if not isinstance(_sched, Scheduler):
         _missing = [m for m in ("NAME", "can_schedule", "can_schedule_runtime", "heuristics", "emit", "grid",
                                 "fallbacks", "max_registers") if not hasattr(_sched, m)]
-        raise TypeError(f"scheduler module {_sched.__name__} lacks {', '.join(_missing)} (schedulers.base.Scheduler)")
+        raise TypeError(f"scheduler {getattr(_sched, 'NAME', _sched)!r} lacks {', '.join(_missing)} "
+                        "(schedulers.base.Scheduler)")
 
 base.register(SCHEDULERS, (*pointwise.FORMS, *reduction_params.FORMS, inner_outer.InnerOuterParams),
               reduction_params.SWITCHES)
 
-__all__ = ["SCHEDULERS", "Choices", "Reject", "Rejection", "Scheduler", "Segment", "current_choices"]
+__all__ = ["INNER_NORMALIZATION", "INNER_REDUCTION", "OUTER_REDUCTION", "SCHEDULERS", "Choices", "Reject",
+           "ReductionScheduler", "Rejection", "Scheduler", "Segment", "current_choices"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import functools
-import re
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -85,12 +84,11 @@ def checked_emit(seg, name: str, params, generate) -> Reject | None:
     ``Unsupported`` into a rejection.  The walk over the segment's values is what finds
     an output the tile cannot reach or a value used at coordinates it does not hold,
     so the check runs it once and ``emit`` reuses the result."""
-    choices = current_choices()
-    key = (name, params, choices.edits)
+    key = (name, params)
     memo = seg.memo
     if key not in memo:
         try:
-            memo[key] = choices.edited(generate(seg, params, PENDING_NAME))
+            memo[key] = generate(seg, params, PENDING_NAME)
         except Unsupported as err:
             memo[key] = Reject(err.code, str(err), name)
     hit = memo[key]
@@ -100,10 +98,9 @@ def checked_emit(seg, name: str, params, generate) -> Reject | None:
 def emitted(seg, scheduler: str, params, name: str, generate):
     """``emit``: the source the run-time check generated, named ``name`` (generated now
     when the check did not run on this segment object)."""
-    choices = current_choices()
-    hit = seg.memo.get((scheduler, params, choices.edits))
+    hit = seg.memo.get((scheduler, params))
     if hit is None:
-        return choices.edited(generate(seg, params, name))
+        return generate(seg, params, name)
     if isinstance(hit, Reject):
         raise Unsupported(f"{scheduler} emit called with params its run-time check rejected: {hit}", hit.code)
     return dataclasses.replace(hit, name=name, source=hit.source.replace(PENDING_NAME, name))
@@ -165,10 +162,7 @@ class Choices:
     heuristics, so the other fields follow the heuristics);
     ``Choices(disable=("inner_outer",))`` plans as if those schedulers did not exist;
     ``Choices(spill_check=False)`` keeps the heuristics' params even where the kernel
-    spills; ``Choices(edits=((pattern, replacement), ...))`` applies those regular
-    expressions (``re.sub``) to every kernel source the schedulers generate, so a
-    code generator idea can be timed before it is written (the results may change).
-    For tests that must exercise every variant on small shapes, and for the
+    spills.  For tests that must exercise every variant on small shapes, and for the
     benchmarks' variant sweeps.  Params that come in forms (``reduction_params``, the
     pointwise ``FlatParams`` and ``BroadcastParams``) move to the form the choices
     name: ``persistent`` and ``prefetch`` (switches, no field) or ``outer``.
@@ -178,9 +172,9 @@ class Choices:
     fingerprint, the kernels'), so two Choices never share a cached plan or kernel.
     They are scoped to the thread (a ``contextvars`` variable)."""
 
-    __slots__ = ("fields", "disable", "spill_check", "edits", "key", "_tokens")
+    __slots__ = ("fields", "disable", "spill_check", "key", "_tokens")
 
-    def __init__(self, disable=(), spill_check: bool = True, edits=(), **fields):
+    def __init__(self, disable=(), spill_check: bool = True, **fields):
         names = _param_fields()
         bad = sorted(set(fields) - names)
         if bad:
@@ -201,10 +195,8 @@ class Choices:
         self.fields = dict(fields)
         self.disable = frozenset(disable)
         self.spill_check = bool(spill_check)
-        self.edits = _checked_edits(edits)
-        self.key = () if not (fields or disable or not spill_check or self.edits) else (
-            tuple(sorted(fields.items())), tuple(sorted(self.disable)), self.spill_check) + (
-            (self.edits,) if self.edits else ())
+        self.key = () if not (fields or disable or not spill_check) else (
+            tuple(sorted(fields.items())), tuple(sorted(self.disable)), self.spill_check)
         self._tokens = []
 
     def __bool__(self):
@@ -219,14 +211,13 @@ class Choices:
     def __repr__(self):
         parts = [f"disable={tuple(sorted(self.disable))!r}"] if self.disable else []
         parts += [] if self.spill_check else ["spill_check=False"]
-        parts += [f"edits={self.edits!r}"] if self.edits else []
         parts += [f"{k}={v!r}" for k, v in sorted(self.fields.items())]
         return f"Choices({', '.join(parts)})"
 
     def combined(self, inner: Choices) -> Choices:
         """These choices with ``inner``'s on top."""
         return Choices(disable=self.disable | inner.disable, spill_check=self.spill_check and inner.spill_check,
-                       edits=self.edits + inner.edits, **{**self.fields, **inner.fields})
+                       **{**self.fields, **inner.fields})
 
     def __enter__(self):
         self._tokens.append(_CURRENT.set(_CURRENT.get().combined(self)))
@@ -235,15 +226,6 @@ class Choices:
     def __exit__(self, *exc):
         _CURRENT.reset(self._tokens.pop())
         return False
-
-    def edited(self, kernel):
-        """``kernel`` (a ``KernelSource``) with the edits applied to its source."""
-        if not self.edits:
-            return kernel
-        source = kernel.source
-        for pattern, replacement in self.edits:
-            source = re.sub(pattern, replacement, source)
-        return dataclasses.replace(kernel, source=source)
 
     def schedulers(self, registry) -> tuple:
         """``registry`` without the disabled schedulers, in priority order."""
@@ -259,20 +241,6 @@ class Choices:
         names = {f.name for f in dataclasses.fields(params)}
         chosen = {k: v for k, v in self.fields.items() if k in names}
         return dataclasses.replace(params, **chosen) if chosen else params
-
-
-def _checked_edits(edits) -> tuple:
-    """``edits`` as a tuple of (pattern, replacement) string pairs whose patterns compile."""
-    out = []
-    for e in edits:
-        if not (isinstance(e, (tuple, list)) and len(e) == 2 and all(isinstance(x, str) for x in e)):
-            raise ChoicesError(f"Choices: each edit is a (pattern, replacement) pair of strings; got {e!r}")
-        try:
-            re.compile(e[0])
-        except re.error as err:
-            raise ChoicesError(f"Choices: edit pattern {e[0]!r} does not compile: {err}") from None
-        out.append((e[0], e[1]))
-    return tuple(out)
 
 
 # What Choices may name, filled in by the package's ``__init__`` from its registry
@@ -297,8 +265,7 @@ def _scheduler_names() -> tuple:
 
 
 NO_CHOICES = Choices.__new__(Choices)
-for _slot, _value in (("fields", {}), ("disable", frozenset()), ("spill_check", True), ("edits", ()), ("key", ()),
-                      ("_tokens", [])):
+for _slot, _value in (("fields", {}), ("disable", frozenset()), ("spill_check", True), ("key", ()), ("_tokens", [])):
     object.__setattr__(NO_CHOICES, _slot, _value)
 _CURRENT: contextvars.ContextVar = contextvars.ContextVar("pyfuser_choices", default=NO_CHOICES)
 

@@ -1,4 +1,5 @@
-"""Reduction schedulers: inner reduction, inner normalization, outer reduction.
+"""Reduction schedulers: inner reduction, inner normalization, outer reduction, each a
+row of ``reduction_schedulers.ReductionScheduler`` built on this module.
 
 All three run on ``codegen.tiles.reduction.ReductionTile`` (k = kept elements, j = reduced
 ones) and differ in what they accept and how they size the tile:
@@ -64,22 +65,6 @@ def _analyse(seg: Segment):
 def innermost_reduced(seg, ref, dims) -> bool:
     live = [d for d, s in enumerate(seg.shapes[ref]) if s != 1]
     return not live or live[-1] in dims
-
-
-def inner_check(seg: Segment, normalization: bool) -> Reject | None:
-    """can_schedule of the two inner schedulers: the innermost dim is reduced, and some
-    output is (normalization) or none is (pure reduction) shaped like the reduced tensor."""
-    a = analyse(seg)
-    if isinstance(a, Reject):
-        return a
-    ref, dims = a
-    if not innermost_reduced(seg, ref, dims):
-        return Reject("outer_axes", f"the innermost dim of {ref.name} is kept, not reduced")
-    if is_normalization(seg, ref) != normalization:
-        if normalization:
-            return Reject("pure_reduction", "no output is shaped like the reduced tensor")
-        return Reject("normalization", "an output combines reduction results with the reduced tensor")
-    return None
 
 
 def is_normalization(seg, ref) -> bool:

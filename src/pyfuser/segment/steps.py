@@ -13,7 +13,7 @@ class Step:
     """One segment of a plan: a scheduler module and the outputs it computes."""
 
     outputs: list
-    scheduler: object  # a schedulers.* module, or None for a host (reference) step
+    scheduler: object  # a schedulers.SCHEDULERS entry, or None for a host (reference) step
     reason: str = ""
     kernels: dict = field(default_factory=dict)  # params -> (KernelSource, launchable)
     declined: list = field(default_factory=list)  # the Rejects of the schedulers tried before this one, in order
