@@ -1,10 +1,12 @@
 """The package as a user installs it: a wheel built from the tree, installed (not
-editable) into a fresh folder, runs the README's Python examples exactly as they are
-written there, and ``python -m pyfuser`` reports the installed copy.
+editable) into a fresh virtual environment, runs the README's Python examples exactly as
+they are written there, and ``python -m pyfuser`` reports the installed copy.
 
 The wheel is built without build isolation (no download: the setuptools of the
 environment running the tests) from a copy of the files it needs, so the source tree
-gets no ``build/`` folder; torch, Triton and numpy come from that environment.
+gets no ``build/`` folder.  The fresh venv sees torch, Triton and numpy through a path
+file naming the test environment's site-packages as a plain path (so that
+environment's own editable pyfuser, itself a path file there, is not read).
 """
 from __future__ import annotations
 
@@ -42,13 +44,18 @@ def installed(tmp_path_factory):
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     _run(pip + ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(tmp / "dist"), str(tree)])
     wheel, = (tmp / "dist").glob("pyfuser-*.whl")
-    site = tmp / "site"
-    _run(pip + ["install", "--no-deps", "--no-index", "--target", str(site), str(wheel)])
+    venv = tmp / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    python = venv / "bin" / "python"
+    site = pathlib.Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    deps = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(os.path.join(p, "torch"))]
+    (site / "test_environment.pth").write_text("\n".join(deps) + "\n")
+    _run(pip + ["--python", str(python), "install", "--no-deps", "--no-index", str(wheel)])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYFUSER_", "PYTHON", "TORCH_LOGS"))}
-    env.update(PYTHONPATH=str(site), PYFUSER_CACHE_DIR=str(tmp / "cache"), CUDA_VISIBLE_DEVICES="")
+    env.update(PYFUSER_CACHE_DIR=str(tmp / "cache"), CUDA_VISIBLE_DEVICES="")
     work = tmp / "work"
     work.mkdir()
-    return site, env, work
+    return python, site, env, work
 
 
 def test_the_readme_has_runnable_examples():
@@ -58,21 +65,21 @@ def test_the_readme_has_runnable_examples():
 
 
 def test_the_readme_examples_run_from_the_installed_wheel(installed):
-    site, env, work = installed
+    python, site, env, work = installed
     check = "import pyfuser, sys; print(pyfuser.__file__)"
-    where = _run([sys.executable, "-c", check], env=env, cwd=work).stdout.strip()
+    where = _run([python, "-c", check], env=env, cwd=work).stdout.strip()
     assert where.startswith(str(site)), f"pyfuser imported from {where}, not the wheel's install"
     for i, code in enumerate(readme_examples()):
         script = work / f"readme_{i}.py"
         script.write_text(code)
-        out = _run([sys.executable, str(script)], env=env, cwd=work)
+        out = _run([python, str(script)], env=env, cwd=work)
         assert "InterpreterWarning" in out.stderr  # on CPU tensors, said once
         assert not (work / "docs").exists() and not (work / "build").exists()
 
 
 def test_python_m_pyfuser_reports_the_installed_copy(installed):
-    site, env, work = installed
-    text = _run([sys.executable, "-m", "pyfuser"], env=env, cwd=work).stdout
+    python, site, env, work = installed
+    text = _run([python, "-m", "pyfuser"], env=env, cwd=work).stdout
     assert re.search(r"^pyfuser \d+\.\d+\.\d+ \(" + re.escape(str(site)), text, re.M)
     assert "PYFUSER_CUDA_GRAPHS" in text and f"kernel cache: {env['PYFUSER_CACHE_DIR']}" in text
     meta = next(site.glob("pyfuser-*.dist-info"))
