@@ -383,6 +383,11 @@ class _Drawer:
                 big, top = max(float(mag.max()), 1e-300), torch.finfo(torch.float32).max / 2
                 overflow = (n * math.log(big) >= math.log(top)) if op == "prod" else (
                     op not in ("max", "min") and big * n >= top)
+        if op == "lerp" and not all(a.exact for a in args) and outs[0].is_floating_point():
+            # end - (end - start) * (1 - weight): a product that may overflow where the
+            # result does not, on one side of rounding only
+            big = float(_emax([a.mag for a in args]).max())
+            overflow = 2 * big * (big + 1) >= torch.finfo(outs[0].dtype).max / 4
         mag = _emax([mag] + [_mag(o) for o in outs])
         ops = frozenset().union(*[a.ops for a in tensors], {op})
         if overflow:
@@ -744,7 +749,8 @@ def compare(got, want: Val, name: str) -> list[str]:
         near = (gi.isinf() & ei.isfinite() & (ei.abs() >= top)) | (ei.isinf() & gi.isfinite() & (gi.abs() >= top))
         tag = (" (numerical: overflow of an inexact value)" if not want.exact and bool(near.all()) else
                " (numerical: partial sums or products that overflow, in another order)"
-               if "overflow_inexact" in want.ops else "")
+               if "overflow_inexact" in want.ops else
+               " (numerical: a pole met by an inexact value)" if "pole_inexact" in want.ops else "")
         return [("inf", f"{name}: infinities differ{tag}: got {gi[:4].tolist()} eager {ei[:4].tolist()}")]
     g, e, bound = g[~inf], e[~inf], bound[~inf]
     bad = (g - e).abs() > bound
