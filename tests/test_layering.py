@@ -21,7 +21,7 @@ import pytest
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "pyfuser"
 
-LAYERS = ("errors", "compat", "ir", "rng", "reference", "frontend", "codegen", "schedulers", "segment", "runtime",
+LAYERS = ("_version", "nvfuser_direct_version", "errors", "compat", "ir", "rng", "reference", "frontend", "codegen", "schedulers", "segment", "runtime",
           "pyfuser", "dynamo", "bench", "demo")
 
 # (importer, imported): an import from a later layer

@@ -17,6 +17,10 @@ from .errors import (AccuracyError, CacheDirError, CompileError, DefinitionError
 from .frontend import Fusion, FusionDefinition
 from .frontend.descriptor import compute_tensor_descriptor
 from .ir.dtypes import DataType
+from .ir.values import TensorVal as TensorView
+from .frontend.lru import LRUCache, LruFusionCache
+from .nvfuser_direct_version import version
+from .runtime.profiler import PythonProfiler
 
 
 def cache_info() -> dict:
@@ -27,6 +31,7 @@ def cache_info() -> dict:
     return _info()
 
 
-__all__ = ["__version__", "FusionDefinition", "Fusion", "DataType", "cache_info", "compute_tensor_descriptor", "PyfuserError", "DefinitionError",
+__all__ = ["__version__", "FusionDefinition", "Fusion", "DataType", "cache_info", "compute_tensor_descriptor", "PyfuserError",
+           "TensorView", "LRUCache", "LruFusionCache", "PythonProfiler", "version", "DefinitionError",
            "DefinitionTypeError", "InputError", "InputTypeError", "CompileError", "ValidationError",
            "CacheDirError", "SettingError", "ToolchainError", "AccuracyError", "DependencyError"]
