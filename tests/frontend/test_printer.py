@@ -163,3 +163,17 @@ def test_the_2022_api_keeps_its_form():
         "    T2 = fd.ops.mul(T0, S1)",
         "    T3 = fd.ops.sum(T2, dims=[1], keepdim=False, dtype=DataType.Null)",
         "    fd.add_output(T3)"]
+
+
+def test_slice_by_vectors_prints_without_normalizing():
+    """Runtime indices (a Vector, sizes) leave the slice as given: no
+    manual_normalization is claimed, and printing defines no new value."""
+    x = make_tensor((2, 5, 10), torch.float32, gen_for("slice-vec"))
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True])
+        fd.add_output(fd.ops.slice(t0, [0, 1, 2], t0.shape()))
+        fd.add_output(fd.ops.slice(t0, fd.define_vector(3), fd.define_vector(3)))
+    n_vals = len(fd.ir.vals)
+    text = repr(fd)
+    assert "manual_normalization" not in text and len(fd.ir.vals) == n_vals
+    assert_round_trip(fd, [x, 0, 1, 2, 2, 5, 10])

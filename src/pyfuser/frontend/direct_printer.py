@@ -136,6 +136,8 @@ def _rewrite(e, text: str) -> tuple[str, str]:
 
 def _in_range(e) -> bool:
     t, a = e.inputs[0], e.attrs
+    if not all(isinstance(a[k], (tuple, list)) for k in ("starts", "ends", "steps")):  # a Vector: runtime values
+        return False
     for ext, lo, hi, step in zip(t.shape, a["starts"], a["ends"], a["steps"]):
         if not all(isinstance(x, int) for x in (ext, lo, hi, step)):
             return False
