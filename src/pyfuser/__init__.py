@@ -19,6 +19,10 @@ from .errors import (AccuracyError, CacheDirError, CompileError, DefinitionError
 from .frontend import Fusion, FusionDefinition
 from .frontend.descriptor import compute_tensor_descriptor
 from .ir.dtypes import DataType
+from .ir.values import TensorVal as TensorView
+from .frontend.lru import LRUCache, LruFusionCache
+from .nvfuser_direct_version import version
+from .runtime.profiler import PythonProfiler
 from .settings import config
 
 
@@ -30,7 +34,8 @@ def cache_info() -> dict:
     return _info()
 
 
-__all__ = ["__version__", "config", "FusionDefinition", "Fusion", "DataType", "cache_info", "compute_tensor_descriptor", "PyfuserError", "DefinitionError",
+__all__ = ["__version__", "config", "FusionDefinition", "Fusion", "DataType", "cache_info", "compute_tensor_descriptor",
+           "PyfuserError", "TensorView", "LRUCache", "LruFusionCache", "PythonProfiler", "version", "DefinitionError",
            "DefinitionTypeError", "InputError", "InputTypeError", "CompileError", "ValidationError",
            "CacheDirError", "InternalError", "SettingError", "ToolchainError", "AccuracyError", "DependencyError",
            "InterpreterWarning"]

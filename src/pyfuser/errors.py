@@ -17,6 +17,11 @@ class DefinitionError(PyfuserError, ValueError):
     """A FusionDefinition is malformed (bad shapes, axes, dtypes, ...)."""
 
 
+class EmptyFusionError(DefinitionError, NotImplementedError):
+    """``execute`` of a FusionDefinition never defined, or defined with no outputs
+    (nvFuser raises NotImplementedError for both)."""
+
+
 class DefinitionTypeError(PyfuserError, TypeError):
     """An op got an object of the wrong kind (a list where a tensor was expected, ...)."""
 

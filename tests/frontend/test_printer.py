@@ -2,6 +2,8 @@
 that prints the same and computes the same (the round trip)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -21,9 +23,22 @@ def rebuild(fd: FusionDefinition) -> FusionDefinition:
     return fd2
 
 
+def _unnumbered(text: str) -> str:
+    return re.sub(r"\b(tv|c)\d+\b", r"\1", text)
+
+
 def assert_round_trip(fd, inputs):
+    """The printed text rebuilds the fusion.  nvFuser's form numbers values in the order
+    they were defined and prints ops depth first from the outputs: a definition rebuilt
+    from it prints the same ops in the same order, and once it is defined in that order
+    its text is a fixed point.  (The 2022 form rebuilds a current-API definition, which
+    prints in nvFuser's form.)"""
     fd2 = rebuild(fd)
-    assert repr(fd2) == repr(fd)
+    fd3 = rebuild(fd2)
+    assert not fd2.legacy_api and repr(rebuild(fd3)) == repr(fd3)
+    assert _unnumbered(repr(fd3)) == _unnumbered(repr(fd2))
+    if not fd.legacy_api:
+        assert _unnumbered(repr(fd2)) == _unnumbered(repr(fd))
     torch.manual_seed(0)  # random ops without a seed draw from torch's generator
     want = fd.execute(inputs)
     torch.manual_seed(0)
@@ -65,7 +80,7 @@ def test_round_trip_of_many_op_kinds():
         for t in (t3, var, mean, t11, t12, t13, fd.ops.sum(t0, dims=[0], dtype=DataType.Double)):
             fd.add_output(t)
     text = repr(fd)
-    for fragment in ("stride_order=[0, 1]", "float('inf')", "float('nan')", "float('-inf')", "define_scalar(None"):
+    for fragment in ("stride_order=[0, 1]", 'float("inf")', 'float("nan")', 'float("-inf")', "define_scalar(None"):
         assert fragment in text
     assert_round_trip(fd, [x, h, -0.5])
 
@@ -97,8 +112,68 @@ def test_two_fusions_of_the_same_ops_print_the_same_text():
             build(fd, spelling)
         fds.append(fd)
     assert fds[0].id != fds[1].id and repr(fds[0]) == repr(fds[1])
-    assert "fd.ops.expand(T0, shape=V2)" in repr(fds[0]) and "broadcast_in_dim" not in repr(fds[0])
+    assert "fd.ops.expand(tv0, shape=c0)" in repr(fds[0]) and "broadcast_in_dim" not in repr(fds[0])
     gen = gen_for("printer", "bid")
     a, b = make_tensor((1, 6), torch.float32, gen), make_tensor((5, 6), torch.float32, gen)
     assert_all_match(fds[0].execute([a, b]), [a.expand(5, 6) + b], tol=(0.0, 0.0))
     assert_round_trip(fds[0], [a, b])
+
+
+def test_current_api_prints_in_nvfusers_form():
+    """tv names, constants inline (six digits where exact, every digit otherwise), no
+    default arguments, a sum's result dtype, ops depth first from the outputs, a sum over
+    extent-1 dims as the squeeze it is, manual_normalization where the indices are in range."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1], contiguity=[True])
+        t1 = fd.define_tensor(shape=[2, 3], contiguity=[True, True])
+        a = fd.ops.mul(t0, fd.define_scalar(3.0))
+        b = fd.ops.sum(fd.ops.slice(t1, [0, 0], [1, 3], [1, 1]), [0], False, DataType.Null)
+        c = fd.ops.add(b, fd.define_scalar(0.1 + 0.2))
+        d = fd.ops.max(t1, [1], keepdim=True)
+        fd.add_output(fd.ops.mul(a, fd.ops.sum(c, [0])))
+        fd.add_output(fd.ops.mul(d, fd.define_scalar(2, dtype=DataType.Float)))
+    text = repr(fd)
+    assert text.splitlines()[1:] == [
+        "    tv0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float, is_cpu=False)",
+        "    tv1 = fd.define_tensor(shape=[2, 3], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)",
+        "    tv2 = fd.ops.mul(tv0, 3.00000)",
+        "    tv3 = fd.ops.slice(tv1, start_indices=[0, 0], end_indices=[1, 3], strides=[1, 1], "
+        "manual_normalization=True)",
+        "    tv4 = fd.ops.squeeze(tv3, dims=[0])",
+        "    tv5 = fd.ops.add(tv4, 0.30000000000000004)",
+        "    tv7 = fd.ops.sum(tv5, dims=[0], dtype=DataType.Float)",
+        "    tv8 = fd.ops.mul(tv2, tv7)",
+        "    tv6 = fd.ops.max(tv1, dims=[1], keepdim=True)",
+        "    c0 = fd.define_scalar(2, dtype=DataType.Float)",
+        "    tv9 = fd.ops.mul(tv6, c0)",
+        "    fd.add_output(tv8)",
+        "    fd.add_output(tv9)"]
+    x, y = make_tensor((3,), torch.float32, gen_for("form-x")), make_tensor((2, 3), torch.float32, gen_for("form-y"))
+    assert_round_trip(fd, [x, y])
+
+
+def test_the_2022_api_keeps_its_form():
+    fs = Fusion()
+    with FusionDefinition(fs) as fd:
+        t0 = fd.define_tensor(symbolic_sizes=[-1, -1], contiguous=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.mul(t0, fd.define_constant(3.0)), axes=[1], keepdim=False))
+    assert repr(fd).splitlines()[1:] == [
+        "    T0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)",
+        "    S1 = fd.define_scalar(3.0, dtype=DataType.Double)",
+        "    T2 = fd.ops.mul(T0, S1)",
+        "    T3 = fd.ops.sum(T2, dims=[1], keepdim=False, dtype=DataType.Null)",
+        "    fd.add_output(T3)"]
+
+
+def test_slice_by_vectors_prints_without_normalizing():
+    """Runtime indices (a Vector, sizes) leave the slice as given: no
+    manual_normalization is claimed, and printing defines no new value."""
+    x = make_tensor((2, 5, 10), torch.float32, gen_for("slice-vec"))
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True])
+        fd.add_output(fd.ops.slice(t0, [0, 1, 2], t0.shape()))
+        fd.add_output(fd.ops.slice(t0, fd.define_vector(3), fd.define_vector(3)))
+    n_vals = len(fd.ir.vals)
+    text = repr(fd)
+    assert "manual_normalization" not in text and len(fd.ir.vals) == n_vals
+    assert_round_trip(fd, [x, 0, 1, 2, 2, 5, 10])

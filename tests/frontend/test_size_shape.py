@@ -199,7 +199,7 @@ def test_at_getitem_and_negative_indices():
         fd.add_output(fd.ops.full(parts, 0.5, DataType.Float))
     x = torch.ones(2, 3, 4)
     assert_matches(fd.execute([x])[0], torch.full([4, 2, 3, 3], 0.5))
-    assert "fd.ops.at(V1, index=2)" in repr(fd) and "fd.ops.size(T0, dim=1)" in repr(fd)
+    assert "fd.ops.at(c0, index=2)" in repr(fd) and "fd.ops.size(tv0, dim=1)" in repr(fd)
 
 
 def test_define_vector_of_ints_and_sizes():
@@ -282,8 +282,8 @@ def test_round_trip():
         fd.add_output(fd.ops.iota(v[0], 0, 1, DataType.Int))
         fd.add_output(fd.ops.uniform(0.0, 1.0, shape=[n, 2], rng_seed=1, rng_offset=0))
     text = repr(fd)
-    for fragment in ("fd.ops.shape(T0)", "fd.ops.size(T0, dim=0)", "fd.ops.at(V3, index=2)",
-                     "fd.define_vector([S1], dtype=DataType.Int)", "new_shape=V", "shape=V3"):
+    for fragment in ("c2 = fd.ops.shape(tv0)", "fd.ops.size(tv0, dim=0)", "fd.ops.at(c2, index=2)",
+                     "fd.define_vector([c0], dtype=DataType.Int)", "new_shape=c6", "shape=c2"):
         assert fragment in text, fragment
     x = make_tensor((2, 3, 4), torch.bfloat16, gen_for("rt-sizes"))
     assert_round_trip(fd, [x, 5])

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from pyfuser import DataType, FusionDefinition
-from pyfuser.errors import DefinitionError, EagerFallbackWarning
+from pyfuser.errors import DefinitionError, EagerFallbackWarning, InputError
 from pyfuser.ir.dtypes import from_torch
 from pyfuser.segment import planner
 
@@ -281,11 +281,38 @@ def test_grouped_mm_on_the_cpu():
     _check(lambda fd, x, y, o: fd.add_output(fd.ops.grouped_mm(x, y, o)), [a, b, offsets], [want])
 
 
-def test_sdpfa_rejects_dropout():
-    with pytest.raises(DefinitionError, match="sdpfa_fwd: dropout_p 0.1 is not supported"):
-        with FusionDefinition() as fd:
-            q = fd.define_tensor(shape=[1, 1, 2, 4], dtype=DataType.Float)
-            fd.ops.sdpfa_fwd(q, q, q, dropout_p=0.1)
+def test_sdpfa_dropout_needs_flash_attention():
+    """Dropout runs where ATen's flash attention does (CUDA, fp16/bf16): only it returns
+    the random state the backward replays.  On the CPU it is an error naming why."""
+    with FusionDefinition() as fd:
+        q = fd.define_tensor(shape=[1, 1, 2, 8], dtype=DataType.Float)
+        out, lse, seed, offset = fd.ops.sdpfa_fwd(q, q, q, dropout_p=0.1)
+        fd.add_output(out)
+    assert seed.dtype is DataType.UInt64 and offset.dtype is DataType.UInt64
+    with pytest.raises(InputError, match="sdpfa_fwd: dropout_p 0.1 needs flash attention"):
+        fd.execute([torch.ones(1, 1, 2, 8)])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_sdpfa_is_atens_flash_attention_on_cuda():
+    """On CUDA (bf16, head dim 8) forward and backward are ATen's flash attention's, bit
+    for bit, dropout included (torch's generator, seeded alike)."""
+    g = torch.Generator(device="cuda").manual_seed(5)
+    q, k, v, grad = (torch.randn(2, 3, 16, 8, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+    with FusionDefinition() as fd:
+        Q, K, V, G = (fd.define_tensor(shape=[-1] * 4, dtype=DataType.BFloat16) for _ in range(4))
+        o, lse, seed, offset = fd.ops.sdpfa_fwd(Q, K, V, dropout_p=0.2, is_causal=True)
+        for t in (o, *fd.ops.sdpfa_bwd(G, Q, K, V, o, lse, 0.2, True, seed, offset, None)):
+            fd.add_output(t)
+    torch.manual_seed(0)
+    got = fd.execute([q, k, v, grad])
+    torch.manual_seed(0)
+    out, lse, *_, s, off, _ = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.2, True)
+    want = torch.ops.aten._scaled_dot_product_flash_attention_backward(grad, q, k, v, out, lse, None, None, 16, 16,
+                                                                       0.2, True, s, off)
+    for a, b in zip(got, (out, *want)):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("op", ["scaled_mm", "nv_block_quantize"])

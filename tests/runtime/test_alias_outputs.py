@@ -172,7 +172,7 @@ def test_printer_round_trips_the_alias():
         fd.add_output(fd.ops.add(a, b))
         fd.add_output(fd.ops.mul(a, b), b)
     text = repr(fd)
-    assert "fd.add_output(T3, T1)" in text.splitlines()[-1]
+    assert "fd.add_output(tv3, tv1)" in text.splitlines()[-1]
     namespace = {"FusionDefinition": FusionDefinition, "DataType": DataType}
     exec(text, namespace)
     with FusionDefinition() as fd2:

@@ -152,3 +152,47 @@ def test_only_outputs_fed_by_accumulating_reductions_are_widened():
     u = 2.0**-24
     assert [err.get(o, 0.0) for o in fd.ir.outputs] == [u * 8, 0.0, 0.0, u * 8 + u * 2]
     fd.validate([xs])
+
+
+def test_nvfusers_tolerance_accepts_a_magnified_rounding_flip_and_nothing_far_past_it():
+    """A bf16 output whose inputs went through a bf16 intermediate and a 4096-term
+    reduction: one unit of that intermediate, flipped and magnified by cancellation, is
+    past pyfuser's own bf16 tolerance near zero but within nvFuser's (atol 2.5 at 4096
+    terms); an error of 5 is past both, and an fp32 output keeps nvFuser's fp32 table."""
+    from pyfuser.runtime.tolerances import nvfuser_tolerance
+    from pyfuser.runtime.validate import compare_either
+
+    g = torch.Generator().manual_seed(3)
+    got = (torch.randn(64, generator=g) * 4).to(torch.bfloat16)
+    got[7] = 0.0
+    flipped = got.clone()
+    flipped[7] = 0.0625
+    assert not compare(got, flipped)[0]
+    ok, text = compare_either(got, flipped, reduction_size=4096)
+    assert ok and "within nvFuser's validation tolerance (atol 2.49" in text
+    wrong = got.clone()
+    wrong[7] = 5.0
+    ok, text = compare_either(got, wrong, reduction_size=4096)
+    assert not ok and "nor within nvFuser's" in text
+    assert nvfuser_tolerance(torch.float32, 64) == (8.57934e-06, 8.57934e-08)
+    assert nvfuser_tolerance(torch.bfloat16, 1) == (0.00390625, 0.0078125)
+    assert nvfuser_tolerance(torch.int64, 64) is None
+    x = torch.randn(64, generator=g)
+    assert not compare_either(x, x + 1e-3, reduction_size=64)[0]
+
+
+def test_reduction_sizes_count_the_chain_and_the_matmul():
+    from pyfuser.ir.concretize import bind
+    from pyfuser.runtime.tolerances import reduction_sizes
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        w = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        s = fd.ops.sum(x, dims=[1], keepdim=True)
+        y = fd.ops.linear(fd.ops.div(x, s), w)
+        fd.add_output(y)
+        fd.add_output(fd.ops.exp(x))
+    xs, ws = torch.rand(4, 16, device=device()) + 1, torch.randn(8, 16, device=device())
+    sizes = reduction_sizes(fd.ir, bind(fd.ir, [xs, ws]).shapes)
+    assert [sizes.get(o, 1) for o in fd.ir.outputs] == [16 * 16, 1]
+    fd.validate([xs, ws])

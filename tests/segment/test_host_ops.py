@@ -129,4 +129,4 @@ def test_printer_round_trip_linear():
     with FusionDefinition() as fd:
         x, w = tensor(fd, 2), tensor(fd, 2)
         fd.add_output(fd.ops.linear(x, w))
-    assert "fd.ops.linear(T0, T1)" in repr(fd)
+    assert "fd.ops.linear(tv0, tv1)" in repr(fd)

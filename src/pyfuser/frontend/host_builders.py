@@ -185,15 +185,11 @@ class HostOps:
         extra = [(n, b.check_val(op, n, x, tensor=True)) for n, x in (("bias", bias), ("mask", mask)) if x is not None]
         attrs = {n: self._scalar_attr(op, n, x) for n, x in
                  (("dropout_p", dropout_p), ("is_causal", is_causal), ("scale", scale))}
-        p = attrs["dropout_p"]
-        if isinstance(p, ScalarVal) and p.is_constant and p.value != 0:
-            raise DefinitionError(f"{op}: dropout_p {p.value} is not supported (pyfuser does not reproduce "
-                                  f"nvFuser's philox dropout stream); only 0")
         sp = ", ".join([q.name, k.name, v.name] + [f"{n}={t.name}" for n, t in extra]
                        + [f"{n}={_spell(x)}" for n, x in attrs.items() if x is not None])
         ins = [q, k, v] + [t for _, t in extra]
         attrs["bias_mask"] = tuple(n for n, _ in extra)
-        return tuple(self._record_host(op, ins, attrs, [q.dtype, DataType.Float, DataType.Int, DataType.Int], sp))
+        return tuple(self._record_host(op, ins, attrs, [q.dtype, DataType.Float, DataType.UInt64, DataType.UInt64], sp))
 
     def sdpfa_bwd(self, grad_output, query, key, value, output, logsumexp, dropout_p, is_causal, philox_seed,
                   philox_offset, scale):

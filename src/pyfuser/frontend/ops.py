@@ -136,9 +136,13 @@ class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
             return tuple(range(t.rank))
         return tuple(sorted(S.norm_dims(op, "dims", dims, t.rank)))
 
-    def _reduction(self, op, arg, dims, keepdim, dtype, axes):
+    def _reduction(self, op, arg, dims, keepdim, dtype, axes, dim=None):
         b = self._b
         t = b.check_val(op, "arg", arg, tensor=True)
+        if dim is not None:  # nvFuser's sum(arg, dim=i) form: one dim
+            if dims is not None or axes is not None:
+                raise DefinitionTypeError(f"{op}: give dim= or dims=, not both (got dim={dim!r}, dims={dims!r})")
+            dims = [dim]
         if isinstance(dims, DataType):  # nvFuser's sum(arg, dtype) form: every dim
             dims, dtype = None, dims
         d = self._dims_arg(op, t, dims, axes)
@@ -154,17 +158,17 @@ class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
         (out,) = self._record(op, [t], attrs, [out_dt], spelling)
         return out
 
-    def sum(self, arg, dims=None, keepdim=False, dtype=DataType.Null, *, axes=None):
-        return self._reduction("sum", arg, dims, keepdim, dtype, axes)
+    def sum(self, arg, dims=None, keepdim=False, dtype=DataType.Null, *, axes=None, dim=None):
+        return self._reduction("sum", arg, dims, keepdim, dtype, axes, dim)
 
-    def max(self, arg, dims=None, keepdim=False, dtype=DataType.Null, *, axes=None):
-        return self._reduction("max", arg, dims, keepdim, dtype, axes)
+    def max(self, arg, dims=None, keepdim=False, dtype=DataType.Null, *, axes=None, dim=None):
+        return self._reduction("max", arg, dims, keepdim, dtype, axes, dim)
 
-    def min(self, arg, dims=None, keepdim=False, dtype=DataType.Null, *, axes=None):
-        return self._reduction("min", arg, dims, keepdim, dtype, axes)
+    def min(self, arg, dims=None, keepdim=False, dtype=DataType.Null, *, axes=None, dim=None):
+        return self._reduction("min", arg, dims, keepdim, dtype, axes, dim)
 
-    def prod(self, arg, dims=None, keepdim=False, dtype=DataType.Null, *, axes=None):
-        return self._reduction("prod", arg, dims, keepdim, dtype, axes)
+    def prod(self, arg, dims=None, keepdim=False, dtype=DataType.Null, *, axes=None, dim=None):
+        return self._reduction("prod", arg, dims, keepdim, dtype, axes, dim)
 
     def _var_args(self, op, arg, dims, correction, keepdim, axes):
         b = self._b
@@ -195,7 +199,7 @@ class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
         if shape is None or broadcast_dims is None:
             raise DefinitionTypeError("broadcast_in_dim: needs shape= (or output_shape=) and broadcast_dims=")
         shape = b.shape_arg("broadcast_in_dim", "shape", shape, allow_neg1=True)
-        bdims = b.check_int_list("broadcast_in_dim", "broadcast_dims", broadcast_dims)
+        bdims = b.check_int_list("broadcast_in_dim", "broadcast_dims", _wrap_negative(broadcast_dims, spec_length(shape)))
         attrs = {"shape": shape, "broadcast_dims": tuple(bdims)}
         if list(bdims) == list(range(t.rank)) and spec_length(shape) == t.rank:
             # no new dim: an expand, recorded (and printed) as one, as nvFuser does
@@ -466,8 +470,8 @@ for _row in OPS.values():
 
 
 def _make_reduction(name):
-    def builder(self, arg, dims=None, keepdim=False, dtype=DataType.Null, *, axes=None):
-        return self._reduction(name, arg, dims, keepdim, dtype, axes)
+    def builder(self, arg, dims=None, keepdim=False, dtype=DataType.Null, *, axes=None, dim=None):
+        return self._reduction(name, arg, dims, keepdim, dtype, axes, dim)
 
     builder.__name__ = name
     builder.__doc__ = f"Reduction {name} over ``dims`` (every dim when none are given), as the op table defines it."
@@ -478,3 +482,11 @@ def _make_reduction(name):
 for _row in OPS.values():
     if _row.kind is OpKind.REDUCTION and not _row.reduction.welford and not hasattr(Operators, _row.name):
         setattr(Operators, _row.name, _make_reduction(_row.name))
+
+
+def _wrap_negative(dims, rank: int):
+    """Negative dims count from the end of ``rank`` dims, as nvFuser wraps them; other
+    entries are left for the caller's check."""
+    if not isinstance(dims, (list, tuple)):
+        return dims
+    return [d + rank if isinstance(d, int) and not isinstance(d, bool) and -rank <= d < 0 else d for d in dims]

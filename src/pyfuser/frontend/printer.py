@@ -1,5 +1,9 @@
 """``repr(fd)``: a runnable ``nvfuser_fusion`` function that rebuilds the same fusion.
 
+A current-API definition prints in nvFuser's ``nvfuser_direct`` form (``direct_printer``:
+``tv<i>`` names, constants inline, no default arguments); a 2022 one
+(``FusionDefinition(fusion)``) in the form below, as that API printed it.
+
 The printer uses the current API's spelling whatever era the definition was written
 in (a 2022 ``view`` prints as ``reshape`` with its resolved shape), so the output runs
 with ``with FusionDefinition() as fd: nvfuser_fusion(fd)``.  The name is nvFuser's
@@ -17,6 +21,16 @@ FD_METHODS = ("define_vector",)  # recorded like ops, spelled fd.<name>(...) as 
 
 
 def python_definition(fd) -> str:
+    if not getattr(fd, "legacy_api", False):
+        from .direct_printer import direct_definition
+
+        return direct_definition(fd, FUNCTION, FD_METHODS)
+    return legacy_definition(fd)
+
+
+def legacy_definition(fd) -> str:
+    """The 2022 API's form: every value in the order it was defined, named T<i>/S<i>, with
+    each op's arguments as they were given."""
     ir = fd.ir
     lines = [f"def {FUNCTION}(fd : FusionDefinition) -> None :"]
     printed: set[int] = set()

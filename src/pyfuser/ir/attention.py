@@ -1,20 +1,24 @@
 """Attention and grouped matmuls as host ops (``ir.host_rows``): torch calls between kernels.
 
 ``sdpfa_fwd(query, key, value, bias, mask, dropout_p, is_causal, scale)`` returns
-nvFuser's four outputs: the attention ``output`` ([N*, H, Q, Ev], the query's dtype),
-``logsumexp`` ([N*, H, Q], Float: the log of each softmax row's sum of exponentials,
-scores scaled), ``philox_seed`` ([2]) and ``philox_offset`` ([]).  nvFuser types the
-two philox tensors UInt64 (the random state of the dropout); pyfuser has no unsigned
-dtype and draws no dropout here, so they are Int zeros.  ``sdpfa_bwd`` returns the
-gradients of query, key and value, recomputed from the same formula by autograd.
+nvFuser's four outputs: the attention ``output`` ([N*, H, Q, Ev], the query's dtype, in
+the query's memory layout), ``logsumexp`` ([N*, H, Q], Float: the log of each softmax
+row's sum of exponentials, scores scaled), ``philox_seed`` ([2]) and ``philox_offset``
+([]), UInt64: the random state of the dropout, which ``sdpfa_bwd`` takes to draw the same
+mask.  ``sdpfa_bwd`` returns the gradients of query, key and value.
 
-The formula is the math one (eager's reference implementation of
-``scaled_dot_product_attention``): ``softmax(q @ k^T * scale + bias + mask)`` with the
-upper triangle (top-left aligned, as torch) masked for ``is_causal`` and a Bool ``mask`` keeping where True;
-``scale`` defaults to ``1 / sqrt(E)``.  A query row masked out entirely attends to nothing:
-its output is 0 (its logsumexp -inf).  It runs in fp32 for fp16/bf16 inputs and
-rounds the output once.  Dropout needs nvFuser's philox stream, which pyfuser does
-not reproduce: a ``dropout_p`` other than 0 raises.
+Both call what nvFuser calls, so the results are its results bit for bit: on CUDA,
+fp16/bf16, rank 4, a head dim that is a multiple of 8 and no bias or mask, ATen's flash
+attention (forward and backward; its dropout draws from torch's CUDA generator, as
+nvFuser's does); with a bias or a mask, ATen's math attention
+(``_scaled_dot_product_attention_math``) of ``bias + where(mask, 0, -inf)`` in the query's
+dtype, as nvFuser forms it.  Elsewhere (the CPU, other dtypes or ranks) the formula is
+the math one, in fp32 for fp16/bf16 inputs with the output rounded once:
+``softmax(q @ k^T * scale + bias + mask)`` with the upper triangle (top-left aligned, as
+torch) masked for ``is_causal`` and a Bool ``mask`` keeping where True; ``scale``
+defaults to ``1 / sqrt(E)``; a query row the masks leave no key attends to nothing (its
+output 0, its logsumexp -inf), as in ATen's math attention; a ``dropout_p`` other than 0 raises there (only flash
+attention returns the random state the backward needs).
 """
 from __future__ import annotations
 
@@ -52,27 +56,63 @@ def _safe_softmax(s):
 
 def _no_dropout(op, dropout_p):
     if dropout_p not in (None, 0, 0.0):
-        raise InputError(f"{op}: dropout_p {dropout_p} is not supported (pyfuser does not reproduce nvFuser's "
-                         f"philox dropout stream); only 0")
+        raise InputError(f"{op}: dropout_p {dropout_p} needs flash attention (CUDA, fp16/bf16, rank 4, a head dim "
+                         f"that is a multiple of 8, no bias or mask): only it returns the random state the backward "
+                         f"replays; here only 0")
+
+
+def _flash_ok(*ts) -> bool:
+    q = ts[0]
+    return (q.device.type == "cuda" and q.dtype in (torch.float16, torch.bfloat16) and q.dim() == 4
+            and all(t.dim() == 4 and t.dtype == q.dtype for t in ts) and q.shape[-1] % 8 == 0
+            and ts[2].shape[-1] == q.shape[-1])
+
+
+def _like_query(out, q):
+    """``out`` in ``q``'s memory layout (dims ordered by ``q``'s strides), as nvFuser lays
+    the attention output out."""
+    order = sorted(range(q.dim()), key=lambda d: -q.stride(d))
+    inverse = sorted(range(q.dim()), key=lambda d: order[d])
+    return out.permute(order).contiguous().permute(inverse)
+
+
+def _rng_state(device):
+    return torch.zeros(2, dtype=torch.uint64, device=device), torch.zeros((), dtype=torch.uint64, device=device)
 
 
 def sdpfa_fwd_ref(q, k, v, *bias_and_mask, bias_mask=(), dropout_p=None, is_causal=None, scale=None):
     """``bias_and_mask``: the optional tensors given, which ``bias_mask`` names."""
-    _no_dropout("sdpfa_fwd", dropout_p)
     given = dict(zip(bias_mask, bias_and_mask))
     bias, mask = given.get("bias"), given.get("mask")
-    s = _scores(q, k, bias, mask, bool(is_causal), scale)
-    lse = torch.logsumexp(s, -1)
-    out = (_safe_softmax(s) @ v.to(s.dtype)).to(q.dtype)
-    zeros = torch.zeros(2, dtype=torch.int64, device=q.device)
-    return out, lse.float(), zeros, zeros[0].clone()
+    p, causal, sc = float(dropout_p or 0.0), bool(is_causal), None if scale is None else float(scale)
+    if bias is None and mask is None and _flash_ok(q, k, v):
+        out, lse, *_, seed, offset, _ = torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, p, causal, return_debug_mask=False, scale=sc)
+        return _like_query(out, q), lse, seed, offset
+    _no_dropout("sdpfa_fwd", dropout_p)
+    s = _scores(q, k, bias, mask, causal, scale)
+    lse = torch.logsumexp(s, -1).float()
+    if q.device.type == "cuda" and (bias is not None or mask is not None):
+        attn_bias = bias
+        if mask is not None:
+            mask_bias = torch.where(mask, 0.0, float("-inf")).to(q.dtype)
+            attn_bias = mask_bias if attn_bias is None else attn_bias + mask_bias
+        out = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, attn_bias, 0.0, causal, None, scale=sc)[0]
+    else:
+        out = (_safe_softmax(s) @ v.to(s.dtype)).to(q.dtype)
+    return (_like_query(out, q), lse, *_rng_state(q.device))
 
 
 def sdpfa_bwd_ref(grad, q, k, v, out, lse, seed, offset, dropout_p=None, is_causal=None, scale=None):
+    causal = bool(is_causal)
+    if _flash_ok(q, k, v, grad, out) and seed.dtype == torch.uint64:
+        return torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            grad, q, k, v, out, lse, None, None, q.shape[2], k.shape[2], float(dropout_p or 0.0), causal, seed,
+            offset, scale=None if scale is None else float(scale))
     _no_dropout("sdpfa_bwd", dropout_p)
     with torch.enable_grad():
         qs, ks, vs = (t.detach().requires_grad_(True) for t in (q, k, v))
-        s = _scores(qs, ks, None, None, bool(is_causal), scale)
+        s = _scores(qs, ks, None, None, causal, scale)
         o = torch.softmax(s, -1) @ vs.to(s.dtype)
         gq, gk, gv = torch.autograd.grad(o, (qs, ks, vs), grad.to(o.dtype))
     return gq.to(q.dtype), gk.to(k.dtype), gv.to(v.dtype)

@@ -28,12 +28,20 @@ class DataType(enum.Enum):
     # kernels compute on them in fp32 (``codegen.dtype_policy.compute_dtype``)
     Float8_e4m3fn = "Float8_e4m3fn"
     Float8_e5m2 = "Float8_e5m2"
+    # torch's uint64 has few ops: tensors of it are inputs and outputs, the random
+    # state that attention's backward takes (``ir.attention``)
+    UInt64 = "UInt64"
     Null = "Null"
 
     def __repr__(self) -> str:
         return f"DataType.{self.value}"
 
     __str__ = __repr__
+
+    def __call__(self) -> "DataType":
+        """nvFuser's ``TensorView.dtype()`` is a method; pyfuser's ``t.dtype`` is this
+        DataType, and calling it returns it, so scripts that call it run unchanged."""
+        return self
 
     @property
     def torch(self) -> torch.dtype:
@@ -51,7 +59,7 @@ class DataType(enum.Enum):
 
     @property
     def is_int(self) -> bool:
-        return self in (DataType.Int, DataType.Int32)
+        return self in (DataType.Int, DataType.Int32, DataType.UInt64)
 
     @property
     def is_complex(self) -> bool:
@@ -87,6 +95,7 @@ _TO_TORCH = {
     DataType.ComplexDouble: torch.complex128,
     DataType.Float8_e4m3fn: torch.float8_e4m3fn,
     DataType.Float8_e5m2: torch.float8_e5m2,
+    DataType.UInt64: torch.uint64,
 }
 _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
 
@@ -101,6 +110,7 @@ TRITON_NAME = {
     DataType.Bool: "tl.int1",
     DataType.Float8_e4m3fn: "tl.float8e4nv",
     DataType.Float8_e5m2: "tl.float8e5",
+    DataType.UInt64: "tl.uint64",
 }
 
 

@@ -112,7 +112,7 @@ def _execute(fd, inputs, device, profile):
         return []
     rt: ExecutorCache = fd._runtime or _new_runtime(fd)
     active = dump.enabled_dumps()
-    profile = profile or profiler.printing()
+    profile = profile or profiler.printing() or profiler.capturing()
     try:
         if isinstance(inputs, (list, tuple)):
             inputs = cpu_scalars_on_device(ir, inputs)
@@ -372,8 +372,8 @@ def launch(src, fn, sched, seg, params, b: Binding, env, rng_table, probe=None, 
 
 # -- a caller-checked cached execute (the torch.compile backend's regions) -------------------
 def fast_path_allowed() -> bool:
-    """Whether ``run_prepared`` may stand in for ``execute``: no dump, no profile and no
-    scheduler override (overrides are part of the fingerprint) are on.
+    """Whether ``run_prepared`` may stand in for ``execute``: no dump, no profile (nor an
+    open ``PythonProfiler``) and no scheduler override (overrides are part of the fingerprint) are on.
 
     The torch.compile backend asks at every region call, between ATen ops whose work
     evicts the host's caches: there, the general check (``dump.enabled_dumps`` and
@@ -382,7 +382,7 @@ def fast_path_allowed() -> bool:
     variables' raw values straight from the environment's dict: set to anything but
     "" (and ``profiler.OFF`` for PYFUSER_PROF), the call takes ``execute``, which
     validates them."""
-    if current_choices():
+    if current_choices() or profiler._CAPTURING:
         return False
     if OVERRIDES or _ENV_DATA is None:
         return not dump.enabled_dumps() and not profiler.printing()

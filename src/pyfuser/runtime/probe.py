@@ -164,6 +164,7 @@ class Probe:
                 self.records, _bytes(inputs), _bytes(outs, exclude=inputs),
                 (time.perf_counter() - self.t0) * 1e3, self.copy_gbps)
             self.fd.last_profile = p
+            profiler.deliver(p)
             if profiler.printing():
                 dump.emit(str(p))
         self.rt.events.clear()

@@ -15,6 +15,7 @@ launches, and there is no copy bandwidth to compare with (None).
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -174,3 +175,74 @@ def format_table(p: FusionProfile) -> str:
 
 class NoProfileError(PyfuserError, LookupError):
     """``fd.profile()`` before any ``execute(..., profile=True)``."""
+
+
+# -- nvFuser's names for the records ----------------------------------------------------
+# nvFuser's KernelProfile and FusionProfile fields, read from pyfuser's records.
+KernelProfile.compile_time_ms = property(lambda k: k.compile_ms)
+KernelProfile.effective_bandwidth_gbs = property(lambda k: k.gbps)
+KernelProfile.percentage_peak_bandwidth = property(lambda k: k.pct_of_copy)
+KernelProfile.segment_id = property(lambda k: k.number)
+FusionProfile.segments = property(lambda p: len(p.kernels))
+FusionProfile.kernel_profiles = property(lambda p: p.kernels)
+FusionProfile.kernel_time_ms = property(lambda p: p.time_ms)
+FusionProfile.host_time_ms = property(lambda p: p.wall_ms)
+FusionProfile.compile_time_ms = property(lambda p: sum(k.compile_ms or 0.0 for k in p.kernels))
+FusionProfile.effective_bandwidth_gbs = property(lambda p: p.gbps)
+FusionProfile.percentage_peak_bandwith = property(lambda p: p.pct_of_copy)  # nvFuser's spelling
+
+
+_CAPTURING: list = []  # the PythonProfilers inside whose ``with`` block executes run now
+_CAPTURING_LOCK = threading.Lock()
+
+
+def capturing() -> bool:
+    return bool(_CAPTURING)
+
+
+def deliver(p: FusionProfile) -> None:
+    """Hand an execute's profile to every ``PythonProfiler`` open now."""
+    with _CAPTURING_LOCK:
+        for prof in _CAPTURING:
+            prof._profiles.append(p)
+
+
+class PythonProfiler:
+    """nvFuser's profiler as a context manager: every ``fd.execute`` inside the block
+    is profiled, as ``execute(..., profile=True)`` would be, and ``prof.profile`` is the
+    ``FusionProfile`` of the last one (``prof.profiles``: all, in order).
+
+    ``auto_scheduled=False`` is nvFuser's switch to profiling ``manual_execute``, which
+    pyfuser does not have: every fusion here is scheduled automatically, so it changes
+    nothing."""
+
+    def __init__(self, auto_scheduled: bool = True):
+        self.auto_scheduled = auto_scheduled
+        self._profiles: list = []
+
+    def __enter__(self):
+        with _CAPTURING_LOCK:
+            self._profiles = []
+            _CAPTURING.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        with _CAPTURING_LOCK:
+            _CAPTURING.remove(self)
+        return False
+
+    @property
+    def profiles(self) -> list:
+        return list(self._profiles)
+
+    @property
+    def profile(self) -> FusionProfile:
+        if not self._profiles:
+            raise NoProfileError("PythonProfiler.profile: no fusion was executed inside the profiler's `with` block")
+        return self._profiles[-1]
+
+    def get_fusion_profile(self) -> FusionProfile:
+        return self.profile
+
+    def reset_profiler(self) -> None:
+        self._profiles = []

@@ -121,3 +121,56 @@ def with_repro(fd, inputs, device, err: CompileError) -> CompileError:
 
 
 __all__ = ["repro_script", "write_repro", "with_repro", "repro_dir"]
+
+
+# -- nvFuser's repro_script_for ---------------------------------------------------------
+NVFUSER_PREAMBLE = '''# nvFuser's repro script: it imports nvfuser_direct; where that is not installed, pyfuser runs it.
+import importlib.util
+import sys
+if importlib.util.find_spec("nvfuser_direct") is None:
+    import pyfuser
+    sys.modules["nvfuser_direct"] = pyfuser
+'''
+
+
+class SavedInput:
+    """What ``execute(inputs, save_repro_inputs=True)`` keeps of a tensor input: its
+    layout, dtype and device, not its values (nvFuser keeps fake tensors)."""
+
+    def __init__(self, x: torch.Tensor):
+        self.shape, self.strides, self.dtype = tuple(x.shape), tuple(x.stride()), x.dtype
+        self.device, self.contiguous = x.device, x.is_contiguous()
+
+
+def saved_inputs(inputs) -> list:
+    return [SavedInput(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _nvfuser_input(x) -> str:
+    if isinstance(x, torch.Tensor):
+        x = SavedInput(x)
+    if not isinstance(x, SavedInput):
+        text = str(x)
+        return text.replace("inf", 'float("inf")').replace("nan", 'float("nan")')
+    if x.contiguous:
+        return f"torch.testing.make_tensor({x.shape}, dtype={x.dtype}, device='{x.device}')"
+    n = 0 if 0 in x.shape else 1 + sum((s - 1) * st for s, st in zip(x.shape, x.strides))
+    if x.dtype.is_floating_point:
+        values = f"torch.randn({n}, dtype={x.dtype}, device='{x.device}')"
+    else:
+        values = f"torch.randint(0, {2 if x.dtype == torch.bool else 10}, ({n},), dtype={x.dtype}, device='{x.device}')"
+    return f"{values}.as_strided({x.shape}, {x.strides})"
+
+
+def nvfuser_repro_script(fd, inputs=None) -> str:
+    """nvFuser's ``fd.repro_script_for(inputs)``: the devices and versions as comments,
+    the definition, and with ``inputs`` tensors of their layouts and the execute call."""
+    lines = ["# CUDA devices:"]
+    if torch.cuda.is_available():
+        lines += [f"#  {i}: {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count())]
+    lines += [f"# torch version: {torch.__version__}", f"# cuda version: {torch.version.cuda}"]
+    text = "\n".join(lines) + "\n" + NVFUSER_PREAMBLE + "import torch\nfrom nvfuser_direct import FusionDefinition, DataType\n"
+    text += repr(fd) + "with FusionDefinition() as fd:\n    nvfuser_fusion(fd)\n"
+    if inputs is not None:
+        text += "\ninputs = [\n" + "".join(f"    {_nvfuser_input(x)},\n" for x in inputs) + "]\nfd.execute(inputs)\n"
+    return text
