@@ -42,3 +42,32 @@ def test_double_scalar_in_a_float_kernel_rounds_once():
         fd.add_output(fd.ops.mul(t, fd.define_scalar(dtype=DataType.Double)))
     x = torch.linspace(-3.0, 5.0, 37, device=DEVICE)
     torch.testing.assert_close(fd.execute([x, 0.1])[0], x * 0.1, rtol=0, atol=0)
+
+
+def test_a_double_scalar_is_an_f64_parameter_of_the_compiled_kernel():
+    """Compiled offline for sm_90 as a launch would specialise it: the Double scalar is an
+    ``.f64`` parameter (Triton's default for a Python float is ``.f32``), converted once
+    to fp32 where an fp32 op reads it."""
+    from pyfuser.bench import offline
+    from pyfuser.compat import compile_offline
+    from pyfuser.runtime.args import arg_value, launch_kw
+    from pyfuser.runtime.cache import load_kernel
+
+    from .common import need_ptxas
+
+    need_ptxas()
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Double)
+        s = fd.define_scalar(dtype=DataType.Double)
+        u = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        fd.add_output(fd.ops.add(t, s))
+        fd.add_output(fd.ops.mul(u, s))
+    inputs = [torch.empty(4096, dtype=torch.float64, device="meta"), 0.1, torch.empty(4096, device="meta")]
+    rt, b, _ = offline.plan_offline(fd, inputs)
+    (key, (src, *_)), = rt.kernels.items()
+    outs = {o: torch.empty(b.shapes[o], dtype=o.dtype.torch, device="meta") for o in src.outputs}
+    args = [arg_value(a, b, b.values, outs, {}) for a in src.args]
+    ptx = compile_offline(load_kernel(src.name, src.source, "cuda"), args, launch_kw(src, key[3], cuda=True), 90).asm["ptx"]
+    params = [line for line in ptx.splitlines() if ".param ." in line and f"{src.name}_param_" in line]
+    assert sum(".param .f64 " in line for line in params) == 1 and not any(".param .f32 " in line for line in params)
+    assert "cvt.rn.f32.f64" in ptx
