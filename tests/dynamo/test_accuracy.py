@@ -1,4 +1,4 @@
-"""The backend's accuracy mode (``dynamo/accuracy.py``): regions, fast-path views and
+"""The backend's accuracy mode (``dynamo/report/accuracy.py``): regions, fast-path views and
 rewritten graphs run beside ATen; a disagreement raises ``AccuracyError``."""
 import pytest
 import torch
@@ -6,7 +6,9 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import pyfuser.dynamo as pd
-from pyfuser.dynamo import accuracy, backend, rules, views
+from pyfuser.dynamo.report import accuracy
+from pyfuser.dynamo import backend, rules
+from pyfuser.dynamo.regions import views
 
 aten = torch.ops.aten
 

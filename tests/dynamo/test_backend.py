@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 import pyfuser
 import pyfuser.dynamo as pd
-from pyfuser.dynamo import region, rules
+from pyfuser.dynamo.regions import region
+from pyfuser.dynamo import rules
 from pyfuser.dynamo.rules import Rule
 
 aten = torch.ops.aten
@@ -211,7 +212,8 @@ def test_regions_without_inputs():
 
 
 def test_failed_partitioning_runs_the_graph_in_aten(monkeypatch):
-    from pyfuser.dynamo import backend, partition
+    from pyfuser.dynamo import backend
+    from pyfuser.dynamo.partition import partitioner as partition
 
     def half_done(gm):
         partition.fuse_regions(gm)  # mutates the copy, then fails
@@ -505,7 +507,7 @@ def test_outputs_are_written_in_aten_layout(monkeypatch):
     that layout directly: the fusion outputs the permuted tensor row-major and the
     region returns the permuted view, with no copy into ATen's strides after the
     kernel.  Values and strides match eager."""
-    from pyfuser.dynamo.region import FusedRegion
+    from pyfuser.dynamo.regions.region import FusedRegion
 
     graphs = graphs_partitioned(monkeypatch)
     b, s, kv, rep, d = 2, 16, 2, 3, 8
@@ -550,7 +552,7 @@ def test_misaligned_matmuls_are_padded_and_match_eager(monkeypatch):
     (contiguous, as eager's), loss and every gradient match eager."""
     import copy
 
-    from pyfuser.dynamo import pad_matmuls
+    from pyfuser.dynamo.rewrites import pad_matmuls
 
     monkeypatch.setattr(pad_matmuls, "ALWAYS", True)  # on CPU padding is off by default
     graphs = graphs_partitioned(monkeypatch)
@@ -601,7 +603,7 @@ def test_matmuls_with_a_symbolic_token_count_pad_their_static_dims(monkeypatch):
     known when the graph is compiled), and no rewrite falls back."""
     import copy
 
-    from pyfuser.dynamo import pad_matmuls
+    from pyfuser.dynamo.rewrites import pad_matmuls
 
     monkeypatch.setattr(pad_matmuls, "ALWAYS", True)
     graphs = graphs_partitioned(monkeypatch)
@@ -636,7 +638,8 @@ def test_views_between_regions_are_built_from_their_traced_strides():
     and an expand around a matmul, all left to ATen) become ``reinterpret`` nodes, the
     results equal eager; an input arriving with other strides than traced takes the
     original op."""
-    from pyfuser.dynamo import backend, views
+    from pyfuser.dynamo import backend
+    from pyfuser.dynamo.regions import views
 
     graphs = []
     real = backend.fast_views
@@ -673,7 +676,8 @@ def test_chains_of_views_are_one_view_of_the_first_input():
     """A view of a view used nowhere else is built from the first view's input in one
     step (``views.reinterpret_chain``); an input with other strides than traced
     replays the chain's ops."""
-    from pyfuser.dynamo import backend, views
+    from pyfuser.dynamo import backend
+    from pyfuser.dynamo.regions import views
 
     graphs = []
     real = backend.fast_views
@@ -839,7 +843,7 @@ def test_wide_misaligned_dims_pad_to_whole_cache_lines():
     """A misaligned dim pads to a multiple of 8 elements (16 bytes); one of 4096 or
     more (a vocabulary) to a multiple of 64 (128 bytes): GPT-2's 50257 words to 50304.
     Aligned dims are left alone (symbolic ones: the test above)."""
-    from pyfuser.dynamo.pad_matmuls import _pad_amount
+    from pyfuser.dynamo.rewrites.pad_matmuls import _pad_amount
 
     assert [_pad_amount(n) for n in (1001, 250, 4095, 4097, 30522, 50257)] == [7, 6, 1, 63, 6, 47]
     assert [_pad_amount(n) for n in (768, 4096, 50264, 30528)] == [0, 0, 0, 0]

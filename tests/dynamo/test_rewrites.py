@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from pyfuser.dynamo.one_hot import one_hot_sums
-from pyfuser.dynamo.pad_matmuls import propagate_meta
-from pyfuser.dynamo.sink_views import sink_views
-from pyfuser.dynamo.sum_views import sums_through_views
+from pyfuser.dynamo.rewrites.one_hot import one_hot_sums
+from pyfuser.dynamo.rewrites.pad_matmuls import propagate_meta
+from pyfuser.dynamo.rewrites.sink_views import sink_views
+from pyfuser.dynamo.rewrites.sum_views import sums_through_views
 
 aten = torch.ops.aten
 
@@ -146,7 +146,7 @@ def test_the_embedding_gradient_is_an_index_add_of_its_rows():
 
 
 def test_an_index_add_into_fresh_zeros_runs_in_place():
-    from pyfuser.dynamo.in_place import index_add_in_place
+    from pyfuser.dynamo.rewrites.in_place import index_add_in_place
 
     def grad(rows, ids):
         return rows.new_zeros((9, 5)).index_add(0, ids, rows)
@@ -178,7 +178,7 @@ def gqa_key_grad(q, g, kv_heads):
 
 
 def test_a_bmm_read_transposed_is_computed_transposed():
-    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+    from pyfuser.dynamo.rewrites.transposed_matmuls import transposed_matmuls
 
     gen = torch.Generator().manual_seed(21)
     q, g = torch.randn(2, 4, 6, 8, generator=gen), torch.randn(2, 4, 6, 6, generator=gen)
@@ -193,7 +193,7 @@ def test_a_bmm_read_transposed_is_computed_transposed():
 
 
 def test_bmms_read_in_order_or_handed_out_stay():
-    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+    from pyfuser.dynamo.rewrites.transposed_matmuls import transposed_matmuls
 
     gen = torch.Generator().manual_seed(22)
     a, b = torch.randn(3, 5, 7, generator=gen), torch.randn(3, 7, 4, generator=gen)
@@ -213,7 +213,7 @@ def test_a_bmm_whose_reshape_would_copy_when_turned_stays():
     reader it turns)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+    from pyfuser.dynamo.rewrites.transposed_matmuls import transposed_matmuls
 
     fake = FakeTensorMode()
 
@@ -268,7 +268,7 @@ def test_a_view_the_turned_layout_cannot_take_leaves_that_bmm_alone():
     and the pass goes on."""
     from torch._dispatch.python import enable_python_dispatcher
 
-    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+    from pyfuser.dynamo.rewrites.transposed_matmuls import transposed_matmuls
 
     gen = torch.Generator().manual_seed(23)
     x, w_qkv, w_out = torch.randn(2, 3, 4, generator=gen), torch.randn(4, 12, generator=gen), torch.randn(4, 4, generator=gen)
@@ -283,7 +283,7 @@ def test_fused_qkv_attention_through_the_backend_matches_eager(monkeypatch, head
     """Forward and gradients through the backend; with one head the key gradient's bmm
     is turned (read transposed by the region that concatenates the three gradients)."""
     from pyfuser.dynamo import backend
-    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+    from pyfuser.dynamo.rewrites.transposed_matmuls import transposed_matmuls
 
     turned = []
     monkeypatch.setattr(backend, "REWRITES", tuple(
@@ -309,7 +309,7 @@ def test_a_failing_rewrite_is_skipped_and_the_others_apply(monkeypatch):
     import pytest
 
     from pyfuser.dynamo import backend
-    from pyfuser.dynamo.region import FallbackWarning
+    from pyfuser.dynamo.regions.region import FallbackWarning
 
     def half_then_raise(gm):
         next(n for n in gm.graph.nodes if n.target == aten.exp.default).target = aten.sin.default
@@ -364,7 +364,7 @@ def bias_inputs(heads, q, k, batch, seed):
 
 
 def test_a_strided_tensor_read_broadcast_is_copied_in_order_once():
-    from pyfuser.dynamo.broadcast_copies import broadcast_copies
+    from pyfuser.dynamo.rewrites.broadcast_copies import broadcast_copies
 
     args = bias_inputs(heads=4, q=128, k=128, batch=2, seed=31)  # 65536 bias elements, read 4 times over
     gm = traced(position_bias_softmaxes, *args)
@@ -381,7 +381,7 @@ def test_a_strided_tensor_read_broadcast_is_copied_in_order_once():
 
 
 def test_strided_tensors_read_once_in_size_or_small_stay():
-    from pyfuser.dynamo.broadcast_copies import broadcast_copies
+    from pyfuser.dynamo.rewrites.broadcast_copies import broadcast_copies
 
     small = traced(position_bias_softmaxes, *bias_inputs(heads=4, q=64, k=64, batch=2, seed=32))
     x, y = torch.randn(256, 512), torch.randn(512, 256)

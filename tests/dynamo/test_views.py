@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from pyfuser.dynamo import views
+from pyfuser.dynamo.regions import views
 
 aten = torch.ops.aten
 

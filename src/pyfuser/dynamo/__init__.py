@@ -27,11 +27,11 @@ ATen.
 from __future__ import annotations
 
 from ..errors import AccuracyError
-from .accuracy import TOLERANCES, CheckSummary, check_accuracy, set_tolerance
-from .accuracy import summary as check_summary
 from .backend import pyfuser_backend
-from .explanation import Explanation, explain, fused_share
-from .region import FallbackWarning, reset, stats
+from .regions.region import FallbackWarning, reset, stats
+from .report.accuracy import TOLERANCES, CheckSummary, check_accuracy, set_tolerance
+from .report.accuracy import summary as check_summary
+from .report.explanation import Explanation, explain, fused_share
 
 BACKEND_NAMES = ("pyfuser", "nvprims_nvfuser")
 

@@ -34,19 +34,20 @@ from ..compat import (aot_autograd, aot_forward_metadata, functorch_config, fx_g
                       min_cut_partition, share_codegen, unset_fake_temporarily)
 from ..errors import SettingError
 from ..settings import BY_NAME, OPTIONS, checked, config, read, validate_environment
-from . import accuracy, graphs, logs
-from .broadcast_copies import broadcast_copies
+from .regions import graphs
+from .report import accuracy, logs
+from .rewrites.broadcast_copies import broadcast_copies
 from .decompositions import decomposition_table
-from .in_place import index_add_in_place
-from .one_hot import one_hot_sums
-from .pad_matmuls import pad_matmuls, propagate_meta
-from .partition import fuse_regions
-from .region import FusedRegion, warn_once
-from .remat import tag_scalar_derived, tag_upcast_softmax
-from .sink_views import sink_views
-from .sum_views import sums_through_views
-from .transposed_matmuls import transposed_matmuls
-from .views import fast_views
+from .rewrites.in_place import index_add_in_place
+from .rewrites.one_hot import one_hot_sums
+from .rewrites.pad_matmuls import pad_matmuls, propagate_meta
+from .partition.partitioner import fuse_regions
+from .regions.region import FusedRegion, warn_once
+from .rewrites.remat import tag_scalar_derived, tag_upcast_softmax
+from .rewrites.sink_views import sink_views
+from .rewrites.sum_views import sums_through_views
+from .rewrites.transposed_matmuls import transposed_matmuls
+from .regions.views import fast_views
 
 
 def _unfaked():
@@ -78,7 +79,7 @@ def _padded(gm):
         return _copy(gm)
 
 
-_log = logging.getLogger("pyfuser.dynamo.graphs")
+_log = logging.getLogger("pyfuser.dynamo.regions.graphs")  # graphs.py's logger
 
 # Rewrites that give the partitioner fewer, larger regions, in order: (name, pass).
 REWRITES = (("transposed_matmuls", transposed_matmuls), ("one_hot", one_hot_sums), ("sink_views", sink_views),

@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from .rules import RESHAPES, meta
+from ..rules import RESHAPES, meta
 
 aten = torch.ops.aten
 def _shape(node):

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from ..compat import OpOverload
-from .rules import RESHAPES, meta, reduction_kind, unsupported_reason
+from ...compat import OpOverload
+from ..rules import RESHAPES, meta, reduction_kind, unsupported_reason
 
 aten = torch.ops.aten
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..runtime.executor import kernel_sources
-from .region import FusedRegion
-from .rules import ATEN_ONLY, ATEN_VIEWS, LAYOUT_COPY_MIN_NUMEL, Reason, meta, why_not
-from .translate import hints
+from ...runtime.executor import kernel_sources
+from ..regions.region import FusedRegion
+from ..rules import ATEN_ONLY, ATEN_VIEWS, LAYOUT_COPY_MIN_NUMEL, Reason, meta, why_not
+from ..regions.translate import hints
 
 aten = torch.ops.aten
 # ATen ops that run in ATen by design (cuBLAS / cuDNN): not counted in the fused share.

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from ..compat import reinterpret_tensor
-from .rules import ATEN_VIEWS
+from ...compat import reinterpret_tensor
+from ..rules import ATEN_VIEWS
 
 aten = torch.ops.aten
 

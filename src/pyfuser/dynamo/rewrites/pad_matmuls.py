@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import torch
 
-from .rules import ATEN_ONLY, RESHAPES, meta
+from ..rules import ATEN_ONLY, RESHAPES, meta
 from .sum_views import leading_merge
 
 aten = torch.ops.aten
@@ -238,7 +238,7 @@ def _permutation(node, rank):
 
 
 def propagate_meta(gm):
-    from ..compat import detect_fake_mode
+    from ...compat import detect_fake_mode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]

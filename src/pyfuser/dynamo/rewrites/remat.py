@@ -39,7 +39,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import CheckpointPolicy
 
-from .rules import meta
+from ..rules import meta
 
 
 def _random(node) -> bool:

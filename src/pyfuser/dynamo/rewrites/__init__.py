@@ -1,0 +1,1 @@
+"""Graph rewrites: ATen graphs reshaped for fusion before partitioning, one pass per module."""
