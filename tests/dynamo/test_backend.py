@@ -1,6 +1,7 @@
 """The backend on small functions: registration, forward and backward against
 eager, what stays in ATen, fallbacks and their warnings, dumps, autocast."""
 import copy
+import dataclasses
 import warnings
 
 import pytest
@@ -9,11 +10,19 @@ import torch.nn.functional as F
 
 import pyfuser
 import pyfuser.dynamo as pd
-from pyfuser.dynamo.regions import region
 from pyfuser.dynamo import rules
+from pyfuser.dynamo.regions import region
+from pyfuser.dynamo.rewrites import registry
+from pyfuser.dynamo.rewrites.fast_views import fast_views
 from pyfuser.dynamo.rules import Rule
 
 aten = torch.ops.aten
+
+
+def spy_on_rewrite(mp, name, spy):
+    """The registry's rewrite ``name`` replaced by ``spy`` while ``mp`` is in force."""
+    mp.setattr(registry, "REWRITES", tuple(dataclasses.replace(r, fn=spy) if r.name == name else r
+                                           for r in registry.REWRITES))
 
 
 def grads_of(fn, *xs):
@@ -634,15 +643,14 @@ def test_matmuls_with_a_symbolic_token_count_pad_their_static_dims(monkeypatch):
 
 
 def test_views_between_regions_are_built_from_their_traced_strides():
-    """``views.fast_views``: the views of a compiled graph (here a transpose, a view
+    """``rewrites/fast_views.py``: the views of a compiled graph (here a transpose, a view
     and an expand around a matmul, all left to ATen) become ``reinterpret`` nodes, the
     results equal eager; an input arriving with other strides than traced takes the
     original op."""
-    from pyfuser.dynamo import backend
     from pyfuser.dynamo.regions import views
 
     graphs = []
-    real = backend.fast_views
+    real = fast_views
 
     def spy(gm):
         n = real(gm)
@@ -650,7 +658,7 @@ def test_views_between_regions_are_built_from_their_traced_strides():
         return n
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(backend, "fast_views", spy)
+        spy_on_rewrite(mp, "fast_views", spy)
         g = torch.Generator().manual_seed(21)
         a, b = torch.randn(6, 4, generator=g), torch.randn(6, 5, generator=g)
 
@@ -676,11 +684,10 @@ def test_chains_of_views_are_one_view_of_the_first_input():
     """A view of a view used nowhere else is built from the first view's input in one
     step (``views.reinterpret_chain``); an input with other strides than traced
     replays the chain's ops."""
-    from pyfuser.dynamo import backend
     from pyfuser.dynamo.regions import views
 
     graphs = []
-    real = backend.fast_views
+    real = fast_views
 
     def spy(gm):
         graphs.append(gm)
@@ -693,7 +700,7 @@ def test_chains_of_views_are_one_view_of_the_first_input():
     g = torch.Generator().manual_seed(23)
     a, b = torch.randn(6, 7, generator=g), torch.randn(7, 20, generator=g)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(backend, "fast_views", spy)
+        spy_on_rewrite(mp, "fast_views", spy)
         torch._dynamo.reset()
         got = torch.compile(fn, backend="pyfuser")(a, b)
     torch.testing.assert_close(got, fn(a, b))

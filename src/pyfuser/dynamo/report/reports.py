@@ -1,6 +1,6 @@
 """What the backend made of one ATen graph, as data: its regions and the nodes left out.
 
-``build(gm, name)`` reads a partitioned graph (``partition.fuse_regions``' result):
+``build(gm, name)`` reads a partitioned graph (``partitioner.fuse_regions``' result):
 
 * each ``FusedRegion`` becomes a ``RegionReport``: its name (the graph's name and the
   submodule's), the FusionDefinitions it runs, its FX nodes with the source line each

@@ -176,6 +176,14 @@ def _upcast_softmax(div):
     return None if source is None else source + [sub, exp, div]
 
 
+def tag_for_recompute(gm: torch.fx.GraphModule) -> int:
+    """Both rewrites of the joint graph, as one: the tensors made from scalars alone
+    copied per reader, then the fp32 softmaxes of 16-bit scores marked; returns how
+    many copies and marks.  One registry entry, so a failure of either leaves the
+    joint graph to min-cut as traced, with neither half applied."""
+    return tag_scalar_derived(gm) + tag_upcast_softmax(gm)
+
+
 def tag_upcast_softmax(gm: torch.fx.GraphModule) -> int:
     """Mark each fp32 softmax of 16-bit scores for recomputation (the module docstring
     says why); returns the number of softmaxes marked.  Nodes that carry a checkpoint
