@@ -87,7 +87,7 @@ def mem(tag):
 def main() -> int:
     args = parse()
     import pyfuser.dynamo as pd
-    from pyfuser.dynamo import graphs
+    from pyfuser.dynamo.regions import graphs
 
     if args.model != "mlp":
         try:

@@ -26,9 +26,9 @@ Accessor: the API behind it; its users; what runs where it is missing.
 - ``registers``: ``CompiledKernel.n_regs``, ``.n_spills``; runtime/probe.py; None.
 - ``torch_ptxas_path``: torch's bundled ``torch/bin/ptxas``; runtime/toolchain.py; a path only.
 - ``register_torch_logs``, ``artifact_logger``: ``torch._logging._internal`` (``register_log``,
-  ``register_artifact``, ``getArtifactLogger``, ``log_registry``); dynamo/logs.py; plain
+  ``register_artifact``, ``getArtifactLogger``, ``log_registry``); dynamo/report/logs.py; plain
   ``logging`` loggers (``TORCH_LOGS`` does not name pyfuser's; ``logging`` still does).
-- ``compile_id``: ``torch._guards.CompileContext.current_compile_id``; dynamo/logs.py; None.
+- ``compile_id``: ``torch._guards.CompileContext.current_compile_id``; dynamo/report/logs.py; None.
 - ``aot_forward_metadata``: ``torch._guards.TracingContext.fw_metadata`` (AOTAutograd's
   ``ViewAndMutationMeta``: ``num_forward``, ``tokens``); dynamo/backend.py; None (the
   forward graph is not replayed as a CUDA graph).
@@ -52,29 +52,29 @@ Accessor: the API behind it; its users; what runs where it is missing.
   ``torch._dynamo.backends.common``, ``torch._functorch`` (``partitioners``, ``config``,
   ``compile_utils``); dynamo/backend.py; none.
 - ``unset_fake_temporarily``, ``detect_fake_mode``: ``torch._subclasses.fake_tensor``,
-  ``torch._guards``; dynamo/backend.py, dynamo/pad_matmuls.py; a null context, none.
+  ``torch._guards``; dynamo/backend.py, dynamo/rewrites/pad_matmuls.py; a null context, none.
 - ``get_decompositions``: ``torch._decomp``; dynamo/decompositions.py; none.
-- ``share_codegen``: ``torch.fx.Graph._codegen``; dynamo/backend.py, dynamo/accuracy.py; none.
-- ``mark_boxed``: AOTAutograd's ``_boxed_call`` convention; dynamo/graphs.py, dynamo/accuracy.py.
-- ``qualified_name``: ``torch.fx.node._get_qualified_name``; dynamo/partition.py; none.
-- ``OpOverload``, ``OpOverloadPacket``: ``torch._ops``; dynamo/sink_views.py,
-  dynamo/collectives.py; none.
+- ``share_codegen``: ``torch.fx.Graph._codegen``; dynamo/backend.py, dynamo/report/accuracy.py; none.
+- ``mark_boxed``: AOTAutograd's ``_boxed_call`` convention; dynamo/regions/graphs.py, dynamo/report/accuracy.py.
+- ``qualified_name``: ``torch.fx.node._get_qualified_name``; dynamo/partition/partitioner.py; none.
+- ``OpOverload``, ``OpOverloadPacket``: ``torch._ops``; dynamo/rewrites/sink_views.py,
+  dynamo/rules/collectives.py; none.
 - ``has_internal_overlap``: ``torch._debug_has_internal_overlap``; reference.py; False
   (an alias output into an expanded input is then not refused up front).
 - ``grouped_mm``: ``torch._grouped_mm``; ir/attention.py (CUDA only); ``ToolchainError``.
 - ``sym_floor_div``: ``torch.utils._sympy.functions.FloorDiv`` (the floor division in
-  Dynamo's size expressions); dynamo/partition.py, dynamo/translate.py; none.
+  Dynamo's size expressions); dynamo/partition/partitioner.py, dynamo/regions/translate.py; none.
 - ``module_call_hooked``: ``nn.Module._forward_hooks`` and the other hook dicts,
   ``torch.nn.modules.module._global_*_hooks``, ``torch._C._get_tracing_state``;
-  dynamo/region.py; none.
-- ``op_schema``: ``OpOverload._schema``; dynamo/accuracy.py, dynamo/graphs.py; none (dynamo/rules.py still reads
+  dynamo/regions/region.py; none.
+- ``op_schema``: ``OpOverload._schema``; dynamo/report/accuracy.py, dynamo/regions/graphs.py; none (dynamo/rules/rulebook.py still reads
   ``target._schema``: its module is at its line ceiling).
-- ``reinterpret_tensor``: ``torch._C._dynamo.guards._reinterpret_tensor``; dynamo/views.py,
-  dynamo/graphs.py; ``Tensor.as_strided``.
+- ``reinterpret_tensor``: ``torch._C._dynamo.guards._reinterpret_tensor``; dynamo/regions/views.py,
+  dynamo/regions/graphs.py; ``Tensor.as_strided``.
 - ``storage_use_count``, ``storage_id``: ``torch._C._storage_Use_Count``,
-  ``UntypedStorage._cdata``; dynamo/graphs.py; none.
-- ``foreach_copy_``: ``torch._foreach_copy_``; dynamo/graphs.py; ``Tensor.copy_`` per pair.
-- ``graph_pool_enders``: ``torch._C._cuda_endAllocateToPool``, ``_cuda_releasePool``; dynamo/recording.py;
+  ``UntypedStorage._cdata``; dynamo/regions/graphs.py; none.
+- ``foreach_copy_``: ``torch._foreach_copy_``; dynamo/regions/graphs.py; ``Tensor.copy_`` per pair.
+- ``graph_pool_enders``: ``torch._C._cuda_endAllocateToPool``, ``_cuda_releasePool``; dynamo/regions/recording.py;
   none (a failed recording's pool stays reserved).
 
 Left where they are: ATen op names with a leading underscore (``aten._to_copy``,

@@ -10,9 +10,10 @@ import torch
 import torch.distributed as dist
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from pyfuser.dynamo import collectives, graph_checks, graphs
-from pyfuser.dynamo.partition import fuse_regions
-from pyfuser.dynamo.region import FusedRegion
+from pyfuser.dynamo.rules import collectives
+from pyfuser.dynamo.regions import graph_checks, graphs
+from pyfuser.dynamo.partition.partitioner import fuse_regions
+from pyfuser.dynamo.regions.region import FusedRegion
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The backend's accuracy mode (``dynamo/accuracy.py``): regions, fast-path views and
+"""The backend's accuracy mode (``dynamo/report/accuracy.py``): regions, fast-path views and
 rewritten graphs run beside ATen; a disagreement raises ``AccuracyError``."""
 import pytest
 import torch
@@ -6,7 +6,11 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import pyfuser.dynamo as pd
-from pyfuser.dynamo import accuracy, backend, rules, views
+from pyfuser.dynamo import rules
+from pyfuser.dynamo.regions import views
+from pyfuser.dynamo.report import accuracy
+from pyfuser.dynamo.rewrites import registry
+from pyfuser.dynamo.rewrites.registry import Rewrite
 
 aten = torch.ops.aten
 
@@ -112,7 +116,7 @@ def _adds_become_subs(gm):
 
 def test_a_wrong_rewrite_outside_regions_is_caught(monkeypatch):
     """The regions match their (wrong) ATen submodules: only the graph check sees it."""
-    monkeypatch.setattr(backend, "REWRITES", backend.REWRITES + (("broken", _adds_become_subs),))
+    monkeypatch.setattr(registry, "REWRITES", registry.REWRITES + (Rewrite("broken", "aten", _adds_become_subs, fresh_meta=True),))
     with pd.check_accuracy(), pytest.raises(pd.AccuracyError) as err:
         run(pointwise, inputs((4, 8), (8, 8)), backward=False)
     assert "forward graph" in str(err.value) and "outside regions" in str(err.value)

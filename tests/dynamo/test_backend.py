@@ -1,6 +1,7 @@
 """The backend on small functions: registration, forward and backward against
 eager, what stays in ATen, fallbacks and their warnings, dumps, autocast."""
 import copy
+import dataclasses
 import warnings
 
 import pytest
@@ -9,10 +10,19 @@ import torch.nn.functional as F
 
 import pyfuser
 import pyfuser.dynamo as pd
-from pyfuser.dynamo import region, rules
+from pyfuser.dynamo import rules
+from pyfuser.dynamo.regions import region
+from pyfuser.dynamo.rewrites import registry
+from pyfuser.dynamo.rewrites.fast_views import fast_views
 from pyfuser.dynamo.rules import Rule
 
 aten = torch.ops.aten
+
+
+def spy_on_rewrite(mp, name, spy):
+    """The registry's rewrite ``name`` replaced by ``spy`` while ``mp`` is in force."""
+    mp.setattr(registry, "REWRITES", tuple(dataclasses.replace(r, fn=spy) if r.name == name else r
+                                           for r in registry.REWRITES))
 
 
 def grads_of(fn, *xs):
@@ -211,7 +221,8 @@ def test_regions_without_inputs():
 
 
 def test_failed_partitioning_runs_the_graph_in_aten(monkeypatch):
-    from pyfuser.dynamo import backend, partition
+    from pyfuser.dynamo import backend
+    from pyfuser.dynamo.partition import partitioner as partition
 
     def half_done(gm):
         partition.fuse_regions(gm)  # mutates the copy, then fails
@@ -505,7 +516,7 @@ def test_outputs_are_written_in_aten_layout(monkeypatch):
     that layout directly: the fusion outputs the permuted tensor row-major and the
     region returns the permuted view, with no copy into ATen's strides after the
     kernel.  Values and strides match eager."""
-    from pyfuser.dynamo.region import FusedRegion
+    from pyfuser.dynamo.regions.region import FusedRegion
 
     graphs = graphs_partitioned(monkeypatch)
     b, s, kv, rep, d = 2, 16, 2, 3, 8
@@ -550,7 +561,7 @@ def test_misaligned_matmuls_are_padded_and_match_eager(monkeypatch):
     (contiguous, as eager's), loss and every gradient match eager."""
     import copy
 
-    from pyfuser.dynamo import pad_matmuls
+    from pyfuser.dynamo.rewrites import pad_matmuls
 
     monkeypatch.setattr(pad_matmuls, "ALWAYS", True)  # on CPU padding is off by default
     graphs = graphs_partitioned(monkeypatch)
@@ -601,7 +612,7 @@ def test_matmuls_with_a_symbolic_token_count_pad_their_static_dims(monkeypatch):
     known when the graph is compiled), and no rewrite falls back."""
     import copy
 
-    from pyfuser.dynamo import pad_matmuls
+    from pyfuser.dynamo.rewrites import pad_matmuls
 
     monkeypatch.setattr(pad_matmuls, "ALWAYS", True)
     graphs = graphs_partitioned(monkeypatch)
@@ -632,14 +643,14 @@ def test_matmuls_with_a_symbolic_token_count_pad_their_static_dims(monkeypatch):
 
 
 def test_views_between_regions_are_built_from_their_traced_strides():
-    """``views.fast_views``: the views of a compiled graph (here a transpose, a view
+    """``rewrites/fast_views.py``: the views of a compiled graph (here a transpose, a view
     and an expand around a matmul, all left to ATen) become ``reinterpret`` nodes, the
     results equal eager; an input arriving with other strides than traced takes the
     original op."""
-    from pyfuser.dynamo import backend, views
+    from pyfuser.dynamo.regions import views
 
     graphs = []
-    real = backend.fast_views
+    real = fast_views
 
     def spy(gm):
         n = real(gm)
@@ -647,7 +658,7 @@ def test_views_between_regions_are_built_from_their_traced_strides():
         return n
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(backend, "fast_views", spy)
+        spy_on_rewrite(mp, "fast_views", spy)
         g = torch.Generator().manual_seed(21)
         a, b = torch.randn(6, 4, generator=g), torch.randn(6, 5, generator=g)
 
@@ -673,10 +684,10 @@ def test_chains_of_views_are_one_view_of_the_first_input():
     """A view of a view used nowhere else is built from the first view's input in one
     step (``views.reinterpret_chain``); an input with other strides than traced
     replays the chain's ops."""
-    from pyfuser.dynamo import backend, views
+    from pyfuser.dynamo.regions import views
 
     graphs = []
-    real = backend.fast_views
+    real = fast_views
 
     def spy(gm):
         graphs.append(gm)
@@ -689,7 +700,7 @@ def test_chains_of_views_are_one_view_of_the_first_input():
     g = torch.Generator().manual_seed(23)
     a, b = torch.randn(6, 7, generator=g), torch.randn(7, 20, generator=g)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(backend, "fast_views", spy)
+        spy_on_rewrite(mp, "fast_views", spy)
         torch._dynamo.reset()
         got = torch.compile(fn, backend="pyfuser")(a, b)
     torch.testing.assert_close(got, fn(a, b))
@@ -839,7 +850,7 @@ def test_wide_misaligned_dims_pad_to_whole_cache_lines():
     """A misaligned dim pads to a multiple of 8 elements (16 bytes); one of 4096 or
     more (a vocabulary) to a multiple of 64 (128 bytes): GPT-2's 50257 words to 50304.
     Aligned dims are left alone (symbolic ones: the test above)."""
-    from pyfuser.dynamo.pad_matmuls import _pad_amount
+    from pyfuser.dynamo.rewrites.pad_matmuls import _pad_amount
 
     assert [_pad_amount(n) for n in (1001, 250, 4095, 4097, 30522, 50257)] == [7, 6, 1, 63, 6, 47]
     assert [_pad_amount(n) for n in (768, 4096, 50264, 30528)] == [0, 0, 0, 0]

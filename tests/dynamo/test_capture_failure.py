@@ -1,4 +1,4 @@
-"""A CUDA-graph recording that fails gives back everything it took (``dynamo/recording.py``).
+"""A CUDA-graph recording that fails gives back everything it took (``dynamo/regions/recording.py``).
 
 On CPU a stand-in for the CUDA calls (``FakeCuda``) keeps PyTorch's books the way its
 caching allocator and ``CUDAGraph`` do: the pools in use (a graph's reset releases
@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import pyfuser.dynamo as pd
-from pyfuser.dynamo import graphs, recording, region
+from pyfuser.dynamo.regions import graphs, recording, region
 
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
 

@@ -65,7 +65,7 @@ def marked(batch: dict, mode, dims=(0,)) -> dict:
 
 def symbolic_fusions() -> int:
     """How many translated fusions have an input with a symbolic extent."""
-    from pyfuser.dynamo import region
+    from pyfuser.dynamo.regions import region
 
     return sum(any(None in t.shape for t in tr.fd.ir.inputs if hasattr(t, "rank"))
                for tr in region._TRANSLATIONS.values() if not isinstance(tr, Exception))
@@ -117,7 +117,7 @@ def test_ops_taking_a_size_stay_in_their_region():
     symbolic shape) joins the region around it, which takes the size as an Int
     input: left in ATen, it cut the region in two (BERT's loss backward at variable
     lengths ran an fp16 add over its logits as an ATen kernel of its own)."""
-    from pyfuser.dynamo import logs, report
+    from pyfuser.dynamo.report import logs, reports as report
 
     def fn(x, y):
         z = (x * 2).view(-1) * y.size(0)
@@ -146,7 +146,7 @@ def table_slices(x):
 
 @pytest.mark.parametrize("mode", ["automatic", "dynamic"])
 def test_slices_at_symbolic_bounds_fuse_and_clamp_as_aten_does(mode):
-    from pyfuser.dynamo import logs, report
+    from pyfuser.dynamo.report import logs, reports as report
 
     compiled, _ = compiled_with(table_slices, mode)
     with logs.collecting() as found:
@@ -173,7 +173,7 @@ def test_slice_and_select_backwards_along_a_static_dim_fuse_at_symbolic_sizes():
     length RoPE's slice_backward stayed in ATen ("symbolic shape") and cut the
     backward's regions.  Automatic dynamic shapes: the second size makes the rows
     symbolic, the last dim stays 8."""
-    from pyfuser.dynamo import logs, report
+    from pyfuser.dynamo.report import logs, reports as report
 
     compiled = torch.compile(rope_like, backend="pyfuser")
     with logs.collecting() as found:

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import pyfuser.dynamo as pd
-from pyfuser.dynamo import report
+from pyfuser.dynamo.report import reports as report
 
 
 @contextmanager

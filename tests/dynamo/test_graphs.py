@@ -1,4 +1,4 @@
-"""When a forward or backward graph may be replayed as a CUDA graph (``dynamo/graphs.py``).
+"""When a forward or backward graph may be replayed as a CUDA graph (``dynamo/regions/graphs.py``).
 
 CUDA graphs need a GPU (``test_gpu.py`` runs the real thing); here a stand-in
 capture plays the graph's part on CPU tensors with a CUDA graph's memory semantics:
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import pyfuser.dynamo as pd
-from pyfuser.dynamo import graphs
+from pyfuser.dynamo.regions import graphs
 
 
 class FakeGraph:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import pyfuser.dynamo as pd
-from pyfuser.dynamo import logs
+from pyfuser.dynamo.report import logs
 from pyfuser.errors import EagerFallbackWarning
 from pyfuser.schedulers.base import Choices
 
@@ -114,7 +114,7 @@ def test_an_artifact_alone(records):
 
 
 def test_fallback_after_an_error_is_a_reason(records, monkeypatch):
-    from pyfuser.dynamo import region
+    from pyfuser.dynamo.regions import region
 
     def broken(graph, specs):
         raise RuntimeError("translation broke")
@@ -176,7 +176,7 @@ def test_nothing_is_reported_without_logging(records):
 
 
 def test_info_says_whether_each_training_graph_is_replayed_as_a_cuda_graph(records, monkeypatch):
-    from pyfuser.dynamo import graphs
+    from pyfuser.dynamo.regions import graphs
 
     monkeypatch.setattr(graphs, "enabled", lambda: True)  # on the CPU the check itself says why not
     torch._logging.set_logs(modules={"pyfuser": logging.INFO})

@@ -119,7 +119,7 @@ def test_dropout_mask_is_generated_in_the_fused_kernel():
     torch.manual_seed(4)
     model = DropoutMLP(0.5).train()
     torch.compile(model, backend="pyfuser")(torch.randn(4, 16))[1].sum().backward()
-    from pyfuser.dynamo import region
+    from pyfuser.dynamo.regions import region
 
     fds = [t.fd for t in region._TRANSLATIONS.values() if not isinstance(t, Exception)]
     random_fds = [fd for fd in fds if any(e.op in ("uniform", "rand_like") for e in fd.ir.exprs)]
@@ -134,7 +134,7 @@ def test_tiny_bert_when_the_partitioner_merges_horizontally(monkeypatch):
     column sum back with the gradient it sums).  Same gradients either way."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
-    from pyfuser.dynamo import partition
+    from pyfuser.dynamo.partition import partitioner as partition
 
     def merging(gm):
         return CapabilityBasedPartitioner(gm, partition.PyfuserSupport(), allows_single_node_partition=True,

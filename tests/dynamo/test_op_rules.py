@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import pyfuser.dynamo as pd
-from pyfuser.dynamo import rules, translate
+from pyfuser.dynamo import rules
+from pyfuser.dynamo.regions import translate
 
 aten = torch.ops.aten
 prims = torch.ops.prims

@@ -13,7 +13,7 @@ import torch
 
 import pyfuser.dynamo as pd
 from pyfuser import SettingError
-from pyfuser.dynamo import accuracy, logs
+from pyfuser.dynamo.report import accuracy, logs
 
 
 def softmax_sum(x, y):

@@ -3,7 +3,7 @@ partitioner before 2.13 produces when it merges independent ops."""
 import torch
 from torch.fx.passes.infra.partitioner import Partition
 
-from pyfuser.dynamo.partition import regroup_along_data_flow
+from pyfuser.dynamo.partition.partitioner import regroup_along_data_flow
 
 
 def _graph():
@@ -45,7 +45,7 @@ def test_cpu_work_in_a_gpu_graph_stays_in_aten():
     """A constant lifted and indexed on the host before its copy to the GPU: the CPU
     nodes stay out of regions (a region runs on one device); in an all-CPU graph the
     same nodes are fused.  The GPU is a ``meta`` tensor's device here."""
-    from pyfuser.dynamo.support import why_not
+    from pyfuser.dynamo.rules.support import why_not
 
     def graph(accelerator):
         g = torch.fx.Graph()
@@ -84,7 +84,7 @@ def _sum_of(nodes, name_of_input):
 
 
 def test_a_reduction_moves_to_the_region_that_computes_its_operand_for_it():
-    from pyfuser.dynamo.partition import reduce_before_leaving
+    from pyfuser.dynamo.partition.partitioner import reduce_before_leaving
 
     _, _, gm, nodes = _layers()
     order = {node: i for i, node in enumerate(gm.graph.nodes)}
@@ -100,7 +100,7 @@ def test_a_reduction_moves_to_the_region_that_computes_its_operand_for_it():
 
 def test_a_reduction_of_an_operand_read_elsewhere_stays():
     """x also leaves its region for another reader: moving its sum saves nothing."""
-    from pyfuser.dynamo.partition import reduce_before_leaving
+    from pyfuser.dynamo.partition.partitioner import reduce_before_leaving
 
     _, _, gm, nodes = _layers()
     order = {node: i for i, node in enumerate(gm.graph.nodes)}

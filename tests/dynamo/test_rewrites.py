@@ -4,16 +4,17 @@ did (``one_hot``, ``sink_views``, ``sum_views``, ``pad_matmuls``' sums of padded
 tensors)."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from pyfuser.dynamo.one_hot import one_hot_sums
-from pyfuser.dynamo.pad_matmuls import propagate_meta
-from pyfuser.dynamo.sink_views import sink_views
-from pyfuser.dynamo.sum_views import sums_through_views
+from pyfuser.dynamo.rewrites.one_hot import one_hot_sums
+from pyfuser.dynamo.rewrites.registry import propagate_meta
+from pyfuser.dynamo.rewrites.sink_views import sink_views
+from pyfuser.dynamo.rewrites.sum_views import sums_through_views
 
 aten = torch.ops.aten
 
@@ -146,7 +147,7 @@ def test_the_embedding_gradient_is_an_index_add_of_its_rows():
 
 
 def test_an_index_add_into_fresh_zeros_runs_in_place():
-    from pyfuser.dynamo.in_place import index_add_in_place
+    from pyfuser.dynamo.rewrites.in_place import index_add_in_place
 
     def grad(rows, ids):
         return rows.new_zeros((9, 5)).index_add(0, ids, rows)
@@ -178,7 +179,7 @@ def gqa_key_grad(q, g, kv_heads):
 
 
 def test_a_bmm_read_transposed_is_computed_transposed():
-    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+    from pyfuser.dynamo.rewrites.transposed_matmuls import transposed_matmuls
 
     gen = torch.Generator().manual_seed(21)
     q, g = torch.randn(2, 4, 6, 8, generator=gen), torch.randn(2, 4, 6, 6, generator=gen)
@@ -193,7 +194,7 @@ def test_a_bmm_read_transposed_is_computed_transposed():
 
 
 def test_bmms_read_in_order_or_handed_out_stay():
-    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+    from pyfuser.dynamo.rewrites.transposed_matmuls import transposed_matmuls
 
     gen = torch.Generator().manual_seed(22)
     a, b = torch.randn(3, 5, 7, generator=gen), torch.randn(3, 7, 4, generator=gen)
@@ -213,7 +214,7 @@ def test_a_bmm_whose_reshape_would_copy_when_turned_stays():
     reader it turns)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+    from pyfuser.dynamo.rewrites.transposed_matmuls import transposed_matmuls
 
     fake = FakeTensorMode()
 
@@ -268,7 +269,7 @@ def test_a_view_the_turned_layout_cannot_take_leaves_that_bmm_alone():
     and the pass goes on."""
     from torch._dispatch.python import enable_python_dispatcher
 
-    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+    from pyfuser.dynamo.rewrites.transposed_matmuls import transposed_matmuls
 
     gen = torch.Generator().manual_seed(23)
     x, w_qkv, w_out = torch.randn(2, 3, 4, generator=gen), torch.randn(4, 12, generator=gen), torch.randn(4, 4, generator=gen)
@@ -282,13 +283,13 @@ def test_a_view_the_turned_layout_cannot_take_leaves_that_bmm_alone():
 def test_fused_qkv_attention_through_the_backend_matches_eager(monkeypatch, heads):
     """Forward and gradients through the backend; with one head the key gradient's bmm
     is turned (read transposed by the region that concatenates the three gradients)."""
-    from pyfuser.dynamo import backend
-    from pyfuser.dynamo.transposed_matmuls import transposed_matmuls
+    from pyfuser.dynamo.rewrites import registry
+    from pyfuser.dynamo.rewrites.transposed_matmuls import transposed_matmuls
 
     turned = []
-    monkeypatch.setattr(backend, "REWRITES", tuple(
-        (name, (lambda gm: turned.append(transposed_matmuls(gm)) or turned[-1]) if name == "transposed_matmuls" else fn)
-        for name, fn in backend.REWRITES))
+    monkeypatch.setattr(registry, "REWRITES", tuple(
+        dataclasses.replace(r, fn=lambda gm: turned.append(transposed_matmuls(gm)) or turned[-1])
+        if r.name == "transposed_matmuls" else r for r in registry.REWRITES))
     torch.manual_seed(24)
     model = FusedQkvAttention(8, heads)
     x = torch.randn(2, 5, 8, requires_grad=True)
@@ -308,8 +309,9 @@ def test_a_failing_rewrite_is_skipped_and_the_others_apply(monkeypatch):
     the traced graph is never touched."""
     import pytest
 
-    from pyfuser.dynamo import backend
-    from pyfuser.dynamo.region import FallbackWarning
+    from pyfuser.dynamo.regions.region import FallbackWarning
+    from pyfuser.dynamo.rewrites import registry
+    from pyfuser.dynamo.rewrites.registry import Rewrite
 
     def half_then_raise(gm):
         next(n for n in gm.graph.nodes if n.target == aten.exp.default).target = aten.sin.default
@@ -322,23 +324,24 @@ def test_a_failing_rewrite_is_skipped_and_the_others_apply(monkeypatch):
         gm.recompile()
         return len(hits)
 
-    monkeypatch.setattr(backend, "REWRITES", (("half", half_then_raise), ("tanh", cos_to_tanh)))
+    monkeypatch.setattr(registry, "REWRITES", (Rewrite("half", "aten", half_then_raise),
+                                               Rewrite("tanh", "aten", cos_to_tanh)))
     gm = traced(lambda x: x.exp() + x.cos(), torch.randn(4))
     with pytest.warns(FallbackWarning, match="the half rewrite failed"):
-        out = backend._rewritten(gm)
+        out = registry.rewritten(gm, "aten")
     assert targets(out).count(aten.exp.default) == 1 and aten.sin.default not in targets(out)
     assert aten.tanh.default in targets(out) and aten.cos.default not in targets(out)
     assert aten.cos.default in targets(gm) and aten.sin.default not in targets(gm)
 
 
 def test_the_rewrites_share_one_copy_of_the_graph(monkeypatch):
-    from pyfuser.dynamo import backend
+    from pyfuser.dynamo.rewrites import registry
 
     copies = []
-    real = backend._copy
-    monkeypatch.setattr(backend, "_copy", lambda gm: copies.append(gm) or real(gm))
+    real = registry.copy_graph
+    monkeypatch.setattr(registry, "copy_graph", lambda gm: copies.append(gm) or real(gm))
     gm = traced(lambda x: (x.exp() + x.cos()).sum(0), torch.randn(4, 3))
-    out = backend._rewritten(gm)
+    out = registry.rewritten(gm, "aten")
     assert len(copies) == 1 and out is not gm
     torch.testing.assert_close(out(torch.ones(4, 3)), gm(torch.ones(4, 3)))
 
@@ -364,7 +367,7 @@ def bias_inputs(heads, q, k, batch, seed):
 
 
 def test_a_strided_tensor_read_broadcast_is_copied_in_order_once():
-    from pyfuser.dynamo.broadcast_copies import broadcast_copies
+    from pyfuser.dynamo.rewrites.broadcast_copies import broadcast_copies
 
     args = bias_inputs(heads=4, q=128, k=128, batch=2, seed=31)  # 65536 bias elements, read 4 times over
     gm = traced(position_bias_softmaxes, *args)
@@ -381,7 +384,7 @@ def test_a_strided_tensor_read_broadcast_is_copied_in_order_once():
 
 
 def test_strided_tensors_read_once_in_size_or_small_stay():
-    from pyfuser.dynamo.broadcast_copies import broadcast_copies
+    from pyfuser.dynamo.rewrites.broadcast_copies import broadcast_copies
 
     small = traced(position_bias_softmaxes, *bias_inputs(heads=4, q=64, k=64, batch=2, seed=32))
     x, y = torch.randn(256, 512), torch.randn(512, 256)
@@ -395,16 +398,16 @@ def test_strided_tensors_read_once_in_size_or_small_stay():
 def test_t5_like_attention_with_a_copied_bias_matches_eager(monkeypatch):
     """Through the backend, forward and backward: the copy and its gradient (an
     identity) keep the math."""
-    from pyfuser.dynamo import backend
+    from pyfuser.dynamo.rewrites import registry
 
-    real, copies = dict(backend.REWRITES)["broadcast_copies"], []
+    real, copies = next(r.fn for r in registry.REWRITES if r.name == "broadcast_copies"), []
 
     def counted(gm):
         copies.append(real(gm))
         return copies[-1]
 
-    monkeypatch.setattr(backend, "REWRITES",
-                        tuple((name, counted if name == "broadcast_copies" else fn) for name, fn in backend.REWRITES))
+    monkeypatch.setattr(registry, "REWRITES", tuple(dataclasses.replace(r, fn=counted) if r.name == "broadcast_copies"
+                                                    else r for r in registry.REWRITES))
 
     table, buckets, s1, s2 = bias_inputs(heads=4, q=128, k=128, batch=2, seed=33)
     table.requires_grad_(True)

@@ -1,5 +1,5 @@
 """The backend's view fast path (``views.reinterpret``, ``reinterpret_chain``): every
-op of ``views.VIEW_OPS`` on inputs at nonzero storage offsets (split, chunk, narrow,
+op of ``fast_views.VIEW_OPS`` on inputs at nonzero storage offsets (split, chunk, narrow,
 select and slices of a graph intermediate and of a graph input), transposed,
 expanded and sliced with a step, alone and in chains; forward and backward exactly
 eager's (views move no math).  Each test also checks the fast path ran."""
@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from pyfuser.dynamo import views
+from pyfuser.dynamo.regions import views
+from pyfuser.dynamo.rewrites import fast_views
 
 aten = torch.ops.aten
 
@@ -37,7 +38,7 @@ OPS = {
 
 
 def test_every_fast_pathed_op_is_covered():
-    assert set(OPS) == set(views.VIEW_OPS)
+    assert set(OPS) == set(fast_views.VIEW_OPS)
 
 
 # The view's input, from x [4, 16] and inputs arriving at an offset (xo), transposed
@@ -180,14 +181,14 @@ def test_other_strides_than_traced_take_the_fallback(op, taken):
     view = OPS[op][0]
     traced = torch.randn(4, 12)[:, 2:10]
     gm = make_fx(lambda t: view(t) * 1, tracing_mode="fake")(traced)  # fake: the offsets are kept
-    assert views.fast_views(gm) >= 1
+    assert fast_views.fast_views(gm) >= 1
     for x, fast in ((torch.randn(5, 12)[1:, 3:11], True), (torch.randn(8, 4).t(), False)):
         taken.clear()
         got, want = gm(x), view(x) * 1
         _assert_same([got], [want])
         assert taken and all(hit == fast for _, hit in taken)
         gm_views = make_fx(view, tracing_mode="fake")(traced)
-        views.fast_views(gm_views)
+        fast_views.fast_views(gm_views)
         got_view, want_view = gm_views(x), view(x)
         assert (got_view.shape, got_view.stride(), got_view.storage_offset()) == (
             want_view.shape, want_view.stride(), want_view.storage_offset())

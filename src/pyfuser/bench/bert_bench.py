@@ -190,7 +190,7 @@ class _Run:
         if impl.startswith("pyfuser"):
             # Each backend translates its own regions, so ``fusions`` counts them even when
             # another pyfuser implementation ran first (compiled kernels are still shared).
-            from pyfuser.dynamo import region
+            from pyfuser.dynamo.regions import region
             region.forget_translations()
         # With profile_host: where the first steps (compilation) spend their time.
         with _graphs_off(impl == UNCAPTURED):  # read when the backward compiles

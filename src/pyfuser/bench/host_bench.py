@@ -28,7 +28,7 @@ class _StubKernel:
 
 def prepared_programs():
     """Every cached ``Prepared`` of the backend's translated regions."""
-    from ..dynamo import region as R
+    from ..dynamo.regions import region as R
 
     for t in R._TRANSLATIONS.values():
         if hasattr(t, "fd") and t.fd._runtime is not None:
@@ -51,7 +51,7 @@ def main(argv=None):
 
     import transformers
 
-    from ..dynamo import region as R
+    from ..dynamo.regions import region as R
 
     torch.manual_seed(0)
     config = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=2,

@@ -256,7 +256,7 @@ def run_model(name, *, steps=10, warmup=3, device="cuda", tiny=False, implementa
     # of 8 entries per code object the rest of the run would silently run eagerly.
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
     setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 64))
-    import pyfuser.dynamo.region as region
+    import pyfuser.dynamo.regions.region as region
 
     region.forget_translations()
     label = name if lengths is None else f"{name} at lengths {min(lengths)}..{max(lengths)}"

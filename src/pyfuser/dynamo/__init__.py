@@ -3,21 +3,22 @@
     import pyfuser.dynamo  # registers the backend (the entry point does too, once installed)
     model = torch.compile(model, backend="pyfuser")   # or "nvprims_nvfuser", nvFuser's old name
 
-Files, in processing order:
+Sub-packages, in processing order (README.md walks a graph through them):
 
-* ``backend.py``: the Dynamo backend: AOTAutograd with the min-cut partitioner;
-* ``decompositions.py``: which composite ops are split into fusible pieces;
-* ``partition.py``: fusible regions of an ATen graph (CapabilityBasedPartitioner);
-* ``rules.py``: ATen op -> ``fd.ops`` rules, and which nodes are supported;
-* ``translate.py``: a region's graph -> FusionDefinition, checked against ATen's shapes and dtypes;
-* ``region.py``: a region at run time, its translation cache and ATen fallback;
-* ``graphs.py``: a backward graph replayed as one CUDA graph when that is safe;
-* ``report.py``, ``logs.py``, ``explanation.py``: what was fused and why not, as data
-  (``explain(model, *inputs)``) and in ``TORCH_LOGS="pyfuser"``;
-* ``collectives.py``: communication ops in traced graphs, which regions never hold or span,
-  and whether distributed training runs (no CUDA-graph replay then);
-* ``accuracy.py``: the accuracy mode (``PYFUSER_CHECK=1``, ``check_accuracy()``): regions,
-  fast-path views and rewritten graphs checked against ATen as they run;
+* ``backend.py``: the Dynamo backend: AOTAutograd with the decompositions of
+  ``decompositions.py`` and the min-cut partitioner, then each ATen graph down the stages;
+* ``rules/``: ATen op -> ``fd.ops`` rules, which nodes are supported, communication ops;
+* ``rewrites/``: every graph rewrite, one module each, in one ordered registry
+  (``rewrites/registry.py``) applied to the joint graph, to each ATen graph before
+  partitioning and to the partitioned graph;
+* ``partition/``: fusible regions of an ATen graph (CapabilityBasedPartitioner);
+* ``regions/``: a region's graph -> FusionDefinition, a region at run time (translation
+  cache, ATen fallback), the views between regions, a training graph replayed as one
+  CUDA graph when that is safe;
+* ``report/``: what was fused and why not, as data (``explain(model, *inputs)``) and in
+  ``TORCH_LOGS="pyfuser"``, and the accuracy mode (``PYFUSER_CHECK=1``,
+  ``check_accuracy()``): regions, fast-path views and rewritten graphs checked against
+  ATen as they run;
 * the training-step benchmarks are ``pyfuser.bench.bert_bench`` and ``zoo_bench``.
 
 ``stats()`` counts what the backend did (FusionDefinitions created, regions,
@@ -27,11 +28,11 @@ ATen.
 from __future__ import annotations
 
 from ..errors import AccuracyError
-from .accuracy import TOLERANCES, CheckSummary, check_accuracy, set_tolerance
-from .accuracy import summary as check_summary
 from .backend import pyfuser_backend
-from .explanation import Explanation, explain, fused_share
-from .region import FallbackWarning, reset, stats
+from .regions.region import FallbackWarning, reset, stats
+from .report.accuracy import TOLERANCES, CheckSummary, check_accuracy, set_tolerance
+from .report.accuracy import summary as check_summary
+from .report.explanation import Explanation, explain, fused_share
 
 BACKEND_NAMES = ("pyfuser", "nvprims_nvfuser")
 

@@ -2,24 +2,26 @@
 
     model = torch.compile(model, backend="pyfuser")
 
-Dynamo hands the backend an FX graph of torch calls.  AOTAutograd traces it to ATen
-(forward and backward, with the decompositions of ``decompositions.py``) and splits
-the joint graph with the min-cut rematerialization partitioner, which recomputes
-cheap fusible values in the backward instead of saving them (it saves dropout's
-bool mask, not the float tensors around it), after ``remat.py`` has given each
-reader of a tensor made from scalars alone (an attention mask) its own copy to
-recompute.  Each of the two graphs is then
-partitioned (``partition.py``): fusible regions become FusionDefinitions run by
-pyfuser, everything else stays an ATen call.  Before that, matmuls with sizes that
-are not multiples of 8 are padded (``pad_matmuls.py``: a vocabulary of 30522),
-and ``REWRITES`` give the partitioner fewer, larger regions reading their inputs in
-order (bmms read transposed computed transposed, one-hot sums per row, reshapes moved
-below pointwise ops, sums through views, strided tensors read broadcast copied once);
-after it, the views left between regions are built from their traced strides
-(``views.py``) instead of going through ATen's dispatcher.  A training graph
-(forward or backward) that draws no random numbers and computes on the GPU alone is
-replayed as one CUDA graph (``graphs.py``), which checks on every call that a replay
-is safe.
+Dynamo hands the backend an FX graph of torch calls, which goes down the pipeline:
+
+1. AOTAutograd traces it to ATen (forward and backward, with the decompositions of
+   ``decompositions.py``) and splits the joint graph with the min-cut
+   rematerialization partitioner (``partition_joint``), which recomputes cheap
+   fusible values in the backward instead of saving them, after the joint graph's
+   rewrites (``rewrites/``, stage ``"joint"``);
+2. each forward, backward or inference graph is rewritten for fusion (stage
+   ``"aten"``: misaligned matmuls padded, bmms read transposed computed transposed,
+   one-hot sums per row, reshapes moved below pointwise ops, sums through views,
+   strided tensors read broadcast copied once);
+3. partitioned (``partition/``): fusible regions become ``FusedRegion`` modules
+   running FusionDefinitions (``regions/``), everything else stays an ATen call;
+4. the views left between regions are built from their traced strides (stage
+   ``"partitioned"``), and a training graph that draws no random numbers and
+   computes on the GPU alone is replayed as one CUDA graph (``regions/graphs.py``),
+   which checks on every call that a replay is safe;
+5. what was fused and why not is reported (``report/``).
+
+``rewrites/registry.py`` lists every rewrite of steps 1, 2 and 4 in order.
 """
 from __future__ import annotations
 
@@ -31,80 +33,22 @@ from collections import Counter
 import torch
 
 from ..compat import (aot_autograd, aot_forward_metadata, functorch_config, fx_graph_cse, mark_boxed,
-                      min_cut_partition, share_codegen, unset_fake_temporarily)
+                      min_cut_partition, unset_fake_temporarily)
 from ..errors import SettingError
 from ..settings import BY_NAME, OPTIONS, checked, config, read, validate_environment
-from . import accuracy, graphs, logs
-from .broadcast_copies import broadcast_copies
 from .decompositions import decomposition_table
-from .in_place import index_add_in_place
-from .one_hot import one_hot_sums
-from .pad_matmuls import pad_matmuls, propagate_meta
-from .partition import fuse_regions
-from .region import FusedRegion, warn_once
-from .remat import tag_scalar_derived, tag_upcast_softmax
-from .sink_views import sink_views
-from .sum_views import sums_through_views
-from .transposed_matmuls import transposed_matmuls
-from .views import fast_views
-
+from .partition.partitioner import fuse_regions
+from .regions import graphs
+from .regions.region import FusedRegion, warn_once
+from .report import accuracy, logs
+from .rewrites.registry import rewritten
 
 def _unfaked():
     """Translation probes dtypes with small real tensors: leave any fake mode first."""
     return unset_fake_temporarily()
 
 
-def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A GraphModule sharing ``gm``'s attributes with a copy of its graph (node meta
-    shallow-copied), so a partitioning that fails half-way leaves ``gm`` runnable."""
-    graph = torch.fx.Graph()
-    share_codegen(graph, gm.graph)
-    out = graph.graph_copy(gm.graph, {})
-    graph.output(out)
-    return torch.fx.GraphModule(gm, graph)
-
-
-def _padded(gm):
-    """A copy of ``gm`` with its misaligned 16-bit matmuls padded (``pad_matmuls``), or
-    an unpadded copy when the rewrite fails (it is an optimization: say so once)."""
-    work = _copy(gm)
-    try:
-        pad_matmuls(work)
-        return work
-    except Exception as err:
-        warn_once(f"pad_matmuls: {type(err).__name__}", f"padding matmuls failed ({type(err).__name__}: "
-                                                        f"{str(err).splitlines()[0] if str(err) else ''}); "
-                                                        "they run unpadded")
-        return _copy(gm)
-
-
-_log = logging.getLogger("pyfuser.dynamo.graphs")
-
-# Rewrites that give the partitioner fewer, larger regions, in order: (name, pass).
-REWRITES = (("transposed_matmuls", transposed_matmuls), ("one_hot", one_hot_sums), ("sink_views", sink_views),
-            ("sum_views", sums_through_views), ("index_add_in_place", index_add_in_place),
-            ("broadcast_copies", broadcast_copies))
-
-
-def _rewritten(gm):
-    """A copy of ``gm`` after each of ``REWRITES``.  A pass that fails is skipped with
-    one warning (they are optimizations): the passes run again on a fresh copy without
-    it, since it may have left the graph half rewritten.  One copy in the common case,
-    not one per pass: a copy of a large model's backward is a noticeable part of its
-    compile (docs/TUNING.md#compile-time)."""
-    skipped: set = set()
-    while True:
-        work, name = _copy(gm), None
-        try:
-            for name, rewrite in REWRITES:
-                if name not in skipped and rewrite(work):
-                    propagate_meta(work)
-            return work
-        except Exception as err:
-            skipped.add(name)
-            warn_once(f"{name}: {type(err).__name__}", f"the {name} rewrite failed ({type(err).__name__}: "
-                                                        f"{str(err).splitlines()[0] if str(err) else ''}); "
-                                                        "the graph stays as traced there")
+_log = logging.getLogger("pyfuser.dynamo.regions.graphs")  # graphs.py's logger
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, check=None, kind=None, options=()):
@@ -140,7 +84,7 @@ def _compile_graph(gm, backward, check, kind):
     name, start = logs.graph_name(kind), time.perf_counter()
     try:
         with _unfaked(), logs.compiling(gm, name):
-            gm = fuse_regions(_rewritten(_padded(gm)))
+            gm = fuse_regions(rewritten(gm, "aten"))
     except Exception as err:  # never fail the user's compile: run the graph as it is
         msg = str(err).splitlines()[0] if str(err) else ""
         warn_once(f"partition: {type(err).__name__}", f"partitioning the graph failed ({type(err).__name__}: {msg}); "
@@ -150,12 +94,7 @@ def _compile_graph(gm, backward, check, kind):
         logs.graph_compiled(gm, name, kind, time.perf_counter() - start)
     except Exception as err:  # a report: never fail the user's compile for it
         warn_once(f"logs: {type(err).__name__}", f"reporting {name} failed ({type(err).__name__}: {err})")
-    fast = _copy(gm)
-    try:
-        fast_views(fast)
-        gm = fast
-    except Exception as err:  # an optimization of host time only: keep ATen's views
-        warn_once(f"views: {type(err).__name__}", f"rewriting views failed ({type(err).__name__}); ATen takes them")
+    gm = rewritten(gm, "partitioned")
     if accuracy.enabled() if check is None else check:
         return _checked(traced, gm, "backward graph" if backward else "forward graph")
     forward = logs.first_run_watched(gm.forward, gm, name)  # progress and, at INFO, what it built
@@ -192,30 +131,25 @@ def _checked(traced, gm, kind):
     _GRAPHS_CHECKED[kind] += 1
     name = f"{kind} {_GRAPHS_CHECKED[kind]}"
     accuracy.check_views(gm, name)
-    rewritten = accuracy.with_regions_in_aten(gm, FusedRegion)
+    in_aten = accuracy.with_regions_in_aten(gm, FusedRegion)
     accuracy.check_regions(gm, FusedRegion, name)
-    return accuracy.CheckedGraph(name, traced, rewritten, make_boxed_func(gm.forward))
+    return accuracy.CheckedGraph(name, traced, in_aten, make_boxed_func(gm.forward))
 
 
 _GRAPHS_CHECKED: Counter = Counter()
 
 
 def partition_joint(joint_module, joint_inputs, **kwargs):
-    """AOTAutograd's partition function: the min-cut partitioner, with tensors made
-    from scalars alone copied per reader and fp32 softmaxes of 16-bit scores marked
-    for recomputation first (``remat.py``).  The partitioner's own common-subexpression pass would merge the
-    copies again, so it runs here, before them, and not in the partitioner."""
+    """AOTAutograd's partition function: the min-cut partitioner, after the joint
+    graph's rewrites (``rewrites/remat.py``: tensors made from scalars alone copied per
+    reader, fp32 softmaxes of 16-bit scores marked for recomputation).  The
+    partitioner's own common-subexpression pass would merge the copies again, so it
+    runs here, before them, and not in the partitioner; it stays out of the rewrite
+    registry because it is min-cut's pass, on when functorch's ``cse`` setting is."""
     if functorch_config().cse:
         joint_module.graph = fx_graph_cse(joint_module.graph)
         joint_module.recompile()
-    work = _copy(joint_module)
-    try:
-        tag_scalar_derived(work)
-        tag_upcast_softmax(work)
-        joint_module = work
-    except Exception as err:  # an optimization: the cut is still valid without it
-        warn_once(f"remat: {type(err).__name__}", f"copying scalar-derived tensors for recomputation failed "
-                                                  f"({type(err).__name__}); min-cut partitions as it would")
+    joint_module = rewritten(joint_module, "joint")
     with functorch_config().patch(cse=False):
         return min_cut_partition(joint_module, joint_inputs, **kwargs)
 

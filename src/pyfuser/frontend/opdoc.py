@@ -165,7 +165,7 @@ dtype where it differs (asked of the builder: PyTorch's promotion; binary ops wi
 operands of that dtype).  *2022 API*: the name in nvFuser's legacy frontend (`nvfuser`),
 with the 2022 keyword spellings pyfuser also takes; *nvfuser_direct*: the name in
 `nvfuser_direct`.  *ATen*: the row's ATen ops, from which the torch.compile backend derives
-its rules (ops with rules of their own, such as `add` or `where`: `src/pyfuser/dynamo/rules.py`).
+its rules (ops with rules of their own, such as `add` or `where`: `src/pyfuser/dynamo/rules/compute_rules.py`).
 Semantics: docs/SEMANTICS.md.
 """
 _TABLE = "| op | arguments | dtypes | 2022 API | nvfuser_direct | ATen |\n|---|---|---|---|---|---|"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .rules import meta
+from ..rules import meta
 from .sum_views import replace_nodes
 
 aten = torch.ops.aten

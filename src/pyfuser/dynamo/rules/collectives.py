@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ..compat import OpOverloadPacket
+from ...compat import OpOverloadPacket
 
 # Operator namespaces whose ops communicate between ranks (or prepare buffers for it).
 COMMUNICATION_NAMESPACES = frozenset({"_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d",

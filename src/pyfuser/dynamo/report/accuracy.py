@@ -52,11 +52,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compat import mark_boxed, op_schema, share_codegen
-from ..errors import AccuracyError
-from ..settings import read
-from . import views
-from .region import STATS
+from ...compat import mark_boxed, op_schema, share_codegen
+from ...errors import AccuracyError
+from ...settings import read
+from ..regions import views
+from ..regions.region import STATS
 
 # dtype -> (rtol, atol).  fp32: a few dozen ulps (another exp, another summation
 # order).  fp16 / bf16: each node is rounded to its dtype as in ATen, but a value an

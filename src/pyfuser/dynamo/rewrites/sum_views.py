@@ -3,7 +3,7 @@
 A linear layer's bias gradient is ``grad.view(tokens, hidden).sum(0)``, where
 ``grad`` is [batch, seq, hidden] and comes out of the region before it (a
 layer-norm backward).  The reshape of a row normalization's result cuts that region
-(``partition._cuts_here``), so the sum ran as a region and a kernel of its own, one
+(``partitioner._cuts_here``), so the sum ran as a region and a kernel of its own, one
 per layer and per bias, re-reading the gradient.  ``grad.sum((0, 1))`` is the same
 sum: the region keeps it, and the inner-outer tile computes it beside the layer
 norm's dw and db from the rows it holds.
@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from .rules import RESHAPES, meta
+from ..rules import RESHAPES, meta
 
 aten = torch.ops.aten
 def _shape(node):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from ..compat import op_schema
-from .collectives import distributed_world, first_communication
+from ...compat import op_schema
+from ..rules.collectives import distributed_world, first_communication
 
 
 def _vals(node):

@@ -39,7 +39,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import CheckpointPolicy
 
-from .rules import meta
+from ..rules import meta
 
 
 def _random(node) -> bool:
@@ -174,6 +174,14 @@ def _upcast_softmax(div):
         return None
     source = _from_narrow(x, v.numel())
     return None if source is None else source + [sub, exp, div]
+
+
+def tag_for_recompute(gm: torch.fx.GraphModule) -> int:
+    """Both rewrites of the joint graph, as one: the tensors made from scalars alone
+    copied per reader, then the fp32 softmaxes of 16-bit scores marked; returns how
+    many copies and marks.  One registry entry, so a failure of either leaves the
+    joint graph to min-cut as traced, with neither half applied."""
+    return tag_scalar_derived(gm) + tag_upcast_softmax(gm)
 
 
 def tag_upcast_softmax(gm: torch.fx.GraphModule) -> int:

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import torch
 from torch.fx.node import Node, map_arg
 
-from ..frontend import FusionDefinition
-from ..frontend.descriptor import contiguity_in_allocation_order
-from ..ir.dtypes import DataType, from_torch
-from ..ir.values import TensorVal
-from .rules import ATEN_VIEWS, RESHAPES, RULES, Unsupported, bind_args, meta, reduction_kind
+from ...frontend import FusionDefinition
+from ...frontend.descriptor import contiguity_in_allocation_order
+from ...ir.dtypes import DataType, from_torch
+from ...ir.values import TensorVal
+from ..rules import ATEN_VIEWS, RESHAPES, RULES, Unsupported, bind_args, meta, reduction_kind
 
 
 # --- symbolic sizes -----------------------------------------------------------------
@@ -282,7 +282,7 @@ class Translator:
     def _expr(self, e):
         import sympy
 
-        from ..compat import sym_floor_div
+        from ...compat import sym_floor_div
 
         FloorDiv = sym_floor_div()
 

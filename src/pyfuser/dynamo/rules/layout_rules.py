@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch.fx.node import Node
 
-from ..ir.dtypes import DataType
+from ...ir.dtypes import DataType
 from .rulebook import identity_rule, meta, rule, view_rule
 
 # --- views and layout ------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 from torch.fx.node import Node
 
-from ..ir.ops import OPS
+from ...ir.ops import OPS
 
 aten = torch.ops.aten
 prims = torch.ops.prims

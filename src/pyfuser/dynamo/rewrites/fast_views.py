@@ -1,4 +1,4 @@
-"""Views between the fused regions, taken at the cost of a tensor header.
+"""The views between fused regions rewritten to calls built from their traced strides.
 
 After partitioning, a 12-layer training step still runs over a thousand view ops in ATen per
 step (``view``, ``t``, ``transpose``, ``expand``, ``_unsafe_view``, ...): the reshapes
@@ -6,7 +6,7 @@ around every matmul and attention head.  Each costs a trip through the dispatche
 (docs/TUNING.md#host-time) while the result is known at
 compile time: with static shapes the traced metadata gives the view's sizes, strides
 and offset relative to its input.  A view with symbolic (dynamic) sizes or strides
-has no such numbers and stays ATen's.  ``fast_views`` replaces each such node by ``reinterpret``, which builds the
+has no such numbers and stays ATen's.  ``fast_views`` replaces each such node by ``regions/views.reinterpret``, which builds the
 view directly from those numbers, at a fraction of that cost.
 
 Safe by construction: the view is taken only when the input arrives with the strides
@@ -22,44 +22,20 @@ from __future__ import annotations
 
 import torch
 
-from ..compat import reinterpret_tensor
-from .rules import ATEN_VIEWS
+from ..regions import views
+from ..rules import ATEN_VIEWS
 
 aten = torch.ops.aten
-
-# ``_reinterpret(x, size, stride, delta)``: a view of ``x``'s storage whose offset is
-# ``delta`` past ``x``'s own (torch's helper takes the offset relative to its input).
-_reinterpret = reinterpret_tensor
 
 # The ops with a view rule (``rules.ATEN_VIEWS``), but reshape, which copies when the
 # input's strides do not allow a view.
 VIEW_OPS = frozenset(ATEN_VIEWS - {aten.reshape.default})
 
 
-def reinterpret(x, in_stride, size, stride, delta, op, args, kwargs):
-    """``op(*args, **kwargs)``, a view of ``x``: built from the traced ``size``,
-    ``stride`` and offset ``delta`` when ``x`` has the traced strides ``in_stride``."""
-    if x.stride() == in_stride:
-        return _reinterpret(x, size, stride, delta)
-    return op(*args, **kwargs)
-
-
-def reinterpret_chain(x, in_stride, size, stride, delta, chain):
-    """The last of a chain of views of ``x``, built from its traced ``size``, ``stride``
-    and offset ``delta`` (relative to ``x``) when ``x`` has the traced strides
-    ``in_stride``; otherwise each ``(op, args after the input, kwargs)`` of ``chain``
-    runs in turn."""
-    if x.stride() == in_stride:
-        return _reinterpret(x, size, stride, delta)
-    for op, rest, kwargs in chain:
-        x = op(x, *rest, **kwargs)
-    return x
-
-
 def _chain_of(node):
     """``reinterpret_chain``'s replay list for a rewritten view node, or None when its
     op takes other nodes than its input (then it cannot move away from them)."""
-    if node.target is reinterpret_chain:
+    if node.target is views.reinterpret_chain:
         return node.args[5]
     op, args, kwargs = node.args[5:8]
     rest = tuple(args[1:])
@@ -72,19 +48,19 @@ def _compose_chains(gm: torch.fx.GraphModule) -> int:
     """Fold each rewritten view whose input is a rewritten view with no other user into
     one ``reinterpret_chain`` from the first view's input; returns how many folded."""
     folded = 0
-    views = (reinterpret, reinterpret_chain)
+    built = (views.reinterpret, views.reinterpret_chain)
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in views:
+        if node.op != "call_function" or node.target not in built:
             continue
         src = node.args[0]
-        if not isinstance(src, torch.fx.Node) or src.target not in views or len(src.users) != 1:
+        if not isinstance(src, torch.fx.Node) or src.target not in built or len(src.users) != 1:
             continue
         first, own = _chain_of(src), _chain_of(node)
         if first is None or own is None:
             continue
         root, root_stride, _, _, root_delta = src.args[:5]
         node.args = (root, root_stride, node.args[2], node.args[3], node.args[4] + root_delta, first + own)
-        node.target = reinterpret_chain
+        node.target = views.reinterpret_chain
         gm.graph.erase_node(src)
         folded += 1
     return folded
@@ -106,7 +82,7 @@ def fast_views(gm: torch.fx.GraphModule) -> int:
         node.args = (x, tuple(src.stride()), tuple(out.shape), tuple(out.stride()), delta, node.target,
                      tuple(node.args), dict(node.kwargs))
         node.kwargs = {}
-        node.target = reinterpret
+        node.target = views.reinterpret
         count += 1
     if count:
         _compose_chains(gm)

@@ -1,7 +1,7 @@
 """Reshapes of a row reduction's result moved below the pointwise ops that read them.
 
 The partitioner cuts a region where a reshape changes the leading dims of a value
-computed from a row reduction (``partition._cuts_here``).  A masked-LM head
+computed from a row reduction (``partitioner._cuts_here``).  A masked-LM head
 does that in its backward: the log-softmax gradient, [tokens, vocabulary], is viewed
 as [batch, seq, vocabulary], added to the logits' tangent, and viewed back to
 [tokens, vocabulary] for the decoder's GEMMs.  Cut there, the gradient was written
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from ..compat import OpOverload
-from .rules import RESHAPES, meta, reduction_kind, unsupported_reason
+from ...compat import OpOverload
+from ..rules import RESHAPES, meta, reduction_kind, unsupported_reason
 
 aten = torch.ops.aten
 

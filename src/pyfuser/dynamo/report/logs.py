@@ -39,13 +39,13 @@ import threading
 import time
 from collections import Counter
 
-from ..compat import artifact_logger, compile_id, register_torch_logs
-from ..runtime import dump
-from ..runtime.cache import cache_info
-from ..runtime.executor import kernel_sources
-from ..settings import read
-from . import report as reports
-from .region import STATS, FusedRegion
+from ...compat import artifact_logger, compile_id, register_torch_logs
+from ...runtime import dump
+from ...runtime.cache import cache_info
+from ...runtime.executor import kernel_sources
+from ...settings import read
+from . import reports
+from ..regions.region import STATS, FusedRegion
 
 ARTIFACTS = {
     "pyfuser_fusions": "pyfuser's FusionDefinition of each torch.compile region, with its FX nodes and source lines",

@@ -69,9 +69,9 @@ import weakref
 
 import torch
 
-from ..compat import foreach_copy_, mark_boxed, reinterpret_tensor as _reinterpret, storage_id, storage_use_count
-from ..runtime.executor import fast_path_allowed
-from ..settings import read
+from ...compat import foreach_copy_, mark_boxed, reinterpret_tensor as _reinterpret, storage_id, storage_use_count
+from ...runtime.executor import fast_path_allowed
+from ...settings import read
 from .graph_checks import mutated_inputs, not_graphable, symbolic  # noqa: F401 - the backend asks them here
 from .recording import forget, record as _cuda_capture, release_cached
 from .region import STATS, capturing, warn_once

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import torch
 
-from .rules import ATEN_ONLY, RESHAPES, meta
+from ..rules import ATEN_ONLY, RESHAPES, meta
 from .sum_views import leading_merge
 
 aten = torch.ops.aten
@@ -69,7 +69,8 @@ def _pad_amount(n) -> int:
 
 
 def pad_matmuls(gm: torch.fx.GraphModule) -> int:
-    """Rewrite ``gm``'s misaligned 16-bit matmuls in place; returns how many."""
+    """Rewrite ``gm``'s misaligned 16-bit matmuls in place; returns how many.  The
+    nodes' ``meta["val"]`` are stale where it rewrote (``registry.rewritten`` propagates them)."""
     padded_sources: dict = {}
     count = 0
     for node in list(gm.graph.nodes):
@@ -80,7 +81,6 @@ def pad_matmuls(gm: torch.fx.GraphModule) -> int:
         gm.graph.eliminate_dead_code()  # the transposes the padded operands replaced
         gm.graph.lint()
         gm.recompile()
-        propagate_meta(gm)
     return count
 
 
@@ -236,13 +236,3 @@ def _permutation(node, rank):
         return perm
     return [d % rank for d in node.args[1]]
 
-
-def propagate_meta(gm):
-    from ..compat import detect_fake_mode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
-    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
-    mode = detect_fake_mode(vals)
-    if mode is None:
-        raise RuntimeError("no fake mode on the graph's inputs")
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*vals)

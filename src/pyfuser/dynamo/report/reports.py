@@ -1,6 +1,6 @@
 """What the backend made of one ATen graph, as data: its regions and the nodes left out.
 
-``build(gm, name)`` reads a partitioned graph (``partition.fuse_regions``' result):
+``build(gm, name)`` reads a partitioned graph (``partitioner.fuse_regions``' result):
 
 * each ``FusedRegion`` becomes a ``RegionReport``: its name (the graph's name and the
   submodule's), the FusionDefinitions it runs, its FX nodes with the source line each
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..runtime.executor import kernel_sources
-from .region import FusedRegion
-from .rules import ATEN_ONLY, ATEN_VIEWS, LAYOUT_COPY_MIN_NUMEL, Reason, meta, why_not
-from .translate import hints
+from ...runtime.executor import kernel_sources
+from ..regions.region import FusedRegion
+from ..rules import ATEN_ONLY, ATEN_VIEWS, LAYOUT_COPY_MIN_NUMEL, Reason, meta, why_not
+from ..regions.translate import hints
 
 aten = torch.ops.aten
 # ATen ops that run in ATen by design (cuBLAS / cuDNN): not counted in the fused share.

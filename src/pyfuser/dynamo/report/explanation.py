@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import logs, report
-from .backend import pyfuser_backend
+from . import logs, reports as report
+from ..backend import pyfuser_backend
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import warnings
 
 import torch
 
-from ..compat import graph_pool_enders
+from ...compat import graph_pool_enders
 
 
 class CudaCalls:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 from torch.fx.node import Node
 
-from ..ir.dtypes import DataType, from_torch
-from ..ir.ops import OpKind
-from ..ir.values import TensorVal
+from ...ir.dtypes import DataType, from_torch
+from ...ir.ops import OpKind
+from ...ir.values import TensorVal
 from .rulebook import RULES, Rule, aten, bind_args, meta, overloads, rule, table_rows
 
 # The overloads of a reduction row's ATen packets: all dims, some dims (a list or one).

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from .rules import LAYOUT_COPY_MIN_NUMEL, is_compute, meta
-from .translate import is_symbolic
+from ..rules import LAYOUT_COPY_MIN_NUMEL, is_compute, meta
+from ..regions.translate import is_symbolic
 
 aten = torch.ops.aten
 

@@ -30,11 +30,11 @@ from collections import Counter
 import torch
 from torch.fx.node import Node
 
-from ..compat import module_call_hooked
-from ..runtime.executor import fast_path_allowed, prepared_for, run_prepared
-from ..settings import warn_user
+from ...compat import module_call_hooked
+from ...runtime.executor import fast_path_allowed, prepared_for, run_prepared
+from ...settings import warn_user
 from .recording import out_of_memory
-from .rules import Unsupported, meta
+from ..rules import Unsupported, meta
 from .translate import InputSpec, Translation, hints, input_layout, is_symbolic, size_key, sym_shape, translate
 
 STATS: Counter = Counter()  # fusions_created, regions, fallbacks, translation_cache_hits, region_calls

@@ -43,12 +43,12 @@ from torch.fx.node import map_aggregate
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ..compat import qualified_name
-from .collectives import communication_epochs, is_communication
-from .region import FusedRegion
-from .rules import (ATEN_ONLY, ATEN_VIEWS, RESHAPES, is_compute, is_layout_copy, meta, reduction_kind,
+from ...compat import qualified_name
+from ..rules.collectives import communication_epochs, is_communication
+from ..regions.region import FusedRegion
+from ..rules import (ATEN_ONLY, ATEN_VIEWS, RESHAPES, is_compute, is_layout_copy, meta, reduction_kind,
                     unsupported_reason)
-from .translate import sym_shape
+from ..regions.translate import sym_shape
 
 MIN_COMPUTE_OPS = 2
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ def _size_node(graph, e, producers):
 
     import sympy
 
-    from ..compat import sym_floor_div
+    from ...compat import sym_floor_div
 
     FloorDiv = sym_floor_div()
 

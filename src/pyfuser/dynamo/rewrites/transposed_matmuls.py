@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .rules import ATEN_VIEWS, meta
+from ..rules import ATEN_VIEWS, meta
 from .sum_views import replace_nodes
 
 aten = torch.ops.aten
