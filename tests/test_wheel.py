@@ -41,6 +41,7 @@ def installed(tmp_path_factory):
     shutil.copytree(ROOT / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, tree / name)
+    shutil.copytree(ROOT / "docs", tree / "docs")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     _run(pip + ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(tmp / "dist"), str(tree)])
     wheel, = (tmp / "dist").glob("pyfuser-*.whl")
@@ -82,6 +83,8 @@ def test_python_m_pyfuser_reports_the_installed_copy(installed):
     text = _run([python, "-m", "pyfuser"], env=env, cwd=work).stdout
     assert re.search(r"^pyfuser \d+\.\d+\.\d+ \(" + re.escape(str(site)), text, re.M)
     assert "PYFUSER_CUDA_GRAPHS" in text and f"kernel cache: {env['PYFUSER_CACHE_DIR']}" in text
+    docs = re.search(r"^docs: (.*)$", text, re.M).group(1)
+    assert docs.startswith(str(python.parent.parent)) and os.path.isfile(os.path.join(docs, "SEMANTICS.md"))
     meta = next(site.glob("pyfuser-*.dist-info"))
     assert (meta / "licenses" / "LICENSE").exists() or (meta / "LICENSE").exists()
     assert "pyfuser = pyfuser.dynamo:pyfuser_backend" in (meta / "entry_points.txt").read_text()

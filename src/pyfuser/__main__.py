@@ -3,7 +3,9 @@
 The versions of pyfuser, Python, torch, Triton and numpy; the device kernels run on
 (the GPU, or Triton's interpreter for CPU tensors, with any known-bad version pair);
 every setting with its value and where that comes from; ``PYFUSER_*`` variables no
-setting reads (a typo); the kernel cache directory and its counters.
+setting reads (a typo); the kernel cache directory and its counters; where the docs are
+(an installed wheel puts them under ``<prefix>/share/pyfuser/docs``; a source tree has
+them beside ``src/``).
 """
 from __future__ import annotations
 
@@ -84,6 +86,18 @@ def _cache_lines() -> list:
     return [f"kernel cache: {where}", f"this process: {counts}"]
 
 
+def docs_dir() -> str | None:
+    """The folder holding docs/*.md: the installed copy, else the source tree's."""
+    import pyfuser
+
+    here = os.path.dirname(os.path.abspath(pyfuser.__file__))
+    for d in (os.path.join(sys.prefix, "share", "pyfuser", "docs"),
+              os.path.join(os.path.dirname(os.path.dirname(here)), "docs")):
+        if os.path.isfile(os.path.join(d, "SETTINGS.md")):
+            return d
+    return None
+
+
 def report() -> str:
     import pyfuser
 
@@ -95,6 +109,7 @@ def report() -> str:
     lines += ["", "settings (PYFUSER_* variable, pyfuser.config name = value (source); docs/SETTINGS.md):"]
     lines += _settings_lines()
     lines += [""] + _cache_lines()
+    lines += [f"docs: {docs_dir() or 'not found (they are in the repository, docs/)'}"]
     return "\n".join(lines)
 
 
