@@ -170,9 +170,15 @@ def direct_definition(fd, function: str, fd_methods: tuple) -> str:
         call = f"fd.{op}" if op in fd_methods else f"fd.ops.{op}"
         outs = ", ".join(names[o.name] for o in e.outputs)
         lines.append(f"    {outs} = {call}({rename(text)})")
+    return closed(lines, ir, lambda v: names[v.name])
+
+
+def closed(lines: list, ir, name) -> str:
+    """A printed definition's body ended: its ``add_output`` calls (an alias as the second
+    argument), each value spelled by ``name``, and ``pass`` for an empty body."""
     for pos, o in enumerate(ir.outputs):
         alias = ir.output_aliases.get(pos)
-        lines.append(f"    fd.add_output({names[o.name]}{', ' + names[alias.name] if alias is not None else ''})")
+        lines.append(f"    fd.add_output({name(o)}{', ' + name(alias) if alias is not None else ''})")
     if len(lines) == 1:
         lines.append("    pass")
     return "\n".join(lines) + "\n"

@@ -53,10 +53,8 @@ def legacy_definition(fd) -> str:
             lines.append(f"    {outs} = {call}({e.spelling})")
             printed.update(id(o) for o in e.outputs)
         printed.add(id(v))
-    for pos, o in enumerate(ir.outputs):
-        alias = ir.output_aliases.get(pos)
-        lines.append(f"    fd.add_output({o.name}{', ' + alias.name if alias is not None else ''})")
-    if len(lines) == 1:
-        lines.append("    pass")
-    return "\n".join(lines) + "\n"
+    from .direct_printer import closed
+
+    return closed(lines, ir, lambda v: v.name)
+
 
