@@ -116,6 +116,11 @@ def getenv(name: str) -> str:
 
 
 # -- parsing -------------------------------------------------------------------------------
+# Numeric kinds: (conversion, whether a converted value is acceptable, what is expected).
+_NUMBERS = {
+    "int": (int, lambda n, text: not isinstance(text, float) and n >= 1, "a positive integer"),
+    "seconds": (float, lambda s, text: s >= 0, "a number of seconds >= 0"),
+}
 
 
 def parse(setting: Setting, value, where: str | None = None):
@@ -133,26 +138,17 @@ def parse(setting: Setting, value, where: str | None = None):
         if isinstance(text, str) and text.lower() in _TRUE + _FALSE:
             return text.lower() in _TRUE
         raise SettingError(f"{where}: expected 1 or 0 (true/false, on/off), got {value!r}")
-    if kind == "int":
+    if kind in _NUMBERS:
+        convert, fits, expected = _NUMBERS[kind]
         if text in ("", None):
             return setting.default
         try:
-            n = int(text)
+            n = convert(text)
         except (TypeError, ValueError):
-            n = 0
-        if isinstance(text, (bool, float)) or n < 1:
-            raise SettingError(f"{where}: expected a positive integer, got {value!r}")
+            n = None
+        if n is None or isinstance(text, bool) or not fits(n, text):
+            raise SettingError(f"{where}: expected {expected}, got {value!r}")
         return n
-    if kind == "seconds":
-        if text in ("", None):
-            return setting.default
-        try:
-            s = float(text)
-        except (TypeError, ValueError):
-            s = -1.0
-        if isinstance(text, bool) or not s >= 0:
-            raise SettingError(f"{where}: expected a number of seconds >= 0, got {value!r}")
-        return s
     if kind == "names":
         return _names(setting, text, where, value)
     if text is None or not isinstance(text, str):

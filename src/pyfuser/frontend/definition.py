@@ -302,10 +302,11 @@ class FusionDefinition:
         if fec is not None and fec._fd is not self:  # an equal definition's executor (``frontend.lru``)
             return fec.execute(inputs, device=device, profile=profile, **kwargs)
         self._define_by_subclass()
-        self._check_defined()
+        if not self._finalized or not self.ir.outputs:
+            self._check_defined()
         from ..runtime.executor import execute
 
-        if kwargs.get("save_repro_inputs"):
+        if kwargs and kwargs.get("save_repro_inputs"):
             from ..runtime.repro import saved_inputs
 
             self._repro_inputs = saved_inputs(inputs)
