@@ -70,7 +70,7 @@ def define_input(fd, x: torch.Tensor, contiguous=True, **kw):
 def kernels_of(fd):
     """(scheduler name, params) of every kernel ``fd`` has built."""
     rt = fd._runtime
-    return [(key[0], key[3]) for key in (rt.kernels if rt is not None else {})]
+    return [(key.scheduler, key.params) for key in (rt.kernels if rt is not None else {})]
 
 
 def sources_of(fd) -> list[str]:

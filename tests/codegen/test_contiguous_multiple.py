@@ -112,7 +112,7 @@ def test_the_hint_gives_16_byte_loads_on_sm90():
             [step] = plan.steps
             seg = rt.segment(b, step.outputs)
             p = step.scheduler.heuristics(seg)
-            src, fn = rt.build(seg, step.scheduler, p)
+            src, fn = rt.build(seg, step.scheduler, p, plan.signature)
             args, kw = rc.offline_args(src, step.scheduler, seg, p, b, rc.MetaEnv(b))
             ptx = compiled_offline(fn, args, kw).asm["ptx"]
             return p.contig_multiple, {re.search(r"(v\d\.)?b\d+$", ld).group(0)

@@ -67,7 +67,7 @@ def test_a_double_scalar_is_an_f64_parameter_of_the_compiled_kernel():
     (key, (src, *_)), = rt.kernels.items()
     outs = {o: torch.empty(b.shapes[o], dtype=o.dtype.torch, device="meta") for o in src.outputs}
     args = [arg_value(a, b, b.values, outs, {}) for a in src.args]
-    ptx = compile_offline(load_kernel(src.name, src.source, "cuda"), args, launch_kw(src, key[3], cuda=True), 90).asm["ptx"]
+    ptx = compile_offline(load_kernel(src.name, src.source, "cuda"), args, launch_kw(src, key.params, cuda=True), 90).asm["ptx"]
     params = [line for line in ptx.splitlines() if ".param ." in line and f"{src.name}_param_" in line]
     assert sum(".param .f64 " in line for line in params) == 1 and not any(".param .f32 " in line for line in params)
     assert "cvt.rn.f32.f64" in ptx

@@ -52,7 +52,7 @@ def test_online_statistics_of_fp16_rows(align, block_j):
     with Choices(persistent=False, block_j=block_j, block_k=1, online=True, align=align):
         got = fd.execute([x])
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6, equal_nan=True)
-    assert fd._runtime.kernels and all(key[3].online for key in fd._runtime.kernels)
+    assert fd._runtime.kernels and all(key.params.online for key in fd._runtime.kernels)
 
 
 @pytest.mark.parametrize("align", [1, 8])

@@ -245,7 +245,7 @@ def test_cos_has_local_memory_but_no_spills():
     [step] = plan.steps
     seg = rt.segment(b, step.outputs)
     p = step.scheduler.heuristics(seg)
-    src, fn = rt.build(seg, step.scheduler, p)
+    src, fn = rt.build(seg, step.scheduler, p, plan.signature)
     args, kw = rc.offline_args(src, step.scheduler, seg, p, b, rc.MetaEnv(b))
     usage = spills.offline_usage(fn, args, kw)
     assert usage.spills == 0 and usage.local > 0

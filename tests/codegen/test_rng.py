@@ -13,7 +13,7 @@ import torch
 
 from pyfuser.reference import run_reference
 from pyfuser.rng import reference_random
-from pyfuser.runtime.executor import make_rng_state
+from pyfuser.runtime.args import make_rng_state
 from pyfuser.schedulers import Choices
 
 from .common import DataType, check, define_input, fusion, gen_for, kernels_of, launches, make_tensor

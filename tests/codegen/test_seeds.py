@@ -10,7 +10,7 @@ import torch
 from pyfuser import Fusion, FusionDefinition
 from pyfuser.bench.seeds import SEEDS
 from pyfuser.reference import run_reference
-from pyfuser.runtime.executor import make_rng_state
+from pyfuser.runtime.args import make_rng_state
 
 from .common import assert_matches, gen_for, launches, tol_for
 

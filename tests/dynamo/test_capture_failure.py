@@ -25,6 +25,7 @@ import torch
 
 import pyfuser.dynamo as pd
 from pyfuser.dynamo.regions import graphs, recording, region
+from pyfuser.runtime.program import Program
 
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
 
@@ -215,14 +216,14 @@ def test_training_through_the_backend_after_failed_recordings_matches_eager(monk
     a region's launch: one warning, each graph uncaptured from then on, the losses and
     gradients eager's, the books clean."""
     cuda = FakeCuda()
-    real_run = region.run_prepared
+    real_run = Program.run
 
     def launch(*a, **k):
         if cuda.underway:
             _raise(torch.OutOfMemoryError(OOM))
         return real_run(*a, **k)
 
-    monkeypatch.setattr(region, "run_prepared", launch)
+    monkeypatch.setattr(Program, "run", launch)
     monkeypatch.setattr(graphs, "enabled", lambda: True)
     monkeypatch.setattr(graphs, "not_graphable", lambda gm: None)
     monkeypatch.setattr(graphs, "_cuda_capture", functools.partial(recording.record, cuda=cuda))
@@ -254,7 +255,7 @@ def test_a_region_that_runs_out_of_memory_raises_and_stays_fused(monkeypatch):
     error reaches the caller as from eager, with no warning, and the next call runs
     the region in pyfuser (not in ATen for good)."""
     fail = [True]
-    real_run = region.run_prepared
+    real_run = Program.run
 
     def launch(*a, **k):
         if fail[0]:
@@ -268,7 +269,7 @@ def test_a_region_that_runs_out_of_memory_raises_and_stays_fused(monkeypatch):
     compiled = torch.compile(fn, backend="pyfuser")
     x = torch.randn(4, 8)
     compiled(x)  # compiled, and the fast path registered
-    monkeypatch.setattr(region, "run_prepared", launch)
+    monkeypatch.setattr(Program, "run", launch)
     with pytest.raises(torch.OutOfMemoryError):
         compiled(x)
     torch.testing.assert_close(compiled(x), fn(x))

@@ -224,7 +224,7 @@ def test_define_vector_of_runtime_scalars():
     for a, b in [(3, 8), (2, 12), (24, 1), (3, 8)]:
         got = fd.execute([x, a, b])
         assert_all_match(got, [(x * 2).reshape(a, b), torch.ones(b, a)])
-    assert len(fd._runtime.prepared) == 3
+    assert len(fd._runtime.programs) == 3
     with raises("execute", "reshape", "[4, 6]", "[5, 5]"):
         fd.execute([x, 5, 5])
 

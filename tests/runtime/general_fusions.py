@@ -1,6 +1,6 @@
 """Fusions whose plans are general (host steps, kernels reading other kernels' stored
 values), with their inputs: shared by ``test_general_cached.py`` and the host-time
-measurement ``host_time_general.py``."""
+measurement."""
 import torch
 
 from pyfuser import DataType, FusionDefinition

@@ -42,14 +42,14 @@ def test_prepared_sizes_stay_at_their_bound(monkeypatch):
         x = torch.randn(n, device=device())
         (out,) = fd.execute([x])
         torch.testing.assert_close(out, x * 3 + 1)
-        assert len(fd._runtime.prepared) <= 4
-    assert len(fd._runtime.prepared) == 4
+        assert len(fd._runtime.programs) <= 4
+    assert len(fd._runtime.programs) == 4
     assert len(fd._runtime.plans) == 1
     # least recently used goes first: a size run again stays, the one after it goes
     keep = torch.randn(sizes[-4], device=device())
     fd.execute([keep])
     fd.execute([torch.randn(100, device=device())])
-    kept = {key[2][1][0] for key in fd._runtime.prepared}
+    kept = {key[2][1][0] for key in fd._runtime.programs}
     assert sizes[-4] in kept and sizes[-3] not in kept and 100 in kept
     (out,) = fd.execute([keep])  # evicted sizes prepare again, correctly
     torch.testing.assert_close(out, keep * 3 + 1)

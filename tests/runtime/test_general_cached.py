@@ -1,13 +1,14 @@
-"""General plans (host steps, kernels reading stored intermediates) run a cached
-``Prepared`` after their first execute: no re-binding, no heuristics, no kernel
-cache lookups.  Each fusion is checked against the reference executor, and random
-numbers against the uncached path from the same ``torch.manual_seed``."""
+"""Plans of several steps (host steps, kernels reading stored intermediates,
+reference steps) run a cached ``Program`` after their first execute: no re-binding,
+no heuristics, no kernel cache lookups.  Each fusion is checked against the
+reference executor, random numbers included: the reference draws the same (seed,
+offset) after the same ``torch.manual_seed``."""
 import pytest
 import torch
 
 import pyfuser
 from pyfuser.reference import run_reference
-from pyfuser.runtime import args as args_mod, executor, program
+from pyfuser.runtime import args as args_mod, executor, prepare
 from pyfuser.runtime.plan import ExecutorCache
 from pyfuser.segment.steps import Plan, Step
 
@@ -20,7 +21,7 @@ RANDOM = ("dropout_linear", "random_rows")
 
 # Tests of the backend's fast path, which scheduler choices turn off: they plan with
 # every scheduler.
-EVERY_SCHEDULER = {"test_run_prepared_runs_general_plans", "test_the_fast_path_follows_the_environment"}
+EVERY_SCHEDULER = {"test_program_for_runs_general_plans", "test_the_fast_path_follows_the_environment"}
 
 
 @pytest.fixture(autouse=True)
@@ -37,10 +38,10 @@ def _two_kernel_plans(request):
 
 @pytest.fixture
 def paths(monkeypatch):
-    """How many executes took ``_execute_slow``, ``_execute_general``, and how many
+    """How many executes took ``_execute_slow`` (bind, plan, prepare), and how many
     kernels were looked up or built (``ExecutorCache.build``)."""
-    counts = {"slow": 0, "general": 0, "build": 0}
-    slow, general, build = executor._execute_slow, executor._execute_general, ExecutorCache.build
+    counts = {"slow": 0, "build": 0}
+    slow, build = executor._execute_slow, ExecutorCache.build
 
     def counting(name, fn):
         def wrapper(*a, **k):
@@ -49,7 +50,6 @@ def paths(monkeypatch):
         return wrapper
 
     monkeypatch.setattr(executor, "_execute_slow", counting("slow", slow))
-    monkeypatch.setattr(executor, "_execute_general", counting("general", general))
     monkeypatch.setattr(ExecutorCache, "build", counting("build", build))
     return counts
 
@@ -58,7 +58,7 @@ def reference(fd, inputs, seed):
     """The reference executor's outputs with the random state an execute right after
     ``torch.manual_seed(seed)`` draws."""
     torch.manual_seed(seed)
-    rng_state, _ = executor.make_rng_state(fd.ir, torch.device("cpu"))
+    rng_state, _ = args_mod.make_rng_state(fd.ir, torch.device("cpu"))
     return run_reference(fd.ir, list(inputs), rng_state=rng_state)
 
 
@@ -89,32 +89,21 @@ def test_later_executes_take_the_cached_program(name, paths):
         else:
             assert after["misses"] == before["misses"]
     assert list(fd._runtime.plans.values())[-1].general
-    assert paths["slow"] == 1 and paths["general"] == 0, paths
+    assert paths["slow"] == 1, paths
     assert paths["build"] == built, "a cached execute must not look kernels up"
-    (prep,) = fd._runtime.prepared.values()
-    assert prep.general
+    assert len(fd._runtime.programs) == 1
 
 
 @pytest.mark.parametrize("name", RANDOM)
-def test_random_numbers_match_the_uncached_path(name, monkeypatch):
-    """The same numbers as the general path, fresh on every execute."""
+def test_random_numbers_are_fresh_on_every_execute(name):
+    """Each execute draws new numbers, the reference's for the same seed (checked in
+    ``test_later_executes_take_the_cached_program``)."""
     build, make = GENERAL[name]
     inputs = make(seed=0)
-
-    def run_three(fd):
-        torch.manual_seed(11)
-        return [fd.execute(list(inputs)) for _ in range(3)]
-
-    cached = run_three(define(build))
-    with monkeypatch.context() as m:
-        m.setattr(executor, "cacheable", lambda plan: False)
-        fd = define(build)
-        uncached = run_three(fd)
-        assert not fd._runtime.prepared
-    for c, u in zip(cached, uncached):
-        for x, y in zip(c, u):
-            assert torch.equal(x, y)
-    assert not torch.equal(cached[1][0], cached[2][0]), "each execute draws new numbers"
+    fd = define(build)
+    torch.manual_seed(11)
+    outs = [fd.execute(list(inputs)) for _ in range(3)]
+    assert not torch.equal(outs[1][0], outs[2][0]), "each execute draws new numbers"
 
 
 @pytest.mark.parametrize("case", ["linear k=0", "linear m=0", "layer_norm_backward n=0", "embedding s=0"])
@@ -133,8 +122,8 @@ def test_zero_size_intermediates_and_outputs(case, paths):
         inputs = make(seed)
         outs.append(fd.execute(list(inputs)))
         assert_outputs(outs[-1], reference(fd, inputs, seed))
-    assert paths["slow"] == 1 and paths["general"] == 0
-    (prep,) = fd._runtime.prepared.values()
+    assert paths["slow"] == 1
+    (prep,) = fd._runtime.programs.values()
     assert "(empty)" in repr(prep), "a zero-size value no step writes"
     assert all(outs[1][k] is not outs[2][k] for k, o in enumerate(outs[1]) if o.numel() == 0)
 
@@ -153,23 +142,23 @@ def test_host_inputs_stored_narrow_and_cast_on_the_host():
     it at 16 bits and the cached program replays the cast before the linear."""
     fd = define(linear_between_pointwise)
     fd.execute(linear_inputs(seed=0))
-    (prep,) = fd._runtime.prepared.values()
+    (prep,) = fd._runtime.programs.values()
     first, host = prep.launches[0], prep.program[1]
     assert [o.dtype.torch for o in first.src.outputs] == [torch.float16, torch.float32]
-    assert [e.op for e, _ in host.calls] == ["cast", "linear"]
+    assert [e.op for e, _, _ in host.calls] == ["cast", "linear"]
     text = repr(prep)
     assert "host linear" in text and "kernel " in text and "outputs " in text
 
 
-def test_run_prepared_runs_general_plans(paths):
-    """The torch.compile backend's direct path: ``prepared_for`` and ``run_prepared``."""
+def test_program_for_runs_general_plans(paths):
+    """The torch.compile backend's direct path: ``program_for``, then ``run``."""
     fd = define(linear_between_pointwise)
     fd.execute(linear_inputs(seed=0))
     inputs = linear_inputs(seed=1)
-    prep = executor.prepared_for(fd, inputs)
-    assert prep is not None and prep.general and executor.fast_path_allowed()
-    assert_outputs(executor.run_prepared(fd, prep, inputs), fd.reference(inputs))
-    assert paths["slow"] == 1 and paths["general"] == 0
+    prog = executor.program_for(fd, inputs)
+    assert prog is not None and executor.fast_path_allowed()
+    assert_outputs(prog.run(inputs), fd.reference(inputs))
+    assert paths["slow"] == 1
 
 
 def test_poisoned_and_recorded_launches(monkeypatch):
@@ -179,34 +168,41 @@ def test_poisoned_and_recorded_launches(monkeypatch):
     monkeypatch.setattr(executor, "POISON_OUTPUTS", True)
     monkeypatch.setattr(executor, "RECORD_LAUNCHES", record)
     inputs = linear_inputs(seed=1)
+    assert not executor.fast_path_allowed(), "poison and record are hooks: a region must call execute"
     assert_outputs(fd.execute(list(inputs)), fd.reference(list(inputs)))
     assert len(record) == kernels(fd) == 2
 
 
-def test_dumps_take_the_general_path(paths, monkeypatch, capsys):
+def test_dumps_are_hooks_of_the_cached_program(paths, monkeypatch, capsys):
     fd = define(linear_between_pointwise)
     fd.execute(linear_inputs(seed=0))
     monkeypatch.setenv("PYFUSER_DUMP", "cache")
     monkeypatch.delenv("PYFUSER_PROF", raising=False)
     inputs = linear_inputs(seed=1)
     assert_outputs(fd.execute(list(inputs)), fd.reference(list(inputs)))
-    assert paths["general"] == 1
-    assert "general path on every execute" in capsys.readouterr().out
+    assert paths["slow"] == 1
+    out = capsys.readouterr().out
+    assert "hit: launches already prepared" in out and "pyfuser_f" in out
 
 
-def test_reference_steps_stay_uncached(paths):
-    """A step that runs the whole reference executor keeps the plan on the general path."""
-    fd = define(layer_norm_backward)
-    inputs = layer_norm_backward_inputs(seed=0)
-    fd.execute(inputs)
+@pytest.mark.parametrize("name", ["layer_norm_backward", "dropout_linear"])
+def test_reference_steps_are_host_calls_of_the_program(name, paths):
+    """A step no scheduler took runs the reference executor's exprs as host calls of
+    the cached program, random ones drawing the run's (seed, offset)."""
+    build, make = GENERAL[name]
+    fd = define(build)
+    fd.execute(list(make(seed=0)))
     rt = fd._runtime
     sig = list(rt.plans)[-1]
-    rt.plans[sig] = Plan({}, [Step(list(fd.ir.outputs), None)])
-    rt.prepared.clear()
+    rt.plans[sig] = Plan({}, [Step(list(fd.ir.outputs), None)], signature=sig)
+    rt.programs.clear()
     for seed in (1, 2):
-        inputs = layer_norm_backward_inputs(seed=seed)
-        assert_outputs(fd.execute(inputs), fd.reference(inputs))
-    assert paths["general"] == 2 and not rt.prepared
+        inputs = make(seed=seed)
+        torch.manual_seed(seed)
+        assert_outputs(fd.execute(list(inputs)), reference(fd, inputs, seed))
+    assert paths["slow"] == 2, "the first execute, and the one after the plan was replaced"
+    (prog,) = rt.programs.values()
+    assert not prog.launches and "host " in repr(prog)
 
 
 def test_spill_check_builds_warm_up_arguments_for_every_kernel(monkeypatch):
@@ -225,13 +221,13 @@ def test_spill_check_builds_warm_up_arguments_for_every_kernel(monkeypatch):
         warmed.append(src.name)
         return args, grid, kw
 
-    monkeypatch.setattr(program, "checks_spills", lambda device: True)
-    monkeypatch.setattr(program, "warmup_args", spy)
+    monkeypatch.setattr(prepare, "checks_spills", lambda device: True)
+    monkeypatch.setattr(prepare, "warmup_args", spy)
     fd = define(linear_between_pointwise)
     for seed in range(2):
         inputs = linear_inputs(seed=seed)
         assert_outputs(fd.execute(list(inputs)), fd.reference(list(inputs)))
-    (prep,) = fd._runtime.prepared.values()
+    (prep,) = fd._runtime.programs.values()
     assert warmed == [la.src.name for la in prep.launches]
 
 
@@ -239,13 +235,13 @@ def test_spill_check_builds_warm_up_arguments_for_every_kernel(monkeypatch):
 def test_general_plan_kernels_pass_the_spill_check(monkeypatch):
     """On CUDA every kernel of a general plan is built through ``choose_params``."""
     calls = []
-    choose = program.choose_params
+    choose = prepare.choose_params
 
     def spy(rt, seg, sched, *a, **k):
         calls.append(sched.NAME)
         return choose(rt, seg, sched, *a, **k)
 
-    monkeypatch.setattr(program, "choose_params", spy)
+    monkeypatch.setattr(prepare, "choose_params", spy)
     fd = define(layer_norm_backward)
     inputs = [x.cuda() for x in layer_norm_backward_inputs(seed=0)]
     assert_outputs(fd.execute(inputs), fd.reference(inputs))
@@ -255,12 +251,13 @@ def test_general_plan_kernels_pass_the_spill_check(monkeypatch):
 def test_the_straight_line_runner_matches_the_loop():
     """After its first execute, a program without host steps runs as one generated
     function (``straight.straight_line``): the same outputs, random numbers and launch
-    count as ``Prepared``'s loop; a program with host steps keeps the loop."""
+    count as ``Program``'s loop; a program with host steps keeps the loop."""
     build, make = GENERAL["random_rows"]
     fd = define(build)
     inputs = make(seed=0)
     fd.execute(list(inputs))
-    (prep,) = fd._runtime.prepared.values()
+    (prep,) = fd._runtime.programs.values()
+    fd.execute(list(inputs))  # the first run without hooks builds it
     assert callable(prep._straight) and "def straight(inputs):" in prep._straight.source
     for seed in (3, 4):
         torch.manual_seed(seed)
@@ -268,14 +265,15 @@ def test_the_straight_line_runner_matches_the_loop():
         fast = prep.run(list(inputs))
         assert pyfuser.cache_info()["launches"] - before == len(prep.launches)
         torch.manual_seed(seed)
-        loop = prep._run(list(inputs))
+        loop = prep._counted(list(inputs), None)
         assert len(fast) == len(loop)
         for x, y in zip(fast, loop):
             assert torch.equal(x, y)
 
     with_host = define(GENERAL["linear"][0])
     with_host.execute(list(GENERAL["linear"][1](seed=0)))
-    (prep,) = with_host._runtime.prepared.values()
+    with_host.execute(list(GENERAL["linear"][1](seed=0)))
+    (prep,) = with_host._runtime.programs.values()
     assert prep._straight is False
 
 
@@ -292,7 +290,7 @@ def test_the_straight_line_runner_rebuilds_views_of_inputs():
         flat, doubled = fd.execute([x])
         assert flat.data_ptr() == x.data_ptr() and torch.equal(flat, x.reshape(24))
         torch.testing.assert_close(doubled, x * 2)
-    (prep,) = fd._runtime.prepared.values()
+    (prep,) = fd._runtime.programs.values()
     assert callable(prep._straight) and prep._views
 
 

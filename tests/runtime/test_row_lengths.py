@@ -1,7 +1,8 @@
 """A persistent row narrower than its block takes its length as a compile-time
 constant, one binary per length; a kernel that meets a second length is rebuilt with
 the length at run time, so a fusion run at ever new sequence lengths compiles a
-bounded number of binaries (``runtime.program.CONSTANT_ROW_LENGTHS``)."""
+bounded number of binaries (``schedulers.reduction.CONSTANT_ROW_LENGTHS``, the
+reduction schedulers' ``settle``)."""
 from __future__ import annotations
 
 import re
@@ -10,7 +11,7 @@ import torch
 
 import pyfuser
 from pyfuser import DataType, FusionDefinition
-from pyfuser.runtime.program import CONSTANT_ROW_LENGTHS
+from pyfuser.schedulers.reduction import CONSTANT_ROW_LENGTHS
 
 from .conftest import device
 
@@ -25,7 +26,7 @@ def softmax_fd() -> FusionDefinition:
 
 def kernels(fd) -> list:
     """(runtime_row, source) of each kernel the fusion built, in build order."""
-    return [(key[3].runtime_row, src.source) for key, (src, _) in fd._runtime.kernels.items()]
+    return [(key.params.runtime_row, src.source) for key, (src, _) in fd._runtime.kernels.items()]
 
 
 def constant_length(source: str) -> bool:
@@ -51,7 +52,7 @@ def test_a_kernel_met_at_a_second_row_length_takes_the_length_at_run_time():
     assert run(fd, 48) == 1
     flag, source = kernels(fd)[-1]
     assert flag is True and not constant_length(source) and "runtime_row=True" in source
-    (seen,) = fd._runtime.row_lengths.values()
+    (seen,) = fd._runtime.constants_met.values()
     assert seen == {40}
     # a length seen before keeps its constant kernel; a new one in the block runs the
     # runtime-row kernel whatever its multiples (rows of whole 16-byte words: a
@@ -66,4 +67,4 @@ def test_a_row_as_wide_as_its_block_is_a_runtime_length_from_the_start():
         run(fd, length)
     (only,) = kernels(fd)
     assert only[0] is False and not constant_length(only[1])
-    assert not fd._runtime.row_lengths
+    assert not any(fd._runtime.constants_met.values())

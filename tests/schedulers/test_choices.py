@@ -61,7 +61,7 @@ def test_two_choices_never_share_a_plan_or_kernel():
     with Choices(persistent=False, block_j=32):
         torch.testing.assert_close(fd.execute([x])[0], want)
     rt = fd._runtime
-    assert len(rt.plans) == 3 and len({k[2] for k in rt.kernels}) == 3  # one signature per Choices
+    assert len(rt.plans) == 3 and len({k.signature for k in rt.kernels}) == 3  # one signature per Choices
     assert multi.block_j == 16 and not multi.persistent
     assert fd.explain([x]).segments[0].params.persistent  # back to the heuristics
 

@@ -120,7 +120,7 @@ def test_shape_groups_one_scheduler_takes_share_a_kernel():
     torch.testing.assert_close(r, x.sum(1))
     torch.testing.assert_close(c, x.sum(0))
     assert_matches_reference(fd, [x], [e, r, c])
-    assert fd._runtime.prepared, "kernels on fusion inputs only keep the cached fast path"
+    assert fd._runtime.programs, "kernels on fusion inputs only keep the cached fast path"
     check_plan(fd)
 
 
@@ -214,9 +214,9 @@ def test_a_merge_that_makes_a_cycle_is_refused(monkeypatch):
     tried = []
     try_schedule = ExecutorCache.try_schedule
 
-    def spy(self, b, outputs, cuts=None, base=None):
+    def spy(self, b, sig, outputs, cuts=None, base=None):
         tried.append({o.name for o in outputs})
-        return try_schedule(self, b, outputs, cuts, base)
+        return try_schedule(self, b, sig, outputs, cuts, base)
 
     monkeypatch.setattr(ExecutorCache, "try_schedule", spy)
     (x,) = data((N, H), seed=5)
@@ -230,7 +230,7 @@ def test_a_merge_that_makes_a_cycle_is_refused(monkeypatch):
     # Schedulable all the same: one inner reduction takes r and d when c is loaded.
     b = bind(fd.ir, [x], None)
     base = frozenset(fd.ir.inputs)
-    merged, _ = fd._runtime.try_schedule(b, [r, d_val], base | {c}, base)
+    merged, _ = fd._runtime.try_schedule(b, last_plan(fd).signature, [r, d_val], base | {c}, base)
     assert merged is not None and merged.scheduler.NAME == "inner_reduction"
 
     c_ref = (x * x.sum(1, keepdim=True)).sum(0)
@@ -252,8 +252,8 @@ def test_merging_stops_after_merge_losses_refusals(monkeypatch):
         finally:
             merging.pop()
 
-    def spy(self, b, outputs, cuts=None, base=None):
-        step, reasons = try_schedule(self, b, outputs, cuts, base)
+    def spy(self, b, sig, outputs, cuts=None, base=None):
+        step, reasons = try_schedule(self, b, sig, outputs, cuts, base)
         if merging and step is None:
             refusals.append(outputs)
         return step, reasons
@@ -319,14 +319,16 @@ def upcast_cut(fd):
     b = bind(fd.ir, UPCAST_INPUTS, None)
     base = frozenset(fd.ir.inputs)
     hf = fd.ir.outputs[0].definition.inputs[0]
-    steps = split(rt.try_schedule, b, [hf], base, base) + split(rt.try_schedule, b, fd.ir.outputs[:2], base | {hf}, base)
+    schedule = rt.scheduling(list(rt.plans)[-1])
+    steps = split(schedule, b, [hf], base, base) + split(schedule, b, fd.ir.outputs[:2], base | {hf}, base)
     return rt, b, base, hf, steps
 
 
 def run_steps(fd, steps):
     rt = fd._runtime
-    rt.plans[list(rt.plans)[-1]] = Plan({}, steps)
-    rt.prepared.clear()
+    sig = list(rt.plans)[-1]
+    rt.plans[sig] = Plan({}, steps, signature=sig)
+    rt.programs.clear()
     return fd.execute(UPCAST_INPUTS)
 
 
@@ -336,7 +338,7 @@ def test_upcast_stored_between_kernels_is_stored_at_16_bits():
     assert len(steps) == 2 and steps[0].outputs == [hf] and hf.dtype is FL
     wide = run_steps(fd, steps)
 
-    narrow = refine_mod.narrow(rt.try_schedule, b, steps, base, set(fd.ir.outputs))
+    narrow = refine_mod.narrow(rt.scheduling(list(rt.plans)[-1]), b, steps, base, set(fd.ir.outputs))
     h = hf.definition.inputs[0]
     assert len(narrow) == 2 and narrow[0].outputs == [h] and h.dtype is DataType.Half
     sub = narrow[1].sub
@@ -356,7 +358,7 @@ def test_upcast_stored_between_kernels_is_stored_at_16_bits():
 def test_upcast_that_is_a_fusion_output_stays_32_bits():
     fd = upcast_fusion(upcast_is_output=True)
     rt, b, base, hf, steps = upcast_cut(fd)
-    assert refine_mod.narrow(rt.try_schedule, b, steps, base, set(fd.ir.outputs)) == steps
+    assert refine_mod.narrow(rt.scheduling(list(rt.plans)[-1]), b, steps, base, set(fd.ir.outputs)) == steps
     got = run_steps(fd, steps)
     ref = fd.reference(UPCAST_INPUTS)
     assert got[2].dtype == torch.float32 and torch.equal(got[2], ref[2]) and torch.equal(got[0], ref[0])

@@ -29,20 +29,15 @@ def define(build, *args):
 
 @pytest.fixture
 def slow_calls(monkeypatch):
-    """How many executes took ``_execute_slow`` and ``_execute_general`` (a list of two)."""
-    counts = [0, 0]
-    slow, general = executor._execute_slow, executor._execute_general
+    """How many executes took ``_execute_slow`` (bind, plan, prepare): a list of one."""
+    counts = [0]
+    slow = executor._execute_slow
 
     def counting_slow(*a, **k):
         counts[0] += 1
         return slow(*a, **k)
 
-    def counting_general(*a, **k):
-        counts[1] += 1
-        return general(*a, **k)
-
     monkeypatch.setattr(executor, "_execute_slow", counting_slow)
-    monkeypatch.setattr(executor, "_execute_general", counting_general)
     return counts
 
 
@@ -57,7 +52,7 @@ def execute_each(fd, inputs_list, slow_calls, launches=1):
         assert after["launches"] - before["launches"] == launches
         if k:
             assert after["hits"] - before["hits"] == launches and after["misses"] == before["misses"]
-    assert slow_calls == [1, 0], f"{slow_calls[0]} executes took the slow path, {slow_calls[1]} the general one"
+    assert slow_calls == [1], f"{slow_calls[0]} executes took the slow path"
     return outs
 
 
@@ -97,7 +92,7 @@ def test_adam_step_is_one_cached_kernel_that_sees_new_scalars(dt, slow_calls):
     fd = define(T.build_adam_step, (R, N, dt))
     inputs_list = [[p, gr, m, v, *adam_scalars(*s)] for s in ADAM_SETTINGS]
     outs = execute_each(fd, inputs_list, slow_calls)
-    assert len(fd._runtime.prepared) == 1
+    assert len(fd._runtime.programs) == 1
     loose = dict(rtol=1.6e-2, atol=1.6e-2) if dt is BF else dict(rtol=1e-5, atol=1e-6)
     for setting, inputs, (p_new, m_new, v_new) in zip(ADAM_SETTINGS, inputs_list, outs):
         assert_reference(fd, inputs, [p_new, m_new, v_new], rtol=1e-6, atol=1e-7)
@@ -113,7 +108,7 @@ def test_adam_step_scalars_are_computed_per_run_and_launched_directly():
     fd = define(T.build_adam_step, (R, N, FL))
     x = torch.rand(R, N) + 0.1
     fd.execute([x, x, x, x, *adam_scalars(*ADAM_SETTINGS[0])])
-    (prep,) = fd._runtime.prepared.values()
+    (prep,) = fd._runtime.programs.values()
     assert [e.op for e in (v.definition for v in prep.scalars.targets)] == ["sub", "sub", "sqrt"]
     lr, b1, b2, c1, c2 = adam_scalars(*ADAM_SETTINGS[2])
     assert prep.scalars.run([x, x, x, x, lr, b1, b2, c1, c2]) == [1 - b1, 1 - b2, math.sqrt(c2)]
@@ -160,7 +155,7 @@ def test_mixed_scalar_dtypes_match_the_reference_for_every_value(slow_calls):
     for inputs in inputs_list:
         outs.append(fd.execute(list(inputs)))
         assert_reference(fd, inputs, outs[-1], rtol=0, atol=0)
-    assert slow_calls == [2, 0]  # the int d makes a second fingerprint
+    assert slow_calls == [2]  # the int d makes a second fingerprint
     # eager, as a user writes it
     s, n, d = MIXED_VALUES[1]
     want = [t * (1 - s), t * (n * 3), t * ((1 - s) / n), t * math.sqrt(s),
@@ -181,7 +176,7 @@ def test_scalar_input_given_as_a_0d_tensor(slow_calls):
         y, z = fd.execute([x, torch.tensor(s)])
         torch.testing.assert_close(y, x * s)
         torch.testing.assert_close(z, x + (1 - s))
-    assert slow_calls == [1, 0]
+    assert slow_calls == [1]
 
 
 def test_constant_only_scalar_math_is_folded_once(slow_calls):
@@ -191,7 +186,7 @@ def test_constant_only_scalar_math_is_folded_once(slow_calls):
         fd.add_output(fd.ops.mul(t, fd.ops.sqrt(fd.ops.div(fd.define_scalar(2.0), 3.0))))
     x = torch.arange(5, dtype=torch.float32)
     outs = execute_each(fd, [[x], [x]], slow_calls)
-    (prep,) = fd._runtime.prepared.values()
+    (prep,) = fd._runtime.programs.values()
     assert prep.scalars.targets == [] and prep.direct_ok == [True]
     torch.testing.assert_close(outs[1][0], x * math.sqrt(2.0 / 3.0))
 
@@ -211,7 +206,7 @@ def test_int_scalar_math_feeding_random_numbers(slow_calls):
     for inputs, o in zip(inputs_list, outs):
         assert_reference(fd, inputs, o, rtol=0, atol=0)
     assert not torch.equal(outs[0][0], outs[1][0])
-    (prep,) = fd._runtime.prepared.values()
+    (prep,) = fd._runtime.programs.values()
     assert prep.direct_ok == [False]
 
 
@@ -228,7 +223,7 @@ def test_general_path_reads_the_bound_scalars(slow_calls):
     for s in (0.25, 3.0):
         (out,) = fd.execute([a, b, s])
         torch.testing.assert_close(out, (a.exp() @ b) * (1 - s))
-    assert slow_calls == [1, 0]
+    assert slow_calls == [1]
 
 
 # -- the exact fp64 shortcut of scalar_result ---------------------------------------------

@@ -27,12 +27,12 @@ class _StubKernel:
 
 
 def prepared_programs():
-    """Every cached ``Prepared`` of the backend's translated regions."""
+    """Every cached ``Program`` of the backend's translated regions."""
     from ..dynamo.regions import region as R
 
     for t in R._TRANSLATIONS.values():
         if hasattr(t, "fd") and t.fd._runtime is not None:
-            yield from t.fd._runtime.prepared.values()
+            yield from t.fd._runtime.programs.values()
 
 
 def stub_launches():

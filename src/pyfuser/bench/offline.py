@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 from ..ir.concretize import bind
 from ..ir.values import ScalarVal, TensorVal
 from ..runtime.args import launch_kw
-from ..runtime.executor import arg_value
+from ..runtime.args import arg_value
 from ..runtime.plan import ExecutorCache
 from ..runtime.spills import H200, candidates, first_fit, offline_usage, rejection
 from ..segment.subfusion import bind_sub
@@ -72,8 +72,7 @@ def plan_offline(fd, inputs):
     b = bind(fd.ir, inputs)
     b.device = torch.device("cuda", 0)
     b.input_pos = {v: i for i, v in enumerate(fd.ir.inputs)}
-    rt._current_sig = rt.signature(b, fd.ir.live_exprs())
-    return rt, b, rt.make_plan(b)
+    return rt, b, rt.make_plan(b, rt.signature(b, fd.ir.live_exprs()))
 
 
 def check_case(case, arch=H200, all_candidates=False, log=print):
@@ -96,7 +95,7 @@ def check_case(case, arch=H200, all_candidates=False, log=print):
         tried = []
 
         def usage(p):
-            src, fn = rt.build(seg, sched, p)
+            src, fn = rt.build(seg, sched, p, plan.signature)
             args, kw = offline_args(src, sched, seg, p, sb, senv)
             t0 = time.perf_counter()
             u = offline_usage(fn, args, kw, arch)

@@ -150,7 +150,7 @@ class ScalarProgram:
     ``sqrt(c2)``), evaluated on the host once per execute, as binding evaluates them,
     and passed to kernels as scalar arguments.
 
-    Built once for one input fingerprint (a cached ``Prepared``) from the ``wanted``
+    Built once for one input fingerprint (a cached ``runtime.program.Program``) from the ``wanted``
     scalars, with the binding's ``values``: a wanted scalar that depends on no runtime
     scalar input (a constant, an extent, arithmetic on those) keeps its bound value and
     is not in ``targets``.  ``run(inputs)`` returns the targets' values, in order;

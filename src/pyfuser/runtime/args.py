@@ -8,6 +8,7 @@ import torch
 from ..codegen.index import div_magic
 from ..ir.concretize import Binding
 from ..ir.ops import OPS, OpKind
+from .rng_state import draw_seed_offset
 from .spills import scratch_outputs
 
 
@@ -48,7 +49,7 @@ def arg_value(a, b: Binding, env, outs, rng_table):
 def scratch_buffer(a, b: Binding) -> torch.Tensor:
     """A kernel's working memory (a split reduction's partials and counters):
     ``factor * ceil(numel of dims / divisor)`` elements, zeroed when the kernel needs
-    zeros.  A ``Prepared`` takes it once, as a constant argument, and the kernel
+    zeros.  A ``Program`` takes it once, as a constant argument, and the kernel
     leaves its counters at zero again after each launch; every other path gets a
     fresh buffer per launch."""
     _, factor, v, dims, divisor, dtype, zero = a.source
@@ -91,3 +92,16 @@ def warmup_args(src, params, sched, seg, b):
     outs = scratch_outputs(src, b)
     args = [arg_value(a, b, b.values, outs, {id(a.source[1]): (0, 0)} if a.kind == "rng" else {}) for a in src.args]
     return args, sched.grid(seg, params), launch_kw(src, params, cuda=True)
+
+
+def make_rng_state(ir, device):
+    """(rng_state, table) for one run of ``ir`` on ``device``, drawn as ``Program.run``
+    draws them: random op k of the fusion (``random_exprs``) gets (seed, base + k).
+    ``rng_state(expr)`` is what the reference executor takes; (None, {}) without
+    random ops."""
+    rexprs = random_exprs(ir)
+    if not rexprs:
+        return None, {}
+    seed, base = draw_seed_offset(device, len(rexprs))
+    table = {id(e): (seed, base + k) for k, e in enumerate(rexprs)}
+    return (lambda e: table[id(e)]), table

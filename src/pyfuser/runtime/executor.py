@@ -1,18 +1,20 @@
-"""execute(): bind inputs, pick or build the kernels, allocate outputs, launch.
+"""execute(): bind, find or build the program, run it.
 
-Planning (signature -> ``Plan``, kernels) lives in ``plan.ExecutorCache``.  Sizes
-are not in the signature: they are kernel arguments, and each new set of input
-sizes re-runs the (cheap, pure) heuristics, so a new size compiles a new kernel
-only when the heuristics choose different parameters.  A ``prepared.Prepared`` then
-holds the steps of the plan for one input fingerprint, host steps and kernels on
-intermediates included: a cached execute is ``Prepared.run``.  Plans with a
-reference step, and every plan with host steps or kernels on intermediates while a
-dump or the profiler is on, run ``_execute_general`` instead, which re-binds and
-re-runs the heuristics of every step.  Dumps and the profiler hook in through a
-``probe.Probe``, built only when one is on.
+The steps, each one call: **bind** the inputs (``ir.concretize.bind``), take their
+**signature** (``plan.ExecutorCache.signature``: what decides a plan beyond sizes), find
+or make the **plan** for it (``ExecutorCache.make_plan``; its kernels are built on the
+way), **prepare** the plan's ``program.Program`` for the inputs' fingerprint (sizes,
+strides, dtypes: ``prepare.prepare`` runs the heuristics and builds the kernels), and
+**run** it (``Program.run``).  A cached execute is the fingerprint and ``run``; the
+torch.compile backend's regions take the same program (``program_for``) and call the
+same ``run``.  Sizes are not in the signature: they are kernel arguments, and each new
+set of input sizes re-runs the (cheap, pure) heuristics, so a new size compiles a new
+kernel only when the heuristics choose different parameters.  Dumps, the profiler,
+poisoned outputs and recorded launches are hooks of ``run`` (``probe.Probe``), built
+only when one is on.
 
 Threads: any number of threads may execute one fusion, or each their own.  A cached
-execute reads ``rt.prepared`` and runs a ``Prepared``, whose per-execute state is
+execute reads ``rt.programs`` and runs a ``Program``, whose per-execute state is
 local to the call, so it takes no lock beyond the counters' (once per execute);
 whatever plans, builds or prepares holds the fusion's ``ExecutorCache.lock``.  The
 interpreter runs one launch at a time (``interpreter.INTERPRETER_LOCK``), and a
@@ -26,42 +28,24 @@ import contextlib
 import os
 import sys
 import threading
-import time
 
 import torch
 
 from ..errors import CompileError, InputError
-from ..ir.concretize import Binding, bind, cpu_scalars_on_device
-from ..ir.values import ScalarVal
-from ..reference import run_expr, run_reference, write_aliases
+from ..ir.concretize import bind, cpu_scalars_on_device
 from ..schedulers.base import current_choices
-from ..segment.aliases import broadcast_chain
-from ..segment.subfusion import bind_sub, needed_exprs
 from ..settings import OVERRIDES, read
 from . import dump, profiler
-from .cache import count
-from .plan import ExecutorCache, Explanation, explain_plan
-from .args import arg_value, launch_kw, random_exprs
-from .launch import launch_error, poison_tensor
-from .prepared import Prepared, expand_output, view_of_input
-from .probe import LaunchMeta, Probe, input_positions
-from .program import cacheable, prepare
-from .rng_state import draw_seed_offset
+from .plan import ExecutorCache, Explanation, KernelKey, explain_plan
+from .prepare import prepare
+from .probe import Probe
+from .program import Program
 from .toolchain import triton_ptxas
 
 POISON_OUTPUTS = read("poison_outputs")
 # When a list, every launch appends (kernel, grid, args, kwargs): benchmarks replay
 # them to time the kernels without the host-side work of execute().
 RECORD_LAUNCHES: list | None = None
-
-
-def make_rng_state(ir, device):
-    rexprs = random_exprs(ir)
-    if not rexprs:
-        return None, {}
-    seed, base = draw_seed_offset(device, len(rexprs))
-    table = {id(e): (seed, base + k) for k, e in enumerate(rexprs)}
-    return (lambda e: table[id(e)]), table
 
 
 def fingerprint(inputs, device, shape_scalars=()):
@@ -85,28 +69,7 @@ def execute(fd, inputs, device=None, profile=False):
     """Run the fusion.  ``profile=True`` (or ``PYFUSER_PROF=print``) records a
     ``FusionProfile`` in ``fd.last_profile``; ``PYFUSER_DUMP`` names what to print.
     Outputs aliased to an input (``add_output(out, alias)``) are computed like any
-    other, then written into their inputs (``reference.write_aliases``)."""
-    outs = _execute(fd, inputs, device, profile)
-    outs = write_aliases(fd.ir, inputs, outs) if fd.ir.output_aliases else outs
-    return _lay_out(fd.ir, outs) if fd.ir.output_layouts else outs
-
-
-def _lay_out(ir, outs):
-    """Outputs of ``fd.ops.stride_order`` in the memory layout it asks for (kernels
-    write row-major): a copy whose dim of stride rank r is the r-th innermost."""
-    returned = [o for pos, o in enumerate(ir.outputs) if pos not in ir.output_aliases]
-    outs = list(outs)
-    for k, (o, x) in enumerate(zip(returned, outs)):
-        order = ir.output_layouts.get(o)
-        if order is None or x.dim() != len(order):
-            continue
-        outer_first = sorted(range(x.dim()), key=lambda d: -order[d])
-        inverse = sorted(range(x.dim()), key=lambda d: outer_first[d])
-        outs[k] = x.permute(outer_first).contiguous().permute(inverse)
-    return outs
-
-
-def _execute(fd, inputs, device, profile):
+    other, then written into their inputs (``program.finish_outputs``)."""
     ir = fd.ir
     if not ir.outputs:
         return []
@@ -116,26 +79,27 @@ def _execute(fd, inputs, device, profile):
     try:
         if isinstance(inputs, (list, tuple)):
             inputs = cpu_scalars_on_device(ir, inputs)
-            key = fingerprint(inputs, device, ir.shape_scalar_inputs())
-            prep = rt.prepared.get(key)
-            if prep is not None:
-                prep.used = True  # spares it at the next eviction (``ExecutorCache.remember``)
-                if not (active or profile):
-                    return prep.run(inputs, None, POISON_OUTPUTS, RECORD_LAUNCHES)
-                if not prep.general:
-                    with rt.lock:  # the probe writes the cache's story (events, metas)
-                        probe = Probe(fd, rt, active, profile, prep.device)
-                        rt.events.clear()
-                        rt.last_metas = [launch[-1] for launch in prep.launches]
-                        outs = prep.run(inputs, probe, POISON_OUTPUTS, RECORD_LAUNCHES)
-                        probe.finish(inputs, outs)
-                    return outs
+            prog = rt.programs.get(fingerprint(inputs, device, ir.shape_scalar_inputs()))
+            if prog is not None:
+                prog.used = True  # spares it at the next eviction (``ExecutorCache.remember``)
+                if not (active or profile or POISON_OUTPUTS or RECORD_LAUNCHES is not None):
+                    return prog.run(inputs)
+                with rt.lock:  # the probe writes the cache's story (events)
+                    rt.events.clear()
+                    probe = _hooks(fd, rt, active, profile, prog.device)
+                    outs = prog.run(inputs, probe)
+                    probe.finish(inputs, outs)
+                return outs
         with rt.lock, triton_ptxas():  # what compiles here compiles with Triton's ptxas (``toolchain``)
             return _execute_slow(fd, rt, inputs, device, active, profile)
     except CompileError as err:
         from .repro import with_repro
 
         raise with_repro(fd, inputs, device, err) from (err.__cause__ or err)
+
+
+def _hooks(fd, rt, active, profile, device, first=False) -> Probe:
+    return Probe(fd, rt, active, profile, device, poison=POISON_OUTPUTS, record=RECORD_LAUNCHES, first=first)
 
 
 _RUNTIME_LOCK = threading.Lock()
@@ -157,8 +121,7 @@ def explain(fd, inputs, device=None) -> Explanation:
         b = bind(fd.ir, inputs, device)
         b.input_pos = {v: i for i, v in enumerate(fd.ir.inputs)}
         sig = rt.signature(b, fd.ir.live_exprs())
-        rt._current_sig = sig
-        plan = rt.plans.get(sig) or rt.make_plan(b)
+        plan = rt.plans.get(sig) or rt.make_plan(b, sig)
         params = []
         for step in plan.steps:
             seg = rt.step_segment(b, step)
@@ -166,8 +129,7 @@ def explain(fd, inputs, device=None) -> Explanation:
                 params.append(None)
                 continue
             heur = step.scheduler.heuristics(seg)
-            key = (step.scheduler.NAME, tuple(o.index for o in seg.outputs), sig, heur)
-            params.append(rt.spill_choice.get(key, heur))
+            params.append(rt.spill_choice.get(KernelKey.of(step.scheduler, seg, sig, heur), heur))
         return explain_plan(rt, plan, b, params)
 
 
@@ -208,14 +170,11 @@ def _interpreter_guard(device):
 def _execute_bound(fd, rt, b, inputs, device, active, profile):
     ir = fd.ir
     b.input_pos = {v: i for i, v in enumerate(ir.inputs)}
-    probe = Probe(fd, rt, active, profile, b.device) if active or profile else None
-    live = ir.live_exprs()
-    sig = rt.signature(b, live)
-    rt._current_sig = sig
+    sig = rt.signature(b, ir.live_exprs())
     plan = rt.plans.get(sig)
     if plan is None:
         rt.events.append(rt.explain_signature(sig))
-        plan = rt.make_plan(b)
+        plan = rt.make_plan(b, sig)
         rt.plans[sig] = plan
         if "segmented_fusion" in active:
             dump.emit(dump.segmented_fusion(fd.id, plan, ir, b.shapes))
@@ -223,19 +182,14 @@ def _execute_bound(fd, rt, b, inputs, device, active, profile):
         rt.events.append("new input sizes, strides or parameter overrides (signature known: plan reused, heuristics "
                          "re-run)")
     inputs = list(inputs)
-    if plan.general and (probe is not None or not cacheable(plan)):
-        outs = _execute_general(fd, rt, plan, b, inputs, probe)
-    else:
-        prep, chosen = prepare(fd, rt, plan, b, inputs)
-        if "scheduler_params" in active:
-            dump.emit(dump.scheduler_params(fd.id, explain_plan(rt, plan, b, chosen)))
-        rt.remember(fingerprint(inputs, device, ir.shape_scalar_inputs()), prep)
-        if probe is None and b.device.type == "cuda":  # the first launches compile: time that for profiles
-            probe = Probe(fd, rt, frozenset(), False, b.device)
-        rt.last_metas = [launch[-1] for launch in prep.launches]
-        outs = prep.run(inputs, probe, POISON_OUTPUTS, RECORD_LAUNCHES, hit=False)
-    if probe is not None:
-        probe.finish(inputs, outs)
+    prog, chosen = prepare(fd, rt, plan, b, inputs)
+    if "scheduler_params" in active:
+        dump.emit(dump.scheduler_params(fd.id, explain_plan(rt, plan, b, chosen)))
+    rt.remember(fingerprint(inputs, device, ir.shape_scalar_inputs()), prog)
+    # the first run's launches compile on CUDA: the probe times that for profiles
+    probe = _hooks(fd, rt, active, profile, b.device, first=True)
+    outs = prog.run(inputs, probe)
+    probe.finish(inputs, outs)
     return outs
 
 
@@ -245,135 +199,12 @@ def _on_device(ir, inputs, device) -> str:
     return ", ".join(found) if found else f"device={device}"
 
 
-def _execute_general(fd, rt, plan, b, inputs, probe=None):
-    ir = fd.ir
-    if rt.events and rt.events[0].startswith("new input sizes"):
-        rt.events[0] = ("host segments or kernels on intermediates: while a dump or the profiler is on, this fusion "
-                        "takes the general path on every execute")
-    rng_state, rng_table = make_rng_state(ir, b.device)
-    env = dict(b.values)  # with the scalar arithmetic, evaluated by binding
-    results = env  # intermediates, host results and outputs, by original Val
-    chosen = []
-    for i, step in enumerate(plan.steps):
-        if step.scheduler is None:
-            t0 = time.perf_counter()
-            if step.is_host:
-                host = _host_ops(step, b, env)
-            else:
-                host = _host_step(step, b, env, rng_state)
-            if probe is not None:
-                probe.host_step(i, host, (time.perf_counter() - t0) * 1e3, inputs)
-            results.update(host)
-            chosen.append(None)
-            continue
-        if step.sub is None:
-            seg = rt.segment(b, step.outputs)
-            params = step.scheduler.heuristics(seg)
-            chosen.append(params)
-            src, fn = rt.build(seg, step.scheduler, params)
-            results.update(launch(src, fn, step.scheduler, seg, params, b, env, rng_table, probe, inputs))
-            continue
-        sf = step.sub
-        sb = bind_sub(sf, b, _with_empties(env, sf, b))
-        # the subfusion's copies of scalar arithmetic: the values binding evaluated
-        sb.values.update((c, b.values[o]) for c, o in sf.orig.items()
-                         if isinstance(c, ScalarVal) and c not in sb.values)
-        seg = rt.sub_segment(b, sf)
-        params = step.scheduler.heuristics(seg)
-        chosen.append(params)
-        src, fn = rt.build(seg, step.scheduler, params)
-        sub_rng = {se_id: rng_table[id(e)] for se_id, e in sf.exprs.items() if id(e) in rng_table}
-        sub_inputs = [sb.values[v] for v in sf.ir.inputs]
-        outs = launch(src, fn, step.scheduler, seg, params, sb, sb.values, sub_rng, probe, sub_inputs)
-        results.update({sf.orig[o]: t for o, t in outs.items()})
-    if probe is not None and "scheduler_params" in probe.active:
-        dump.emit(dump.scheduler_params(fd.id, explain_plan(rt, plan, b, chosen)))
-    outs = []
-    for pos, o in enumerate(ir.outputs):
-        kind = plan.aliases.get(pos)
-        if kind == "input":
-            outs.append(b.values[o])
-        elif kind == "view":
-            outs.append(view_of_input(o, b, inputs))
-        elif kind == "expand":
-            x, chain = broadcast_chain(o)
-            outs.append(expand_output(chain, b.values[x] if x in ir.inputs else results[x], b))
-        elif o in results:
-            outs.append(results[o])
-        else:
-            outs.append(torch.empty(b.shapes[o], dtype=o.dtype.torch, device=b.device))
-    return outs
-
-
-def _with_empties(env, sf, b):
-    """Zero-size intermediates have no kernel: give their readers empty tensors."""
-    missing = [o for c, o in sf.orig.items() if c in sf.ir.inputs and o not in env]
-    if not missing:
-        return env
-    env = dict(env)
-    for o in missing:
-        env[o] = torch.empty(b.shapes[o], dtype=o.dtype.torch, device=b.device)
-    return env
-
-
-def _host_ops(step, b, env):
-    """A host segment: torch calls (a matmul, a gather, the casts replayed before it)."""
-    out = {}
-    for e in step.host:
-        args = []
-        for v in e.inputs:
-            x = out[v] if v in out else env.get(v)
-            if x is None:  # a zero-size intermediate: no kernel wrote it
-                x = torch.empty(b.shapes[v], dtype=v.dtype.torch, device=b.device)
-            args.append(x)
-        for o, r in zip(e.outputs, run_expr(e, args, b)):
-            out[o] = r.contiguous()
-    return out
-
-
-def _host_step(step, b, env, rng_state):
-    """A reference step: the reference executor's exprs that compute the step's outputs
-    from what is already known (inputs, earlier steps' results).  Every output comes
-    back, the intermediates later steps load as well as the fusion's outputs."""
-    vals = dict(env)
-    for e in needed_exprs(step.outputs, vals):
-        for o, r in zip(e.outputs, run_expr(e, [vals[v] for v in e.inputs], b, rng_state)):
-            vals[o] = r
-    return {o: _as_tensor(vals[o], o, b).contiguous() for o in step.outputs}
-
-
-def _as_tensor(x, v, b):
-    return x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=v.dtype.torch, device=b.device)
-
-
-def launch(src, fn, sched, seg, params, b: Binding, env, rng_table, probe=None, inputs=()):
-    out_tensors = {}
-    for o in src.outputs:
-        t = torch.empty(b.shapes[o], dtype=o.dtype.torch, device=b.device)
-        if POISON_OUTPUTS:
-            poison_tensor(t)
-        out_tensors[o] = t
-    args = [arg_value(a, b, env, out_tensors, rng_table) for a in src.args]
-    grid = sched.grid(seg, params)
-    kw = launch_kw(src, params, b.device.type == "cuda")
-    try:
-        if probe is None:
-            fn[grid](*args, **kw)
-        else:
-            meta = LaunchMeta(probe.rt.kernel_info[src.name], input_positions(src, b.input_pos))
-            probe.launch(meta, fn, grid, args, kw, inputs, out_tensors)
-    except Exception as err:
-        raise launch_error(src, err) from err
-    count(launches=1)
-    if RECORD_LAUNCHES is not None:
-        RECORD_LAUNCHES.append((fn, grid, args, kw))
-    return out_tensors
-
-
 # -- a caller-checked cached execute (the torch.compile backend's regions) -------------------
 def fast_path_allowed() -> bool:
-    """Whether ``run_prepared`` may stand in for ``execute``: no dump, no profile (nor an
-    open ``PythonProfiler``) and no scheduler override (overrides are part of the fingerprint) are on.
+    """Whether a caller holding a ``Program`` (``program_for``) may run it without
+    hooks in place of ``execute``: no dump, no profile (nor an open
+    ``PythonProfiler``), no poisoned outputs, no recorded launches and no scheduler
+    override (overrides are part of the fingerprint) are on.
 
     The torch.compile backend asks at every region call, between ATen ops whose work
     evicts the host's caches: there, the general check (``dump.enabled_dumps`` and
@@ -382,7 +213,7 @@ def fast_path_allowed() -> bool:
     variables' raw values straight from the environment's dict: set to anything but
     "" (and ``profiler.OFF`` for PYFUSER_PROF), the call takes ``execute``, which
     validates them."""
-    if current_choices() or profiler._CAPTURING:
+    if current_choices() or profiler._CAPTURING or POISON_OUTPUTS or RECORD_LAUNCHES is not None:
         return False
     if OVERRIDES or _ENV_DATA is None:
         return not dump.enabled_dumps() and not profiler.printing()
@@ -395,22 +226,12 @@ _DUMP_KEY, _PROF_KEY = (os.environ.encodekey(name) for name in ("PYFUSER_DUMP", 
 _PROF_OFF = tuple(os.environ.encodevalue(v) for v in profiler.OFF)
 
 
-def prepared_for(fd, inputs, device=None):
-    """The ``Prepared`` a cached ``execute(fd, inputs, device)`` would run, or None."""
+def program_for(fd, inputs, device=None) -> Program | None:
+    """The ``Program`` a cached ``execute(fd, inputs, device)`` would run, or None.  A
+    caller that keeps it (the torch.compile backend's regions) runs it with
+    ``program.run(inputs)`` for inputs of the same dtypes, shapes, strides, devices
+    and 16-byte alignment, while ``fast_path_allowed()``."""
     rt = fd._runtime
     if rt is None:
         return None
-    return rt.prepared.get(fingerprint(inputs, device, fd.ir.shape_scalar_inputs()))
-
-
-def run_prepared(fd, prep: Prepared, inputs, device=None):
-    """``execute``'s cached path without the fingerprint: the caller has checked that
-    ``inputs`` have the dtypes, shapes, strides, devices and 16-byte alignment ``prep``
-    was prepared for, and ``fast_path_allowed()``."""
-    try:
-        outs = prep.run(inputs, None, POISON_OUTPUTS, RECORD_LAUNCHES)
-        return write_aliases(fd.ir, inputs, outs) if fd.ir.output_aliases else outs
-    except CompileError as err:
-        from .repro import with_repro
-
-        raise with_repro(fd, inputs, device, err) from (err.__cause__ or err)
+    return rt.programs.get(fingerprint(inputs, device, fd.ir.shape_scalar_inputs()))

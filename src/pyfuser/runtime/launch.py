@@ -1,4 +1,4 @@
-"""Launching a Prepared's kernels: the direct launcher (Triton's compiled kernel without
+"""Launching a Program's kernels: the direct launcher (Triton's compiled kernel without
 its per-call binding), the allocator of a run's outputs, launch errors and poisoning.
 The private torch and Triton APIs behind them are reached through ``pyfuser.compat``.
 """
@@ -13,7 +13,7 @@ from ..errors import CompileError
 def direct_launcher(src, fn, grid, args, kw):
     """(runner, constexpr values) that launch the kernel Triton compiled for these
     arguments without its per-call argument binding and cache lookup (about half of a
-    small launch's host time).  Safe because a Prepared is specific to its inputs'
+    small launch's host time).  Safe because a Program is specific to its inputs'
     dtypes, shapes, strides and 16-byte alignment, its integer arguments are
     constants, and outputs, intermediates and host results come fresh from torch's
     allocator (aligned).  None if the compiled kernel cannot be had; the JIT path is

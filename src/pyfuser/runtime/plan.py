@@ -7,9 +7,11 @@ expand another value (``Plan.aliases``), and the segments (``Step``) with their
 schedulers.  Which steps a plan has is the segment package's decision
 (``segment.planner.make_plan``, docs/SEGMENTATION.md); it asks ``try_schedule``
 whether a scheduler takes a group of outputs, which builds the kernel when one does.
-The cache owns the definition's kernels, keyed by (scheduler, outputs, signature,
-params), and remembers for dumps and profiles why each was built (``events``) and
-what it cost (``kernel_info``).
+The cache owns the definition's kernels, keyed by one ``KernelKey`` (scheduler,
+outputs, signature, params, loads), and remembers for dumps and profiles why each was
+built (``events``) and what it cost (``kernel_info``).  The signature is a value
+(``Signature``) that each caller passes on, and the plan keeps it (``Plan.signature``):
+no state of the cache says which signature is being planned.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -53,54 +55,83 @@ def internal_errors(what: str):
                             f"pyfuser; fd.repro_script(inputs) writes a script to report it)") from err
 
 
+@dataclass(frozen=True)
+class Signature:
+    """What decides a plan and its kernels beyond sizes: device kind, each input's
+    contiguity, alignment and unit-stride dim, which dims are size 1, slice bounds and
+    pad widths, index width, the scheduler choices.  ``labels`` say what each part
+    means (for the cache dump); two signatures are equal when their parts are."""
+
+    parts: tuple
+    labels: tuple = field(default=(), compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class KernelKey:
+    """The one key of a built kernel: which scheduler, the outputs and the values it
+    loads (by number), the signature, the params.  ``KernelKey.of`` is the only place
+    one is made; with ``params=None`` it names the segment (the spill check's and the
+    row-length history's key)."""
+
+    scheduler: str
+    outputs: tuple
+    loads: tuple
+    signature: Signature
+    params: object = None
+
+    @classmethod
+    def of(cls, sched, seg: Segment, signature: Signature, params=None) -> KernelKey:
+        return cls(sched.NAME, tuple(o.index for o in seg.outputs), tuple(sorted(v.index for v in seg.inputs_info)),
+                   signature, params)
+
+    @property
+    def segment(self) -> KernelKey:
+        return replace(self, params=None)
+
+
 class ExecutorCache:
     def __init__(self, fd):
         self.fd = fd
         self.plans: dict = {}
         self.kernel_counter = 0
         self.fresh: set = set()
-        # input fingerprint -> Prepared, oldest first, at most PYFUSER_PREPARED_SIZES
-        # (``remember``)
-        self.prepared: OrderedDict = OrderedDict()
+        # input fingerprint -> program.Program, oldest first, at most
+        # PYFUSER_PREPARED_SIZES (``remember``)
+        self.programs: OrderedDict = OrderedDict()
         # Held by whatever plans, builds or prepares (the first execute of a
         # fingerprint): those mutate this cache.  A cached execute takes no lock.
         self.lock = threading.RLock()
-        self.spill_choice: dict = {}  # (scheduler, outputs, signature, heuristics' params) -> params that do not spill
-        self.kernels: dict = {}  # (scheduler, outputs, signature, params) -> (KernelSource, kernel)
-        # (scheduler, outputs, signature) -> the constant row lengths its kernels were prepared for (``program``)
-        self.row_lengths: dict = {}
+        self.spill_choice: dict = {}  # KernelKey (heuristics' params) -> params that do not spill
+        self.kernels: dict = {}  # KernelKey -> (KernelSource, kernel)
+        # KernelKey.segment -> the compile-time constants its kernels met (``Scheduler.settle``)
+        self.constants_met: dict = {}
         self.refused: dict = {}  # while planning: (outputs, loads) -> why no scheduler took them
-        # (scheduler, outputs, signature, heuristics' params) -> the Rejects of the spill check, in order
+        # KernelKey (heuristics' params) -> the Rejects of the spill check, in order
         self.spill_rejections: dict = {}
-        # For dumps and the profiler:
-        self.kernel_info: dict = {}  # kernel name -> probe.KernelInfo
+        self.kernel_info: dict = {}  # kernel name -> probe.KernelInfo (number, params, build time)
         self.events: list = []  # this execute's cache story (PYFUSER_DUMP=cache), first line the verdict
-        self.sig_labels: list = []  # what each part of the last signature() means
-        self.last_metas: list = []  # LaunchMeta of the launches the last execute ran
-        self.definition_dumped = False
-        self.ptx_noted: set = set()
 
     def remember(self, key, prep):
-        """Cache ``prep`` for fingerprint ``key`` within ``PYFUSER_PREPARED_SIZES``
+        """Cache program ``prep`` for fingerprint ``key`` within ``PYFUSER_PREPARED_SIZES``
         (default 64): a fusion run at ever new sizes keeps the recently used ones (the
         others re-prepare, reusing the plan and its kernels).  The rule is least
         recently used, approximated by a second chance (CLOCK): the oldest entry goes,
-        unless it was used since it was last looked at (a hit sets ``Prepared.used``),
+        unless it was used since it was last looked at (a hit sets ``Program.used``),
         which sends it to the back instead.  A hit thus costs one attribute store, not
         a second hash of its fingerprint to reorder the dict."""
-        self.prepared[key] = prep
-        self.prepared.move_to_end(key)
+        self.programs[key] = prep
+        self.programs.move_to_end(key)
         keep = read("prepared_sizes")
-        while len(self.prepared) > keep:
-            old, entry = next(iter(self.prepared.items()))
+        while len(self.programs) > keep:
+            old, entry = next(iter(self.programs.items()))
             if entry.used and entry is not prep:
                 entry.used = False
-                self.prepared.move_to_end(old)
+                self.programs.move_to_end(old)
             else:
-                del self.prepared[old]
+                del self.programs[old]
 
     # -- signature -------------------------------------------------------------------
-    def signature(self, b: Binding, live):
+    def signature(self, b: Binding, live) -> Signature:
         parts, labels = [b.device.type], ["device"]
         for v in self.fd.ir.inputs:
             if isinstance(v, TensorVal):
@@ -128,14 +159,13 @@ class ExecutorCache:
         labels.append("int64 indexing")
         parts.append(current_choices().key)  # two Choices never share a plan (nor its kernels: ``build``)
         labels.append("scheduler choices")
-        self.sig_labels = labels
-        return tuple(parts)
+        return Signature(tuple(parts), tuple(labels))
 
-    def explain_signature(self, sig) -> str:
+    def explain_signature(self, sig: Signature) -> str:
         if not self.plans:
             return "new input signature (first execute of this fusion)"
         last = list(self.plans)[-1]
-        diffs = [(label, f"{label} {a} -> {b}") for label, a, b in zip(self.sig_labels, last, sig) if a != b]
+        diffs = [(label, f"{label} {a} -> {b}") for label, a, b in zip(sig.labels, last.parts, sig.parts) if a != b]
         shown = [d for label, d in diffs if not label.startswith("T")]  # inputs, device, index width first
         derived = [d for label, d in diffs if label.startswith("T")]  # intermediate tensors follow the inputs
         shown += derived[:2] + ([f"{len(derived) - 2} more intermediate tensors"] if len(derived) > 2 else [])
@@ -162,19 +192,30 @@ class ExecutorCache:
         return self.segment(b, step.outputs) if step.sub is None else self.sub_segment(b, step.sub)
 
     # -- planning ----------------------------------------------------------------------
-    def make_plan(self, b: Binding) -> Plan:
-        """The plan for binding ``b`` (``segment.planner.make_plan``), each group of
-        outputs offered to the schedulers by ``try_schedule``."""
+    def make_plan(self, b: Binding, sig: Signature) -> Plan:
+        """The plan for binding ``b`` of signature ``sig`` (``segment.planner.make_plan``),
+        each group of outputs offered to the schedulers by ``try_schedule``."""
         self.refused = {}
         with internal_errors(f"planning fusion {self.fd.id}"):
-            return make_plan(self.fd, b, self.try_schedule)
+            plan = make_plan(self.fd, b, self.scheduling(sig))
+        plan.signature = sig
+        return plan
 
-    def try_schedule(self, b, outputs, cuts=None, base=None):
+    def scheduling(self, sig: Signature):
+        """The planner's ``schedule(b, outputs, cuts=None, base=None)`` for a plan of
+        signature ``sig``: ``try_schedule`` with the signature bound."""
+
+        def schedule(b, outputs, cuts=None, base=None):
+            return self.try_schedule(b, sig, outputs, cuts, base)
+
+        return schedule
+
+    def try_schedule(self, b, sig: Signature, outputs, cuts=None, base=None):
         ops = ", ".join(f"{o}={o.definition.op}" for o in outputs if o.definition is not None)
         with internal_errors(f"scheduling the step of fusion {self.fd.id} that computes {ops or outputs}"):
-            return self._try_schedule(b, outputs, cuts, base)
+            return self._try_schedule(b, sig, outputs, cuts, base)
 
-    def _try_schedule(self, b, outputs, cuts, base):
+    def _try_schedule(self, b, sig, outputs, cuts, base):
         sf = None
         if cuts is None or cuts == base:
             seg = self.segment(b, outputs)
@@ -195,7 +236,7 @@ class ExecutorCache:
             if rej is not None:
                 reasons.append(rej.by(sched.NAME))
                 continue
-            self.build(seg, sched, params)
+            self.build(seg, sched, params, sig)
             step = make_step(outputs, sched, reasons)
             step.sub = sf
             return step, reasons
@@ -203,9 +244,10 @@ class ExecutorCache:
         return None, reasons
 
     # -- kernels -----------------------------------------------------------------------
-    def build(self, seg, sched, params):
-        key = (sched.NAME, tuple(o.index for o in seg.outputs), self._current_sig, params,
-               tuple(sorted(v.index for v in seg.inputs_info)))
+    def build(self, seg, sched, params, sig: Signature):
+        """(KernelSource, kernel) of ``sched``'s kernel for ``seg`` with ``params``: cached
+        by ``KernelKey``, else emitted and loaded."""
+        key = KernelKey.of(sched, seg, sig, params)
         hit = self.kernels.get(key)
         if hit is not None:
             if key in self.fresh:  # built while planning this very execute
@@ -244,11 +286,11 @@ class ExecutorCache:
                            f"{reason}")
         return src, fn
 
-    def _miss_reason(self, key) -> str:
-        same_sig = [k[3] for k in self.kernels if k[:3] == key[:3]]
+    def _miss_reason(self, key: KernelKey) -> str:
+        same_sig = [k.params for k in self.kernels if k.segment == key.segment]
         if same_sig:
-            return f"new heuristics: params {key[3]!r} (cached for this segment and signature: {same_sig[-1]!r})"
-        if any(k[:2] == key[:2] for k in self.kernels):
+            return f"new heuristics: params {key.params!r} (cached for this segment and signature: {same_sig[-1]!r})"
+        if any((k.scheduler, k.outputs) == (key.scheduler, key.outputs) for k in self.kernels):
             return "new input signature for this segment"
         return "first kernel for this segment"
 
@@ -329,7 +371,8 @@ class Explanation:
 
 def explain_plan(rt, plan, b, params_by_step) -> Explanation:
     """The decisions behind ``plan`` for binding ``b`` (``params_by_step``: the params
-    each kernel step runs with)."""
+    each kernel step runs with); its spill rejections are looked up under the plan's
+    signature."""
     out = []
     for i, (step, params) in enumerate(zip(plan.steps, params_by_step)):
         if step.is_host:
@@ -351,8 +394,7 @@ def explain_plan(rt, plan, b, params_by_step) -> Explanation:
         spills = ()
         if step.scheduler is not None:
             heur = step.scheduler.heuristics(seg)
-            key = (chosen, tuple(o.index for o in seg.outputs), rt._current_sig, heur)
-            spills = tuple(rt.spill_rejections.get(key, ()))
+            spills = tuple(rt.spill_rejections.get(KernelKey.of(step.scheduler, seg, plan.signature, heur), ()))
         out.append(SegmentChoice(i, tuple(step.outputs), chosen, params, tuple(rejections), tuple(accepting),
                                  "" if chosen else "no scheduler accepted", spills, tuple(order)))
     return Explanation(rt.fd.id, tuple(out))

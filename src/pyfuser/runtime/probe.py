@@ -1,14 +1,18 @@
-"""One execute's instrumentation: the dumps that follow launches, and the profiler.
+"""One execute's hooks: the dumps that follow launches, the profiler, poisoned
+outputs and recorded launches.
 
-``execute`` builds a ``Probe`` only when a dump or the profiler is on (or for the
-first run of new launches on CUDA, to time Triton's compile); otherwise the cached
-path launches with no check beyond ``probe is None``.  The probe launches each
-kernel itself, so it can print launch parameters first, time the launch, and read
-the compiled kernel (registers, spills, PTX) afterwards.
+``execute`` builds a ``Probe`` only when one of those is on (or for the first run of
+a new program, to time Triton's compile); otherwise ``Program.run`` launches with no
+check beyond ``hooks is None``.  The probe launches each kernel itself, so it can
+poison the outputs first, print launch parameters, time the launch, and read the
+compiled kernel (registers, spills, PTX) afterwards.  What it remembers across
+executes (the PTX already printed, whether the definition was) is its own, kept per
+fusion in ``Notes``.
 """
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -16,6 +20,7 @@ import torch
 from ..compat import newest_compiled, registers
 from . import dump, profiler
 from .cache import COUNTERS
+from .launch import poison_tensor
 
 
 @dataclass
@@ -59,23 +64,51 @@ def _ptx(ck) -> str:
         return f"(no PTX available from the compiled kernel: {err})"
 
 
-class Probe:
-    """Dumps and profile records for one execute (see the module docstring)."""
+@dataclass
+class Notes:
+    """What the dumps remember about one fusion across executes."""
 
-    def __init__(self, fd, rt, active: frozenset, profile: bool, device: torch.device):
+    definition_dumped: bool = False
+    ptx_noted: set = field(default_factory=set)  # (kernel name, compiled hash) whose PTX was printed
+
+
+_NOTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # FusionDefinition -> Notes
+
+
+class Probe:
+    """The hooks of one execute (see the module docstring): ``active`` dumps,
+    ``profile``, ``poison`` (fill outputs with NaN, or the integer maximum, before the
+    kernels write them), ``record`` (a list each launch appends (fn, grid, args,
+    kwargs) to), ``first`` (the run that prepared the program: its launches are no
+    cache hits)."""
+
+    def __init__(self, fd, rt, active: frozenset, profile: bool, device: torch.device, *, poison=False,
+                 record=None, first=False):
         self.fd, self.rt, self.active, self.profile = fd, rt, active, profile
         self.device = device
+        self.poison, self.record, self.first = poison, record, first
         self.cuda = device.type == "cuda"
         self.timed = profile or "kernel_time" in active
         self.records: list = []
+        self.launched: list = []  # LaunchMeta of each launch this execute made
         self.t0 = time.perf_counter()
         self.copy_gbps = profiler.copy_bandwidth(device) if profile else None
-        if "python_definition" in active and not rt.definition_dumped:
-            rt.definition_dumped = True
+        self.notes: Notes = _NOTES.setdefault(fd, Notes())
+        if "python_definition" in active and not self.notes.definition_dumped:
+            self.notes.definition_dumped = True
             dump.emit(f"# fusion{fd.id}\n{repr(fd)}")
 
     # -- launches ------------------------------------------------------------------------
     def launch(self, meta: LaunchMeta, fn, grid, args, kw, inputs, out_tensors):
+        if self.poison:
+            for t in out_tensors.values():
+                poison_tensor(t)
+        self.launched.append(meta)
+        self._launch(meta, fn, grid, args, kw, inputs, out_tensors)
+        if self.record is not None:
+            self.record.append((fn, grid, args, kw))
+
+    def _launch(self, meta: LaunchMeta, fn, grid, args, kw, inputs, out_tensors):
         info = meta.info
         if "launch_params" in self.active:
             dump.emit(dump.launch_params(info.number, info.name, info.scheduler, grid, kw, self.device.type))
@@ -125,9 +158,9 @@ class Probe:
 
     def _dump_ptx(self, info: KernelInfo, ck):
         key = (info.name, getattr(ck, "hash", None))
-        if key in self.rt.ptx_noted:
+        if key in self.notes.ptx_noted:
             return
-        self.rt.ptx_noted.add(key)
+        self.notes.ptx_noted.add(key)
         if not self.cuda:
             dump.emit(dump.ptx_cpu(info.name))
         elif ck is None:
@@ -174,7 +207,7 @@ class Probe:
         if rt.events:
             lines = [f"cache fusion{self.fd.id}: miss: {rt.events[0]}"] + [f"  {e}" for e in rt.events[1:]]
         else:
-            names = ", ".join(m.info.name for m in rt.last_metas)
+            names = ", ".join(m.info.name for m in self.launched)
             lines = [f"cache fusion{self.fd.id}: hit: launches already prepared for these inputs ({names})"]
         lines.append(f"  process totals: compiled {COUNTERS['kernels_compiled']}, hits {COUNTERS['hits']}, "
                      f"misses {COUNTERS['misses']}, launches {COUNTERS['launches']}")

@@ -1,257 +1,301 @@
-"""Building a ``Prepared`` (``prepare``): the steps of a plan at one input fingerprint
-with symbolic references to pool slots, then the pool's layout (see ``prepared``'s
-module docstring for the pool and a worked example).
+"""The program of one plan at one input fingerprint: ``Program``, and its one ``run``.
+
+The first execute of a fingerprint builds it (``prepare.prepare``): every kernel's
+parameters (on the GPU through the spill check), its grid, and every argument that
+does not change between executes (sizes, strides, scratch buffers) are computed
+once.  Every later execute with that fingerprint is ``Program.run``, a short loop
+over a *pool* of values::
+
+    pool = [*inputs, *runtime scalars, *constants, *empty tensors]
+    kernel step: allocate its outputs, append them to the pool, pick its arguments
+                 from the pool by precomputed index, patch in the random words, launch
+    host step:   run its torch calls (``run_expr``) on pool entries, append the results
+                 (a host segment's ops, or a reference step: the reference executor's
+                 exprs for outputs no scheduler took)
+    outputs:     pool entries (views of inputs are rebuilt from the inputs, expanded
+                 outputs from their source's entry), then written into aliased
+                 inputs and laid out as ``stride_order`` asks (``finish_outputs``)
+
+so a kernel reads an earlier kernel's stored intermediate, or a host step's
+result, as it reads a fusion input: by index.  A one-kernel plan is the degenerate
+case.  Worked example, ``linear(cast(x * x), w, bias)`` between two kernels, x of
+[5, 12] (``linear_between_pointwise`` in ``tests/runtime/general_fusions.py``),
+as its ``repr`` prints it (pool parts separated by ``|``; a kernel's arguments in
+signature order, the tensors it writes last)::
+
+    Program(cpu): pool [T0 T1 T2 S3 |  | 5 12 5 12 35 5 7 |  | T4 T9 T5 T6 T8]
+      kernel pyfuser_f0_k1 (inner_normalization) <- 5 12 5 12 T0 T4 T9 -> T4 T9
+      host linear: T5 = cast(T4); T6 = linear(T5, T1, T2)
+      kernel pyfuser_f0_k2 (pointwise) <- 35 5 7 T6 S3 T8 -> T8
+      outputs T8 T9
+
+``T4`` (the fp16 ``x * x``) is stored at 16 bits and cast again on the host;
+``S3``, a runtime scalar input, is read from the pool on every execute.  Random
+ops get (seed, offset) per execute as the uncached path draws them: random op k
+of the fusion uses offset ``base + k`` in whichever kernel computes it.
+
+Everything that observes or alters a run beyond launching (dumps, the profiler,
+poisoned outputs, recorded launches) is a hook (``probe.Probe``) passed to ``run``;
+without one, after the first run, a program without host steps runs as one
+generated function instead of the loop (``straight_line``): the same steps
+unrolled, with every index, shape, stride and dtype a constant and every launch
+through the runner chosen for it.  A transformer's training step makes over a
+hundred such calls, and the straight line takes about a third off each one's host time (``python -m
+pyfuser.bench.host_bench``; docs/TUNING.md#host-time).
 """
 from __future__ import annotations
+
+import time
+from typing import NamedTuple
 
 import torch
 
 from ..ir.concretize import Binding
-from ..ir.extents import ScalarProgram
-from ..ir.shapes import contiguous_strides
-from ..ir.values import ScalarVal, TensorVal
-from ..segment.aliases import broadcast_chain
-from ..schedulers.reduction import constant_row_length, runtime_row
-from ..segment.subfusion import bind_sub
-from .args import arg_value, launch_kw, random_exprs, warmup_args
-from .prepared import HostRun, Launch, Prepared
-from .probe import LaunchMeta
-from .spills import choose_params
+from ..reference import run_expr, write_aliases
+from .args import rng_words
+from .cache import count
+from .launch import allocator, direct_launcher, launch_error
+from .plan import is_contiguous
+from .probe import LaunchMeta, Probe
+from .rng_state import draw_seed_offset
+from .straight import straight_line
 
 
-def prepare(fd, rt, plan, b: Binding, inputs):
-    """The Prepared of ``plan`` for the inputs bound in ``b`` (the plan's steps are
-    kernels and host steps only), and each step's params (None for a host step), for
-    the scheduler_params dump.  Heuristics run, and kernels are built (on CUDA
-    through the spill check, ``choose_params``), once per fingerprint."""
-    builder = _Builder(fd.ir, b, inputs)
-    chosen = []
-    for i, step in enumerate(plan.steps):
-        if step.is_host:
-            builder.host(i, step)
-            chosen.append(None)
+class Launch(NamedTuple):
+    """One kernel step of a Program: what stays fixed between executes."""
+
+    src: object  # codegen KernelSource: name, arguments, constexprs, outputs
+    fn: object  # the launchable kernel (Triton's JITFunction, or the interpreter's)
+    grid: tuple
+    kw: dict  # constexprs, and num_warps on CUDA
+    alloc: tuple  # (shape, contiguous strides, dtype) of each output: allocated per execute, appended to the pool
+    args: tuple  # pool index of each argument (0 for a random word, patched per execute)
+    rng: tuple  # (argument position, random op number, word 0-7) of each random word
+    params: object  # the scheduler's params (after the spill check)
+    meta: LaunchMeta  # for dumps and profiles: its positions index the pool
+
+
+class HostRun(NamedTuple):
+    """A host step of a Program: torch calls on pool entries, each result appended."""
+
+    step: int  # the step's position in the plan (profiles call it host<step>)
+    calls: tuple  # (expr, pool index of each of its inputs, random op number or None), in order
+    outputs: tuple  # the Vals the calls append, in order
+
+
+class Program:
+    """The launches and host calls of one plan at one input fingerprint (see the module
+    docstring); built by ``prepare.prepare``.  ``launches`` are the kernel steps in
+    order, ``program`` the steps (an int: ``launches[i]``; a ``HostRun``).  What it
+    computes is fixed at construction; what it learns on its first runs is how to
+    launch (``direct``, the straight-line function) and whether it was ``used``."""
+
+    def __init__(self, *, device, n_random, scalars, consts, empties, launches, program, results, views,
+                 binding, direct_ok, slots, finish=None):
+        self.device = device
+        self.n_random = n_random  # random ops drawing (seed, offset) per execute
+        self.scalars = scalars  # ScalarProgram: the runtime scalars, recomputed per execute
+        self._scalar_run = scalars.run if scalars.targets else None
+        self._consts = consts
+        self._empties = empties  # (shape, dtype) of zero-size values no step writes: fresh per execute
+        self.launches = launches
+        self.program = program
+        self._results = results  # pool index of each output (0 where a view is rebuilt)
+        # (output position, Val, broadcast chain) of outputs rebuilt per execute: views
+        # of inputs (chain empty) and expands of a pool entry (``segment.aliases.broadcast_chain``)
+        self._views = views
+        self.binding = binding  # shapes, device and input positions (no values)
+        # Launch straight through the compiled kernel once it exists (see direct_launcher)
+        # when every runtime scalar argument is a float or a bool: Triton passes those as
+        # fp32 and i1 whatever the value (and a fingerprint fixes each input's Python
+        # type, the IR each computed scalar's).  An int is i32 or i64 by its value, which
+        # only Triton's per-call binding reads.
+        self.direct_ok = direct_ok
+        self.direct: dict = {}  # launch number -> (runner, constexpr values), or None
+        self._slots = slots  # names of the pool's slots, by part (inputs, scalars, ...), for repr
+        # (inputs, outputs) -> outputs: aliased outputs written into their inputs,
+        # ``stride_order`` layouts (``finish_outputs``); None when the fusion has neither
+        self._finish = finish
+        # ``run`` without hooks as one generated function (None until built; ``False``
+        # where the program has host steps)
+        self._straight = None
+        self.used = False  # executed since the cache last considered evicting it (``ExecutorCache.remember``)
+
+    def run(self, inputs, hooks: Probe | None = None):
+        """One execute: the fusion's outputs for ``inputs`` (which have this program's
+        fingerprint).  ``hooks`` observe or alter the run (``probe.Probe``: dumps,
+        profile, poisoned outputs, recorded launches); without them, once every
+        launch's way of launching is settled, the straight-line version
+        (``straight_line``) runs.  Safe to call from several threads at once: the
+        pool is the call's own."""
+        if hooks is None:
+            if self._straight:
+                return self._straight(inputs)
+            out = self._counted(inputs, None)
+            if self._straight is None:
+                try:
+                    self._straight = straight_line(self)
+                except Exception:  # noqa: BLE001 - an optimization: the loop stays correct
+                    self._straight = False
+            return out
+        return self._counted(inputs, hooks)
+
+    def _counted(self, inputs, hooks):
+        done = [0]  # launches made, counted once per execute, failed ones too
+        try:
+            return self._steps(inputs, hooks, done)
+        finally:  # the run that prepared the program counts no hits
+            count(0 if hooks is not None and hooks.first else len(self.launches), done[0])
+
+    def _steps(self, inputs, hooks, done):
+        words = rng = ()
+        if self.n_random:  # random op k: offset base + k, its 8 words computed once
+            seed, base = draw_seed_offset(self.device, self.n_random)
+            words = [rng_words(seed, base + k) for k in range(self.n_random)]
+            rng = (seed, base)
+        device = self.device
+        if self._scalar_run is None:
+            pool = [*inputs, *self._consts]
         else:
-            chosen.append(builder.kernel(rt, step))
-    return builder.finish(rt, plan), chosen
+            pool = [*inputs, *self._scalar_run(inputs), *self._consts]
+        if self._empties:
+            pool += [self._empty(shape, dtype) for shape, dtype in self._empties]
+        launches, direct_map = self.launches, self.direct
+        empty = allocator(device)
+        for step in self.program:
+            if step.__class__ is not int:
+                self._host(step, pool, hooks, inputs, rng)
+                continue
+            src, fn, grid, kw, alloc, idx, words_at, _, meta = launches[step]
+            outs = [empty(shape, strides, dtype) for shape, strides, dtype in alloc]
+            pool += outs
+            args = [pool[j] for j in idx]
+            for j, r, w in words_at:
+                args[j] = words[r][w]
+            try:
+                if hooks is None:
+                    direct = direct_map.get(step, _UNTRIED)
+                    if direct:
+                        direct[0](*args, *direct[1])
+                    else:
+                        fn[grid](*args, **kw)
+                        # None (no compiled kernel to be had) is remembered, not retried
+                        if direct is _UNTRIED and device.type == "cuda" and self.direct_ok[step]:
+                            direct_map[step] = direct_launcher(src, fn, grid, args, kw)
+                else:
+                    hooks.launch(meta, fn, grid, args, kw, pool, dict(zip(src.outputs, outs)))
+            except Exception as err:
+                raise launch_error(src, err) from err
+            done[0] += 1
+        results = [pool[j] for j in self._results]
+        self._rebuild_views(results, inputs)
+        return results if self._finish is None else self._finish(inputs, results)
 
+    def forget_launchers(self):
+        """Drop the direct launchers and the straight-line function, so the next run
+        launches through each step's ``fn`` again (``bench.host_bench`` stubs them)."""
+        self.direct, self._straight = {}, None
 
-def checks_spills(device) -> bool:
-    """Whether kernels are compiled ahead of their first launch and checked for
-    register spills (``spills.choose_params``): on the GPU."""
-    return device.type == "cuda"
+    def _rebuild_views(self, results, inputs):
+        for k, o, chain in self._views:
+            results[k] = (expand_output(chain, results[k], self.binding) if chain
+                          else view_of_input(o, self.binding, inputs))
 
+    def _empty(self, shape, dtype):
+        return torch.empty(shape, dtype=dtype, device=self.device)
 
-def cacheable(plan) -> bool:
-    """Whether every step is a kernel or a host step (a reference step runs the whole
-    reference executor: such plans take the uncached general path)."""
-    return all(s.scheduler is not None or s.is_host for s in plan.steps)
+    def _host(self, step: HostRun, pool, hooks, inputs, rng):
+        """A host step's torch calls; a random op among them (a reference step's) draws
+        from the run's (seed, offset) as a kernel computing it would."""
+        t0 = time.perf_counter()
+        first = len(pool)
+        b = self.binding
+        for e, idx, rank in step.calls:
+            state = None if rank is None else (lambda _e, s=(rng[0], rng[1] + rank): s)
+            for o, r in zip(e.outputs, run_expr(e, [pool[j] for j in idx], b, state)):
+                pool.append(r.contiguous() if isinstance(r, torch.Tensor) else
+                            torch.tensor(r, dtype=o.dtype.torch, device=self.device))
+        if hooks is not None:
+            hooks.host_step(step.step, dict(zip(step.outputs, pool[first:])), (time.perf_counter() - t0) * 1e3,
+                            inputs)
 
-
-def _built(rt, seg, sched, params, b):
-    """(params, source, kernel) for ``params``: on CUDA the spill check may move to the
-    scheduler's next candidate."""
-    if checks_spills(b.device):
-        return choose_params(rt, seg, sched, params, b, None, lambda s, p: warmup_args(s, p, sched, seg, b))
-    return (params, *rt.build(seg, sched, params))
-
-
-# Row lengths a segment's kernels compile as constants before they take them at run time.
-CONSTANT_ROW_LENGTHS = 1
-
-
-def _another_row_length(rt, segment, length: int | None) -> bool:
-    """Whether a kernel of ``segment`` (scheduler, outputs, signature) that would take
-    its row length as a compile-time constant meets a new one after the segment's
-    kernels met ``CONSTANT_ROW_LENGTHS`` others.  Each constant is a binary of its own
-    (a second or so of compiling on the GPU), so the segment then takes a kernel with
-    the length at run time (``reduction.runtime_row``), one binary for every length.  A
-    fusion run at one row length keeps its constant rows (a padded row is faster with
-    them); one run at ever new sequence lengths compiles one constant-row kernel and
-    one runtime-row kernel per block width (docs/TUNING.md#reduction-tiles)."""
-    if length is None:
-        return False
-    seen = rt.row_lengths.setdefault(segment, set())
-    if length in seen or len(seen) < CONSTANT_ROW_LENGTHS:
-        seen.add(length)
-        return False
-    return True
-
-
-class _Builder:
-    """Collects the steps of a Prepared with symbolic references to pool slots
-    (``("input", position)``, ``("made", n)``: the n-th value a step appends,
-    ``("val", scalar)``, ``("const", n)``, ``("empty", n)``, ``("rng", op, word)``), then
-    ``finish`` lays out the pool and turns them into indices."""
-
-    def __init__(self, ir, b: Binding, inputs):
-        self.ir, self.b = ir, b
-        self.pos = {v: i for i, v in enumerate(ir.inputs)}
-        scalar_pos = {v: p for v, p in self.pos.items() if isinstance(v, ScalarVal)}
-        # Scalar inputs given as Python numbers go to kernels as they are; the other
-        # scalars steps read (0-d tensor inputs, arithmetic on scalar inputs) come from
-        # the ScalarProgram, or are constants.
-        self.as_tensor = {p for p in scalar_pos.values() if isinstance(inputs[p], torch.Tensor)}
-        self.as_given = {v for v, p in scalar_pos.items() if p not in self.as_tensor}
-        self.input_types = [type(x) for x in inputs]
-        self.rank = {id(e): k for k, e in enumerate(random_exprs(ir))}
-        self.env = _Placeholders(b)
-        self.made: dict = {}  # Val -> n: the n-th value appended to the pool (the last writer wins)
-        self.made_vals: list = []
-        self.consts, self.empties = [], {}
-        self.kernels, self.program = [], []
-
-    def ref(self, v):
-        p = self.pos.get(v)
-        if p is not None and (isinstance(v, TensorVal) or v in self.as_given):
-            return ("input", p)
-        if not isinstance(v, TensorVal):
-            return ("val", v)
-        if v in self.made:
-            return ("made", self.made[v])
-        return ("empty", self.empties.setdefault(v, len(self.empties)))  # zero-size: no step writes it
-
-    def const(self, x):
-        self.consts.append(x)
-        return ("const", len(self.consts) - 1)
-
-    def append(self, v):
-        self.made[v] = len(self.made_vals)
-        self.made_vals.append(v)
-
-    def host(self, index, step):
-        calls = []
-        for e in step.host:
-            calls.append((e, [self.ref(v) for v in e.inputs]))
-            for o in e.outputs:
-                self.append(o)
-        self.program.append((index, calls, tuple(o for e in step.host for o in e.outputs)))
-
-    def kernel(self, rt, step):
-        b, sf, sched = self.b, step.sub, step.scheduler
-        if sf is None:
-            sb, seg = b, rt.segment(b, step.outputs)
-            orig = rexpr = lambda x: x  # noqa: E731
-        else:
-            sb = bind_sub(sf, b, self.env)
-            # the subfusion's copies of scalar arithmetic: the values binding evaluated
-            sb.values.update((c, b.values[o]) for c, o in sf.orig.items()
-                             if isinstance(c, ScalarVal) and c not in sb.values)
-            seg, orig = rt.sub_segment(b, sf), sf.orig.__getitem__
-            rexpr = lambda e: sf.exprs[id(e)]  # noqa: E731
-        params = sched.heuristics(seg)
-        if _another_row_length(rt, (sched.NAME, tuple(o.index for o in seg.outputs), rt._current_sig),
-                               constant_row_length(seg, params)):
-            params = runtime_row(params)
-        params, src, fn = _built(rt, seg, sched, params, sb)
-        first = len(self.made_vals)
-        refs = []
-        for a in src.args:
-            kind = a.source[0]
-            if kind in ("tensor", "scalar"):
-                refs.append(self.ref(orig(a.source[1])))
-            elif kind == "output":
-                refs.append(("made", first + src.outputs.index(a.source[1])))
-            elif kind == "rng":
-                refs.append(("rng", self.rank[id(rexpr(a.source[1]))], a.source[2]))
-            else:  # sizes, strides, element counts, scratch buffers: fixed by the fingerprint
-                refs.append(self.const(arg_value(a, sb, sb.values, {}, {})))
-        for o in src.outputs:
-            self.append(orig(o))
-        kw = launch_kw(src, params, b.device.type == "cuda")
-        alloc = tuple((sb.shapes[o], contiguous_strides(sb.shapes[o]), o.dtype.torch) for o in src.outputs)
-        self.kernels.append((src, fn, sched.grid(seg, params), kw, alloc, refs, params))
-        self.program.append(len(self.kernels) - 1)
-        return params
-
-    def finish(self, rt, plan) -> Prepared:
-        ir, b = self.ir, self.b
-        results, views = [], []
-        for k, o in enumerate(ir.outputs):
-            kind = plan.aliases.get(k)
-            if kind == "view":
-                views.append((k, o, ()))
-            if kind == "expand":
-                x, chain = broadcast_chain(o)
-                views.append((k, o, tuple(chain)))
-                results.append(("input", self.pos[x]) if x in ir.inputs else self.ref(x))
+    def __repr__(self):
+        names = [n for part in self._slots for n in part]
+        lines = [f"Program({self.device}): pool [{' | '.join(' '.join(part) for part in self._slots)}]"]
+        for step in self.program:
+            if step.__class__ is int:
+                src, _, _, _, _, idx, rng, _, meta = self.launches[step]
+                words = {j for j, _, _ in rng}
+                args = " ".join("rng" if j in words else names[i] for j, i in enumerate(idx))
+                outs = " ".join(o.name for o in src.outputs)
+                lines.append(f"  kernel {src.name} ({meta.info.scheduler}) <- {args} -> {outs}")
             else:
-                results.append(("input", 0) if kind == "view" else
-                               ("input", self.pos[o]) if kind == "input" else self.ref(o))
-        hosts = [step for step in self.program if not isinstance(step, int)]
-        every = [r for k in self.kernels for r in k[5]] + [r for h in hosts for _, refs in h[1] for r in refs]
-        every += results
-        scalars = ScalarProgram(ir, [r[1] for r in every if r[0] == "val"], b.values, self.as_tensor)
-        index = self._layout(scalars, every)
-        launches, direct_ok = [], []
-        for src, fn, grid, kw, alloc, refs, params in self.kernels:
-            idx = tuple(index(r) for r in refs)
-            rng = tuple((j, r[1], r[2]) for j, r in enumerate(refs) if r[0] == "rng")
-            reads = tuple(sorted({i for a, i in zip(src.args, idx) if a.kind == "ptr" and a.source[0] == "tensor"}))
-            launches.append(Launch(src, fn, grid, kw, alloc, idx, rng, params,
-                                   LaunchMeta(rt.kernel_info[src.name], reads)))
-            direct_ok.append(all(self._runtime_type(r, scalars) in (float, bool) for r in refs))
-        program = tuple(step if isinstance(step, int) else
-                        HostRun(step[0], tuple((e, tuple(map(index, refs))) for e, refs in step[1]), step[2])
-                        for step in self.program)
-        binding = Binding({}, b.shapes, b.device)  # not the first execute's values: they are not kept alive
-        binding.input_pos = self.pos
-        slots = ([v.name for v in ir.inputs], [v.name for v in scalars.targets], list(map(_const_label, self.consts)),
-                 [f"{v.name}(empty)" for v in self.empties], [v.name for v in self.made_vals])
-        return Prepared(device=b.device, general=plan.general, n_random=len(self.rank), scalars=scalars,
-                        consts=self.consts, empties=tuple((b.shapes[v], v.dtype.torch) for v in self.empties),
-                        launches=launches, program=program, results=tuple(map(index, results)), views=views,
-                        binding=binding, direct_ok=direct_ok, slots=slots)
-
-    def _layout(self, scalars, refs):
-        """The pool index of a symbolic reference: ``[*inputs, *runtime scalars,
-        *constants, *empty tensors, *what steps append]``.  A scalar that no
-        ScalarProgram target gives (a constant, an extent, arithmetic on those) becomes
-        a constant first, so the layout is final."""
-        slot = {v: k for k, v in enumerate(scalars.targets)}
-        fixed = {}
-        for r in refs:
-            if r[0] == "val" and r[1] not in slot and r[1] not in fixed:
-                fixed[r[1]] = self.const(self.b.values[r[1]])[1]
-        n_in, n_sc = len(self.ir.inputs), len(slot)
-        start = {"input": 0, "scalar": n_in, "const": n_in + n_sc, "empty": n_in + n_sc + len(self.consts)}
-        start["made"] = start["empty"] + len(self.empties)
-
-        def index(r):
-            kind, k = r[0], r[1]
-            if kind == "val":
-                kind, k = ("scalar", slot[k]) if k in slot else ("const", fixed[k])
-            return start[kind] + k if kind != "rng" else 0  # a random word: patched in per execute
-
-        return index
-
-    def _runtime_type(self, r, scalars):
-        """The Python type of an argument that can change between executes (float for
-        tensors and for anything fixed)."""
-        if r[0] == "input":
-            t = self.input_types[r[1]]
-            return float if issubclass(t, torch.Tensor) else t
-        if r[0] == "val" and r[1] in scalars.targets:
-            return type(self.b.values[r[1]])
-        return float
+                calls = "; ".join(f"{', '.join(o.name for o in e.outputs)} = {e.op}({', '.join(names[i] for i in idx)})"
+                                  for e, idx, _ in step.calls)
+                lines.append(f"  host {step.calls[-1][0].op}: {calls}")
+        outs = [names[j] for j in self._results]
+        for k, o, chain in self._views:
+            outs[k] = f"{'expand' if chain else 'view'}({o.name})"
+        lines.append(f"  outputs {' '.join(outs)}")
+        return "\n".join(lines)
 
 
-def _const_label(x) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"scratch{list(x.shape)}"
-    return repr(x)
+_UNTRIED = ()  # falsy: no direct launcher tried yet for this launch
 
 
-class _Placeholders(dict):
-    """A fusion's values while its Prepared is built: the binding's, and for each
-    intermediate a tensor of its shape and dtype with no memory (a zero-stride view of
-    one element).  Subfusion bindings and the compiler's warm-up read only their
-    shapes, dtypes and alignment (intermediates are contiguous: no strides are read)."""
+# -- outputs rebuilt per execute -------------------------------------------------------------
+def expand_output(chain, x, b: Binding):
+    """The output the broadcast_in_dim exprs ``chain`` (``segment.aliases.broadcast_chain``) make
+    of ``x``, their source's tensor, as the reference builds it: a view of ``x`` with
+    stride 0 along the repeated dims."""
+    for e in chain:
+        x = run_expr(e, [x], b)[0]
+    return x
 
-    def __init__(self, b: Binding):
-        super().__init__(b.values)
-        self.b = b
 
-    def __missing__(self, v):
-        t = torch.empty((), dtype=v.dtype.torch, device=self.b.device).expand(self.b.shapes[v])
-        self[v] = t
-        return t
+def finish_outputs(ir):
+    """The last step of a run of ``ir``'s program, or None where there is none: aliased
+    outputs (``add_output(out, alias)``) written into their inputs
+    (``reference.write_aliases``), then outputs of ``fd.ops.stride_order`` in the
+    memory layout it asks for (``lay_out``)."""
+    if not (ir.output_aliases or ir.output_layouts):
+        return None
+
+    def finish(inputs, outs):
+        outs = write_aliases(ir, inputs, outs) if ir.output_aliases else outs
+        return lay_out(ir, outs) if ir.output_layouts else outs
+
+    return finish
+
+
+def lay_out(ir, outs):
+    """Outputs of ``fd.ops.stride_order`` in the memory layout it asks for (kernels
+    write row-major): a copy whose dim of stride rank r is the r-th innermost."""
+    returned = [o for pos, o in enumerate(ir.outputs) if pos not in ir.output_aliases]
+    outs = list(outs)
+    for k, (o, x) in enumerate(zip(returned, outs)):
+        order = ir.output_layouts.get(o)
+        if order is None or x.dim() != len(order):
+            continue
+        outer_first = sorted(range(x.dim()), key=lambda d: -order[d])
+        inverse = sorted(range(x.dim()), key=lambda d: outer_first[d])
+        outs[k] = x.permute(outer_first).contiguous().permute(inverse)
+    return outs
+
+
+def view_of_input(o, b: Binding, inputs):
+    """Output ``o``, a chain of reshape/squeeze/permute of an input, as a torch view."""
+    chain = []
+    v = o
+    while v.definition is not None:
+        chain.append(v.definition)
+        v = v.definition.inputs[0]
+    x = inputs[b.input_pos[v]]
+    for e in reversed(chain):
+        if e.op == "reshape":
+            x = x.view(b.shapes[e.outputs[0]]) if is_contiguous(x) or x.is_contiguous() else x.reshape(b.shapes[e.outputs[0]])
+        elif e.op == "squeeze":
+            x = x.squeeze(e.attrs["dims"]) if e.attrs["dims"] else x
+        else:
+            x = x.permute(e.attrs["dims"])
+    return x

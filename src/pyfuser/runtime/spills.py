@@ -30,6 +30,7 @@ import torch
 
 from ..compat import compile_offline, load_handles, ptxas_command
 from ..schedulers.base import Reject, current_choices
+from .plan import KernelKey
 
 
 def compiled_usage(src, fn, args, grid, kw) -> tuple:
@@ -83,22 +84,23 @@ def first_fit(cands, reject, on_reject=None):
     return cands[-1]
 
 
-def choose_params(rt, seg, sched, params, b, inputs, arg_builder):
+def choose_params(rt, seg, sched, params, sig, b, inputs, arg_builder):
     """The first of ``params`` and the scheduler's fallbacks whose kernel does not spill
     and keeps to the scheduler's register budget (or the last candidate, if none
-    does).  Returns (params, src, fn)."""
-    key = (sched.NAME, tuple(o.index for o in seg.outputs), rt._current_sig, params)
+    does), for segment ``seg`` of a plan of signature ``sig``.  Returns (params, src,
+    fn)."""
     if not current_choices().spill_check:
-        src, fn = rt.build(seg, sched, params)
+        src, fn = rt.build(seg, sched, params, sig)
         return params, src, fn
+    key = KernelKey.of(sched, seg, sig, params)
     chosen = rt.spill_choice.get(key)
     if chosen is not None:
-        src, fn = rt.build(seg, sched, chosen)
+        src, fn = rt.build(seg, sched, chosen, sig)
         return chosen, src, fn
     built = {}
 
     def reject(p):
-        src, fn = built[p] = rt.build(seg, sched, p)
+        src, fn = built[p] = rt.build(seg, sched, p, sig)
         args, grid, kw = arg_builder(src, p)
         return rejection(sched, seg, p, *compiled_usage(src, fn, args, grid, kw))
 
@@ -111,7 +113,7 @@ def choose_params(rt, seg, sched, params, b, inputs, arg_builder):
     chosen = first_fit(candidates(sched, seg, params), reject, on_reject)
     rt.spill_choice[key] = chosen
     rt.spill_rejections[key] = rejected
-    src, fn = built[chosen] if chosen in built else rt.build(seg, sched, chosen)
+    src, fn = built[chosen] if chosen in built else rt.build(seg, sched, chosen, sig)
     return chosen, src, fn
 
 

@@ -1,7 +1,9 @@
-"""The straight-line runner of a ``Prepared``: its program as one generated function.
+"""The straight-line rendering of a ``Program``: its steps as one generated function.
 
-After the first run without probe, poison or record, ``Prepared.run`` calls this
-function instead of looping over the program (see ``prepared``'s module docstring).
+Not a second runner: the same steps as ``Program.run``'s loop, unrolled, with every
+index, shape, stride and dtype a constant.  After the first run without hooks,
+``Program.run`` calls this function instead of looping (see ``program``'s module
+docstring, and docs/TUNING.md#host-time for what it saves).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from .rng_state import draw_seed_offset
 
 
 def straight_line(prep):
-    """``prep.run(inputs)`` without probe, poison or record as one generated function,
+    """``prep.run(inputs)`` without hooks as one generated function,
     the loop over the program unrolled: each output allocated with its shape, strides
     and dtype bound as constants, each launch called with its arguments picked from
     the pool by constant index (random words in place), through its direct launcher
@@ -72,7 +74,11 @@ def straight_line(prep):
     lines.append(f"    out = [{', '.join(f'p[{j}]' for j in prep._results)}]")
     if prep._views:
         lines.append("    SELF._rebuild_views(out, inputs)")
-    lines.append("    return out")
+    if prep._finish is not None:
+        env["FINISH"] = prep._finish
+        lines.append("    return FINISH(inputs, out)")
+    else:
+        lines.append("    return out")
     exec("\n".join(lines), env)  # noqa: S102 - generated from the program's own numbers
     straight = env["straight"]
     straight.source = "\n".join(lines)

@@ -40,7 +40,7 @@ from ..errors import ValidationError
 from ..ir.concretize import bind
 from ..ir.ops import OPS, REDUCTION_KINDS
 from ..reference import run_reference
-from .executor import make_rng_state
+from .args import make_rng_state
 from .tolerances import nvfuser_tolerance, reduction_sizes
 
 # (rtol, atol) per output dtype

@@ -8,7 +8,8 @@ the ``base.Scheduler`` contract (checked here at import):
 * ``can_schedule(seg)``, the compile-time check, and ``can_schedule_runtime(seg,
   params)``, the run-time check, each return ``None`` or a ``Reject`` (scheduler,
   code, message): a stable ``code`` for tests and tools, a message for people;
-* ``heuristics(seg) -> Params`` decides speed only;
+* ``heuristics(seg) -> Params`` decides speed only; ``settle(seg, params, met)``
+  trades a compile-time constant for a run-time one once a segment met too many;
 * ``emit(seg, params, name)`` generates the kernel.  Accepting obliges success: every
   condition the kernel generator relies on is part of the run-time check, which
   walks the segment over the tile once and keeps the result for ``emit``; an
@@ -31,7 +32,7 @@ SCHEDULERS = (pointwise, INNER_NORMALIZATION, INNER_REDUCTION, OUTER_REDUCTION, 
 
 for _sched in SCHEDULERS:
     if not isinstance(_sched, Scheduler):
-        _missing = [m for m in ("NAME", "can_schedule", "can_schedule_runtime", "heuristics", "emit", "grid",
+        _missing = [m for m in ("NAME", "can_schedule", "can_schedule_runtime", "heuristics", "settle", "emit", "grid",
                                 "fallbacks", "max_registers") if not hasattr(_sched, m)]
         raise TypeError(f"scheduler {getattr(_sched, 'NAME', _sched)!r} lacks {', '.join(_missing)} "
                         "(schedulers.base.Scheduler)")

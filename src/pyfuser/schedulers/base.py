@@ -8,6 +8,11 @@ module against it at import):
 * ``can_schedule_runtime(seg, params) -> Reject | None``: the run-time check of the
   sizes and of ``params`` (the heuristics' or a spill fallback's), covering every
   condition the kernel generator relies on;
+* ``settle(seg, params, met) -> Params``: the params to compile, given the
+  compile-time constants (a row length, say) that this segment's kernels already met
+  (``met``, a set the scheduler keeps up to date; the runtime keeps one per segment):
+  a scheduler whose kernels bake in a size returns params that take it at run time
+  once too many binaries would follow.  Most return ``params``;
 * ``heuristics(seg) -> Params``: speed only.  Params are frozen dataclasses that
   print themselves and whose ``validate()`` raises ``ChoicesError`` for a combination
   no kernel takes (the run-time check rejects those with code ``invalid_params``);
@@ -64,6 +69,8 @@ class Scheduler(Protocol):
     def can_schedule_runtime(self, seg, params) -> Reject | None: ...
 
     def heuristics(self, seg): ...
+
+    def settle(self, seg, params, met: set): ...
 
     def emit(self, seg, params, name: str): ...
 

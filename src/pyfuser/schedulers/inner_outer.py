@@ -240,6 +240,11 @@ def can_schedule_runtime(seg: Segment, params: InnerOuterParams) -> Reject | Non
     return checked_emit(seg, NAME, params, _generate)
 
 
+def settle(seg: Segment, params: InnerOuterParams, met: set) -> InnerOuterParams:
+    """The contract's ``settle``: these kernels take every size at run time."""
+    return params
+
+
 def emit(seg: Segment, params: InnerOuterParams, name: str):
     return emitted(seg, NAME, params, name, _generate)
 

@@ -387,6 +387,11 @@ def can_schedule_runtime(seg: Segment, params: PointwiseParams) -> Reject | None
     return invalid_params(params, NAME) or checked_emit(seg, NAME, params, _generate)
 
 
+def settle(seg: Segment, params: PointwiseParams, met: set) -> PointwiseParams:
+    """The contract's ``settle``: these kernels take every size at run time."""
+    return params
+
+
 def emit(seg: Segment, params: PointwiseParams, name: str):
     return emitted(seg, NAME, params, name, _generate)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .base import Reject, Segment
 from .reduction import (ReductionParams, analyse, emit_reduction, inner_heuristics, innermost_reduced,
                         is_normalization, outer_heuristics, reduction_fallbacks, reduction_grid,
-                        reduction_max_registers, reduction_runtime_check)
+                        reduction_max_registers, reduction_runtime_check, settle_row_length)
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,9 @@ class ReductionScheduler:
 
     def can_schedule_runtime(self, seg: Segment, params: ReductionParams) -> Reject | None:
         return reduction_runtime_check(seg, params, self.NAME)
+
+    def settle(self, seg: Segment, params: ReductionParams, met: set) -> ReductionParams:
+        return settle_row_length(seg, params, met)
 
     def emit(self, seg: Segment, params: ReductionParams, name: str):
         return emit_reduction(seg, params, name, self.NAME)

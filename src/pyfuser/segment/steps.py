@@ -32,10 +32,14 @@ class Plan:
     # which a kernel computes at its own size, as nvFuser allocates expanded outputs
     aliases: dict
     steps: list
+    # The input signature the plan was made for (``runtime.plan.Signature``): part of
+    # every kernel key of its steps.  Set by the runtime once planning is done.
+    signature: object = None
 
     @property
     def general(self) -> bool:
-        """Whether a step reads intermediates or runs torch: then the general path runs it."""
+        """Whether a step reads intermediates or runs torch (a plan of several steps that
+        pass values through memory), as kernel_identity and the register check label it."""
         return any(s.scheduler is None or s.sub is not None for s in self.steps)
 
 

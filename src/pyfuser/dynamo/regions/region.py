@@ -31,7 +31,7 @@ import torch
 from torch.fx.node import Node
 
 from ...compat import module_call_hooked
-from ...runtime.executor import fast_path_allowed, prepared_for, run_prepared
+from ...runtime.executor import fast_path_allowed, program_for
 from ...settings import warn_user
 from .recording import out_of_memory
 from ..rules import Unsupported, meta
@@ -165,7 +165,7 @@ class FusedRegion(torch.nn.Module):
         self.restride: dict = {}  # input strides -> output positions whose layout must be ATen's
         self.entries: dict = {}  # input strides -> Translation
         self.copies: dict = {}  # input strides -> output positions to copy (see _copies)
-        self.fast: dict = {}  # input strides -> (Translation, Prepared, device, copies, restride)
+        self.fast: dict = {}  # input strides -> (Translation, Program, device, copies, restride)
         self.broken = False
         self.fallback_cause = None  # why it runs in ATen (the warning's message), once broken
         placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
@@ -254,8 +254,8 @@ class FusedRegion(torch.nn.Module):
                     inputs[i] = moved(inputs[i], self.device, self._scalars)
             fast = self.fast.get(key)
             if fast is not None and not any([x.data_ptr() & 15 for x in inputs]) and fast_path_allowed():
-                entry, prep, device, copies, restride = fast
-                outs = entry.laid_out(run_prepared(entry.fd, prep, inputs, device))
+                entry, prog, device, copies, restride = fast
+                outs = entry.laid_out(prog.run(inputs))
             else:
                 entry = self.entries.get(key)
                 if entry is None:
@@ -284,8 +284,8 @@ class FusedRegion(torch.nn.Module):
                 inputs[i] = moved(inputs[i], self.device, self._scalars)
             fast = self.fast.get(key)
             if fast is not None and not _misaligned(inputs) and fast_path_allowed():
-                entry, prep, device, copies, restride, strides = fast
-                outs = entry.laid_out(run_prepared(entry.fd, prep, inputs, device))
+                entry, prog, device, copies, restride, strides = fast
+                outs = entry.laid_out(prog.run(inputs))
             else:
                 if len(self.fast) >= MAX_SIZES:
                     self.fast.clear()
@@ -300,9 +300,9 @@ class FusedRegion(torch.nn.Module):
                 restride = tuple(pos for pos, o in enumerate(outs) if pos < len(strides)
                                  and strides[pos] is not None and not _same_layout(o, strides[pos]))
                 if not _misaligned(inputs) and fast_path_allowed():
-                    prep = prepared_for(entry.fd, inputs, device)
-                    if prep is not None:
-                        self.fast[key] = (entry, prep, device, copies, restride, strides)
+                    prog = program_for(entry.fd, inputs, device)
+                    if prog is not None:
+                        self.fast[key] = (entry, prog, device, copies, restride, strides)
         except Exception as err:
             if _capture.on or out_of_memory(err):
                 raise  # (not from ``_failed``: its frame would hold the error in a cycle with the run's tensors)
@@ -340,13 +340,14 @@ class FusedRegion(torch.nn.Module):
 
     def _register_fast(self, key, entry, inputs, device, copies, restride):
         """Later calls with these strides (and 16-byte aligned inputs) run the fusion's
-        ``Prepared`` directly: sizes, dtypes and devices are fixed by the graph and
-        strides by the key, so the executor's fingerprint would find the same one."""
+        ``Program`` (``program_for``) directly: sizes, dtypes and devices are fixed by
+        the graph and strides by the key, so the executor's fingerprint would find the
+        same one."""
         if any([x.data_ptr() & 15 for x in inputs]) or not fast_path_allowed():
             return
-        prep = prepared_for(entry.fd, list(inputs), device)
-        if prep is not None:
-            self.fast[key] = (entry, prep, device, copies, restride)
+        prog = program_for(entry.fd, list(inputs), device)
+        if prog is not None:
+            self.fast[key] = (entry, prog, device, copies, restride)
 
 
 MAX_CACHED_SCALARS = 64
