@@ -42,6 +42,15 @@ dims alone and each program takes one index of the dims before (``grid_dims``): 
 block running across row ends divides its index by the row length, which hides from
 Triton that the store is contiguous along j, and Triton then stores the tile along k,
 2 bytes to a line (docs/TUNING.md#transpose-grid).
+
+Two walks, two questions.  The heuristics' probe walk (``codegen.variation``, cached
+on the segment) asks along which dims values vary, to choose the tile; it decides
+nothing about acceptance, and where it fails the flat tile is chosen.  The run-time
+check asks whether the chosen tile computes every output, and a flat or broadcast
+tile's constructor and ``codegen.emit.check_outputs`` refuse nothing, so that
+answer is the kernel's own walk (``base.checked_emit``): an output the walk does
+not reach from the reference, or reaches only below a slice, and what the lowering
+cannot write.  The source it generates is kept, and ``emit`` returns it.
 """
 from __future__ import annotations
 
@@ -362,21 +371,25 @@ def tile_sizes(params: PointwiseParams) -> tuple[int, int]:
 
 def can_schedule_runtime(seg: Segment, params: PointwiseParams) -> Reject | None:
     """Whether the tile reaches every output from the reference (a smaller output
-    below a slice may not be): the kernel's walk, kept for ``emit``."""
-    return invalid_params(params, NAME) or checked_emit(seg, NAME, params, _generate)
+    below a slice may not be) and the lowering writes every value: the kernel's walk,
+    the tile's contract check (module docstring), kept for ``emit``."""
+    return invalid_params(params, NAME) or checked_emit(seg, NAME, params, build_tile, _generate)
 
 
 def emit(seg: Segment, params: PointwiseParams, name: str):
-    return emitted(seg, NAME, params, name, _generate)
+    return emitted(seg, NAME, params, name, build_tile, _generate)
 
 
-def _generate(seg: Segment, params: PointwiseParams, name: str):
+def build_tile(seg: Segment, params: PointwiseParams):
+    """The tile ``params`` describe over the segment's reference."""
     ref = reference(seg)
     if params.outer:
         bk, bj = tile_sizes(params)
-        tile = BroadcastTile(ref, params.outer, bk, bj, params.int64, params.contig_multiple, params.grid_dims)
-    else:
-        tile = FlatTile(ref, params.block, params.int64)
+        return BroadcastTile(ref, params.outer, bk, bj, params.int64, params.contig_multiple, params.grid_dims)
+    return FlatTile(ref, params.block, params.int64)
+
+
+def _generate(seg: Segment, params: PointwiseParams, tile, name: str):
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"],
                        seg.values)
 
