@@ -90,3 +90,30 @@ def test_runtime_check_rejects_params_emit_cannot_take():
 
     rej = inner_outer.can_schedule_runtime(seg, replace(params, block_j=16))
     assert (rej.scheduler, rej.code) == ("inner_outer", "rows_fit_block")
+
+
+def test_a_refusal_that_needs_no_walk_generates_no_source(monkeypatch):
+    """An output neither full-size, a row result nor a column result is refused by
+    ``codegen.emit.check_outputs`` before the walk; ``emit_kernel`` refuses it the same
+    way, so the check and the emitter cannot disagree."""
+    import pytest
+
+    from pyfuser.codegen.emit import emit_kernel
+    from pyfuser.errors import Unsupported
+
+    def grads_and_a_window(fd):
+        dy, x = tensor(fd, 2), tensor(fd, 2)
+        p = fd.ops.mul(dy, x)
+        fd.add_output(fd.ops.sum(p, [1]))
+        fd.add_output(fd.ops.sum(p, [0]))
+        fd.add_output(fd.ops.slice(p, [0, 0], [2, 64]))
+    seg = segment(grads_and_a_window, [torch.randn(8, 64), torch.randn(8, 64)])
+    assert inner_outer.can_schedule(seg) is None
+    params = inner_outer.heuristics(seg)
+    with monkeypatch.context() as m:
+        m.setattr(inner_outer, "emit_kernel", lambda *a, **k: pytest.fail("the run-time check generated source"))
+        rej = inner_outer.can_schedule_runtime(seg, params)
+    assert (rej.scheduler, rej.code) == ("inner_outer", "row_output_shape")
+    with pytest.raises(Unsupported) as err:
+        emit_kernel("k", seg.outputs, seg.shapes, seg.inputs_info, inner_outer.build_tile(seg, params), [])
+    assert err.value.code == "row_output_shape"

@@ -24,7 +24,7 @@ from ..ir.shapes import reduce_shape
 from ..ir.values import TensorVal
 from ..errors import Unsupported
 from .lower import Lowering
-from .inner_outer import emit_inner_outer_body
+from .inner_outer import check_inner_outer_outputs, emit_inner_outer_body
 from .tiles.flat import BroadcastTile, FlatTile
 from .tiles.inner_outer import InnerOuterTile
 from .tiles.protocol import Tile
@@ -100,12 +100,14 @@ def _store_walked(low, outputs, ref_idx, full, reached):
 
 
 def emit_kernel(name: str, outputs, shapes, inputs_info, tile: Tile, header: list[str], values=None) -> KernelSource:
-    """``values``: ``Segment.values``, for layout ops with runtime arguments."""
+    """``values``: ``Segment.values``, for layout ops with runtime arguments.  Raises
+    ``Unsupported`` where ``tile`` cannot compute ``outputs``: ``check_outputs`` before
+    a line is written, the walk (``Lowering``) for the rest."""
+    check_outputs(outputs, shapes, tile)
     w = KernelWriter(name)
     low = Lowering(w, shapes, inputs_info, tile, values or {}, outputs)
-    ref_shape = shapes[tile.ref]
     tile.prologue(low)
-    full = [o for o in outputs if shapes[o] == ref_shape and not _is_reduction(o)]
+    full = _full(outputs, shapes, tile)
     if isinstance(tile, (FlatTile, BroadcastTile)):
         _store_walked(low, outputs, tile.ref_index(low), full, [o for o in outputs if o not in full])
     elif isinstance(tile, InnerOuterTile):
@@ -118,13 +120,54 @@ def emit_kernel(name: str, outputs, shapes, inputs_info, tile: Tile, header: lis
     return KernelSource(name, w.source(header), args, dict(w.constexprs), list(outputs), tile)
 
 
-def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
-    w = low.w
+def check_outputs(outputs, shapes, tile: Tile) -> None:
+    """What ``tile`` asks of the segment that needs no walk, raising its ``Unsupported``:
+    an inner-outer tile's outputs are full-size, row or column results
+    (``inner_outer.check_inner_outer_outputs``); a split reduction has one level of
+    reductions accumulated in float32, and pointwise outputs it writes in its one pass
+    (``split_levels``, ``split_dtype``, ``split_outputs``).  The schedulers' run-time
+    checks call it before the walk (``schedulers.base.checked_emit``), so a segment it
+    refuses costs no source."""
+    full = _full(outputs, shapes, tile)
+    if isinstance(tile, InnerOuterTile):
+        check_inner_outer_outputs(outputs, shapes, tile, full)
+    elif isinstance(tile, ReductionTile) and tile.split > 1:
+        levels = reduction_levels(live_exprs_for(outputs))
+        if len(set(levels.values())) != 1:
+            raise Unsupported("a split reduction cannot feed one reduction into another", "split_levels")
+        if any(tile.acc_dtype(e) is not DataType.Float for e in levels):
+            raise Unsupported("a split reduction accumulates in float32 only", "split_dtype")
+        _, reached = _kept_and_reached(outputs, shapes, tile, full)
+        if (full or reached) and not _early(outputs, full, reached):
+            raise Unsupported("a split reduction cannot write outputs that need its result at every row",
+                              "split_outputs")
+
+
+def _full(outputs, shapes, tile: Tile) -> list:
+    """The outputs shaped like the reference and not a reduction's result."""
+    return [o for o in outputs if shapes[o] == shapes[tile.ref] and not _is_reduction(o)]
+
+
+def _kept_and_reached(outputs, shapes, tile: ReductionTile, full) -> tuple[dict, list]:
+    """(kept shapes -> keepdim, the outputs neither full nor kept) of a reduction tile."""
     ref_shape = shapes[tile.ref]
     kept_shapes = {reduce_shape(ref_shape, tile.red_dims, False): False,
                    reduce_shape(ref_shape, tile.red_dims, True): True}
+    return kept_shapes, [o for o in outputs if o not in full and shapes[o] not in kept_shapes]
+
+
+def _early(outputs, full, reached) -> bool:
+    """Whether a multi-pass tile writes the pointwise outputs in its first pass: they
+    need no reduction result (a gradient stored beside its column sum), so that pass
+    writes them from the values it loads anyway, instead of a last pass that would
+    read the inputs again."""
+    return bool(full or reached) and not (set(full + reached) & _after_reductions(outputs))
+
+
+def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
+    w = low.w
+    kept_shapes, reached = _kept_and_reached(outputs, shapes, tile, full)
     kept = [o for o in outputs if o not in full and shapes[o] in kept_shapes]
-    reached = [o for o in outputs if o not in full and o not in kept]
 
     def store_kept():
         for o in kept:
@@ -167,10 +210,7 @@ def _emit_reduction_body(low, outputs, shapes, tile: ReductionTile, full):
         if tile.prefetch:
             tile.close_rows(low, before, top)
         return
-    # Pointwise outputs that need no reduction result (a gradient stored beside its
-    # column sum) are written in the first pass, from the values it loads anyway,
-    # instead of a last pass that would read the inputs again.
-    early = bool(full or reached) and not (set(full + reached) & _after_reductions(outputs))
+    early = _early(outputs, full, reached)
     if tile.split > 1:
         _emit_split_body(low, tile, levels, store_kept, full, reached, early)
         return
@@ -242,15 +282,9 @@ def _store_own_rows(low, tile, o):
 def _emit_split_body(low, tile, levels, store_kept, full, reached, early):
     """A split reduction (see ``tiles.split``): one pass accumulates this program's rows,
     the strip's last program folds the partials and writes the kept outputs; every
-    program writes the pointwise outputs of its own rows."""
-    if len(set(levels.values())) != 1:
-        raise Unsupported("a split reduction cannot feed one reduction into another", "split_levels")
+    program writes the pointwise outputs of its own rows (``check_outputs`` said that it
+    can)."""
     exprs = list(levels)
-    if any(tile.acc_dtype(e) is not DataType.Float for e in exprs):
-        raise Unsupported("a split reduction accumulates in float32 only", "split_dtype")
-    if (full or reached) and not early:
-        raise Unsupported("a split reduction cannot write outputs that need its result at every row",
-                          "split_outputs")
     accs = {e: tile.init(low, e) for e in exprs}
     outputs = full + reached
     with _chunk_scope(low, tile, "j"):

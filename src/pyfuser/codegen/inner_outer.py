@@ -12,10 +12,10 @@ from ..ir.shapes import reduce_shape
 from .tiles.inner_outer import InnerOuterTile
 
 
-def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, store_walked, store):
-    """The kernel body after the prologue (see the module docstring).  ``full``: the
-    outputs shaped like the reference; ``store_walked`` and ``store`` are emit's."""
-    w = low.w
+def output_kinds(outputs, shapes, tile: InnerOuterTile, full) -> tuple:
+    """(row_shapes, col_shapes, rows, cols): the shapes of a row result and of a column
+    result (shape -> keepdim), and the outputs of each kind (``full``: the outputs
+    shaped like the reference)."""
     ref_shape = shapes[tile.ref]
     row_shapes = {reduce_shape(ref_shape, tile.red_dims, False): False,
                   reduce_shape(ref_shape, tile.red_dims, True): True}
@@ -29,6 +29,14 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
     cols = [o for o in outputs if o in from_cols or (
         o not in full and shapes[o] not in row_shapes and shapes[o] in col_shapes)]
     rows = [o for o in outputs if o not in full and o not in cols]
+    return row_shapes, col_shapes, rows, cols
+
+
+def check_inner_outer_outputs(outputs, shapes, tile: InnerOuterTile, full):
+    """Every output full-size, a row result or a column result, and none full-size
+    computed from a column sum: raises ``Unsupported`` otherwise.  Needs no walk
+    (``emit.check_outputs``)."""
+    row_shapes, col_shapes, rows, cols = output_kinds(outputs, shapes, tile, full)
     for o in cols:
         if shapes[o] not in col_shapes:
             raise Unsupported(f"output {o.name} is computed from a column sum but is not shaped like one",
@@ -37,9 +45,18 @@ def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, stor
         if shapes[o] not in row_shapes:
             raise Unsupported(f"output {o.name} is neither full-size, a row result nor a column result",
                               "row_output_shape")
+    from_cols = _computed_from(outputs, tile.outer)
     for o in full:
         if o in from_cols:
             raise Unsupported(f"full-size output {o.name} needs a column sum", "full_output_column")
+
+
+def emit_inner_outer_body(low, outputs, shapes, tile: InnerOuterTile, full, store_walked, store):
+    """The kernel body after the prologue (see the module docstring), for outputs that
+    passed ``check_inner_outer_outputs``.  ``full``: the outputs shaped like the
+    reference; ``store_walked`` and ``store`` are emit's."""
+    w = low.w
+    row_shapes, col_shapes, rows, cols = output_kinds(outputs, shapes, tile, full)
 
     accs = []
     for n, e in enumerate(tile.outer):

@@ -17,9 +17,6 @@ from .index import Coord, Index, ravel
 class Loads:
     def load(self, v: TensorVal, idx: Index):
         w = self.w
-        seen = self.load_axes.get(v)
-        here = tuple(c.axes for c in idx.coords)
-        self.load_axes[v] = here if seen is None else tuple(a | b for a, b in zip(seen, here))
         ptr = w.arg(f"{v.name}_ptr", "ptr", ("tensor", v))
         info = self.inputs_info[v]
         if info["contiguous"]:

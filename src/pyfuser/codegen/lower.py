@@ -40,7 +40,7 @@ __all__ = ["Lowering", "bf16_constant", "compute_dtype", "literal", "scalar_cast
 class Lowering(IndexMaps, Loads):
     def __init__(self, w, shapes: dict, inputs_info: dict, tile: Tile, values: dict, outputs=()):
         self.w = w
-        self.outputs = tuple(outputs)  # what the kernel stores (none for a probe walk)
+        self.outputs = tuple(outputs)  # what the kernel stores (none for ``variation``'s walk)
         self.shapes = shapes  # Val -> concrete shape
         self.inputs_info = inputs_info  # TensorVal -> {"contiguous": bool}
         self.tile = tile
@@ -55,11 +55,6 @@ class Lowering(IndexMaps, Loads):
         self.window_depth = 0
         self.windowed: set = set()
         self.covered: set = set()
-        # elementwise expr -> the tile axes its results vary along, over all its uses
-        # (read through a ``tiles.flat.ProbeTile`` by the pointwise scheduler)
-        self.expr_axes: dict = {}
-        # fusion input -> per dim, the tile axes its coordinate varied along (the probe's)
-        self.load_axes: dict = {}
         # a uniform [0, 1) draw's value -> its 24-bit integers (``random.random_value``)
         self.random_ints: dict = {}
         # expr -> its peephole rewrite, found before the walk (``ir.peephole.find``)
@@ -166,7 +161,6 @@ class Lowering(IndexMaps, Loads):
             args.append((code, inp))
             arg_axes.append(ax)
         axes = frozenset().union(*arg_axes)
-        self.expr_axes[e] = self.expr_axes.get(e, frozenset()) | axes
         if e.op == "cast":
             code, inp = args[0]
             target = e.attrs["dtype"]
@@ -236,7 +230,6 @@ class Lowering(IndexMaps, Loads):
         code, axes = self.value(u, self.bcast_index(at_t, self.shapes[t], self.shapes[u]))
         # 1 + tanh(u) = 2 / (1 + e^(-2u)); 1 - tanh(u) = 2 / (1 + e^(2u)); 2 log2(e) = 2.885...
         factor = "-2.8853900817779268" if site.sign > 0 else "2.8853900817779268"
-        self.expr_axes[e] = self.expr_axes.get(e, frozenset()) | axes
         return self.w.tmp(f"2.0 / (1.0 + {ex2_approx(self.w, f'{code} * {factor}')})"), axes
 
     def draw_comparison(self, e, conv):

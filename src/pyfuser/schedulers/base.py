@@ -21,6 +21,33 @@ module against it at import):
 * ``grid(seg, params)``; ``fallbacks(seg, params) -> [Params]`` (what to try when the
   compiled kernel spills registers, ``runtime.spills``) and ``max_registers(seg,
   params) -> int | None`` (the spill check's register budget).
+
+The run-time check, in three steps, each refusing with the code of what it found:
+
+1. ``invalid_params``: ``params.validate()``;
+2. the tile's contract without a walk (``checked_emit``): the tile's constructor
+   (``split_tile``, ``prefetch_tile``) and ``codegen.emit.check_outputs`` (a split
+   reduction's ``split_levels``, ``split_dtype``, ``split_outputs``; the inner-outer
+   tile's ``row_output_shape``, ``column_output_shape``, ``full_output_column``).
+   Nothing is generated for a segment refused here;
+3. the walk: the kernel's generation itself.  The rest of the tile's contract is
+   where the walk meets values: an output it does not reach (``output_not_reached``)
+   or reaches only below a slice (``output_below_slice``), a reduction result used
+   at coordinates other than its own row or column (``row_coordinates``,
+   ``column_coordinates``) or before its pass (``reduction_order``,
+   ``column_sum_in_rows``), a reduction of another tensor or other dims
+   (``reduction_reference``, ``reduction_dims``), and what the lowering cannot
+   write (``op_form``: an operand form the op table's emission refuses;
+   ``dtype_in_torch``, ``no_lowering``).  Coordinates are compared as the index maps
+   spell them, reaches depend on the walk's memo of values met before, and op forms
+   are the op table's own answer, so no check of the IR says the same thing in every
+   case; the check runs the walk once and keeps the source on the segment
+   (``seg.memo``), and ``emit`` returns it (``emitted``), renamed.
+
+So ``emit`` is the kept result of the accepted check, never a second generation
+that could disagree with it.  ``pointwise_reduction`` never reaches the run-time
+check: the pointwise compile-time check refuses reductions (``has_reduction``).
+docs/CODEGEN.md "The run-time check" lists every code with where it is decided.
 """
 from __future__ import annotations
 
@@ -32,6 +59,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from ..codegen.emit import check_outputs
 from ..errors import ChoicesError, Unsupported
 from ..ir.analysis import SegmentAnalysis
 from ..ir.values import TensorVal
@@ -85,29 +113,44 @@ class Scheduler(Protocol):
 PENDING_NAME = "pyfuser_pending_kernel"
 
 
-def checked_emit(seg, name: str, params, generate) -> Reject | None:
-    """The run-time check's last step: generate the kernel (``generate(seg, params,
-    name)``), keep the source on the segment for ``emitted``, and turn the tile's
-    ``Unsupported`` into a rejection.  The walk over the segment's values is what finds
-    an output the tile cannot reach or a value used at coordinates it does not hold,
-    so the check runs it once and ``emit`` reuses the result."""
+def checked_emit(seg, name: str, params, build_tile, generate) -> Reject | None:
+    """The run-time check's tile contract, for params that passed ``invalid_params``;
+    the verdict is kept on the segment (``seg.memo``) for ``emitted``.
+
+    1. Without a walk: ``build_tile(seg, params)`` (a tile's constructor refuses a
+       geometry the segment's params cannot have) and ``codegen.emit.check_outputs``
+       (what the tile asks of the outputs' shapes and of the reductions' levels and
+       dtypes).  A rejection here generates no source.
+    2. The walk: ``generate(seg, params, tile, name)``, the kernel's own generation.
+       What only the walk can tell (an output the tile does not reach, a reduction
+       result used at another row's coordinates, an op form the op table cannot
+       emit: the module docstring's list) is found there, so the check runs it once
+       and ``emit`` returns its source.
+
+    The tile's ``Unsupported`` becomes a rejection with its code."""
     key = (name, params)
     memo = seg.memo
     if key not in memo:
         try:
-            memo[key] = generate(seg, params, PENDING_NAME)
+            tile = build_tile(seg, params)
+            check_outputs(seg.outputs, seg.shapes, tile)
+        except Unsupported as err:
+            memo[key] = Reject(err.code, str(err), name)
+            return memo[key]
+        try:
+            memo[key] = generate(seg, params, tile, PENDING_NAME)
         except Unsupported as err:
             memo[key] = Reject(err.code, str(err), name)
     hit = memo[key]
     return hit if isinstance(hit, Reject) else None
 
 
-def emitted(seg, scheduler: str, params, name: str, generate):
+def emitted(seg, scheduler: str, params, name: str, build_tile, generate):
     """``emit``: the source the run-time check generated, named ``name`` (generated now
     when the check did not run on this segment object)."""
     hit = seg.memo.get((scheduler, params))
     if hit is None:
-        return generate(seg, params, name)
+        return generate(seg, params, build_tile(seg, params), name)
     if isinstance(hit, Reject):
         raise Unsupported(f"{scheduler} emit called with params its run-time check rejected: {hit}", hit.code)
     return dataclasses.replace(hit, name=name, source=hit.source.replace(PENDING_NAME, name))

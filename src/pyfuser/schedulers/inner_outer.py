@@ -237,7 +237,7 @@ def can_schedule_runtime(seg: Segment, params: InnerOuterParams) -> Reject | Non
     if params.grouped and params.nprog * params.block_k < groups(seg):
         return Reject("groups_covered", f"{params.nprog} programs of {params.block_k} groups do not cover "
                                         f"{groups(seg)}", NAME)
-    return checked_emit(seg, NAME, params, _generate)
+    return checked_emit(seg, NAME, params, build_tile, _generate)
 
 
 def settle(seg: Segment, params: InnerOuterParams, met: set) -> InnerOuterParams:
@@ -246,14 +246,18 @@ def settle(seg: Segment, params: InnerOuterParams, met: set) -> InnerOuterParams
 
 
 def emit(seg: Segment, params: InnerOuterParams, name: str):
-    return emitted(seg, NAME, params, name, _generate)
+    return emitted(seg, NAME, params, name, build_tile, _generate)
 
 
-def _generate(seg: Segment, params: InnerOuterParams, name: str):
+def build_tile(seg: Segment, params: InnerOuterParams):
+    """The tile ``params`` describe over the segment's reference."""
     ref, dims, outer, col_dims = analyse(seg)
-    tile = InnerOuterTile(ref, dims, params.block_k, params.block_j, params.int64, params.quad_rng, outer,
+    return InnerOuterTile(ref, dims, params.block_k, params.block_j, params.int64, params.quad_rng, outer,
                           params.nprog, params.group, params.fold_rows, params.stages, params.contig_multiple,
                           col_dims if params.grouped else None)
+
+
+def _generate(seg: Segment, params: InnerOuterParams, tile, name: str):
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"],
                        seg.values)
 

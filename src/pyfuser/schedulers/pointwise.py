@@ -10,14 +10,14 @@ Worked example: bias + GELU on [16384, 4096] fp16 with a [4096] bias: the refere
 is the [16384, 4096] output; ``x`` addresses input and output directly, the bias at
 ``x % 4096``.  BLOCK 2048 with 4 warps keeps 16 fp16 elements per thread: two 16-byte
 loads each.  Its tanh is not computed: ``0.5 h (1 + tanh(u))`` is emitted as ``0.5 h *
-2 / (1 + e^-2u)`` (``lower.Lowering._shifted_tanh``).
+2 / (1 + e^-2u)`` (``lower.Lowering.shifted_tanh``).
 
 Broadcast tile: where a heavy op (sin, cos, tanh, erf, ...: ``OpDef.heavy``) reads
 values broadcast along some dims, a flat walk evaluates it at every output element.
 RoPE on [tokens, heads, 128] takes cos and sin of angles [tokens, 128] shared by the
 heads: 2 transcendental evaluations per element made it compute-bound well below
-copy bandwidth (docs/TUNING.md#broadcast-tile).  A probe walk (``tiles.flat.ProbeTile``) tells along which dims each
-heavy op's result varies; when the dims it does not vary along (not the last, which
+copy bandwidth (docs/TUNING.md#broadcast-tile).  A probe walk (``codegen.variation``)
+tells along which dims each heavy op's result varies; when the dims it does not vary along (not the last, which
 stays contiguous) hold at least ``MIN_SHARED`` elements, the kernel walks a 2-D
 ``tiles.flat.BroadcastTile`` with those dims on ``k`` (``outer``), and the heavy op is
 computed on a [1, BLOCK_J] block shared by the tile's ``block_outer`` rows.  A heavy op
@@ -42,6 +42,15 @@ dims alone and each program takes one index of the dims before (``grid_dims``): 
 block running across row ends divides its index by the row length, which hides from
 Triton that the store is contiguous along j, and Triton then stores the tile along k,
 2 bytes to a line (docs/TUNING.md#transpose-grid).
+
+Two walks, two questions.  The heuristics' probe walk (``codegen.variation``, cached
+on the segment) asks along which dims values vary, to choose the tile; it decides
+nothing about acceptance, and where it fails the flat tile is chosen.  The run-time
+check asks whether the chosen tile computes every output, and a flat or broadcast
+tile's constructor and ``codegen.emit.check_outputs`` refuse nothing, so that
+answer is the kernel's own walk (``base.checked_emit``): an output the walk does
+not reach from the reference, or reaches only below a slice, and what the lowering
+cannot write.  The source it generates is kept, and ``emit`` returns it.
 """
 from __future__ import annotations
 
@@ -51,11 +60,9 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..codegen.emit import emit_kernel
-from ..codegen.lower import Lowering
-from ..codegen.tiles.flat import BroadcastTile, FlatTile, ProbeTile
-from ..codegen.writer import KernelWriter
+from ..codegen.tiles.flat import BroadcastTile, FlatTile
+from ..codegen.variation import Variation, variation
 from ..ir.ops import OPS, OpKind
-from ..errors import Unsupported
 from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
                    next_pow2, powers_of_2, require_valid, too_many_warps)
 
@@ -315,31 +322,12 @@ def transpose_dims(seg: Segment, load_axes: dict) -> tuple:
     return ()
 
 
-def probe_walk(seg: Segment):
-    """A throwaway walk of the segment over a ``ProbeTile`` (every reference dim its own
-    axis): its ``expr_axes`` and ``load_axes`` tell which reference dims each value and
-    each input coordinate vary along.  None when the walk fails (the flat tile then).
+def probe_walk(seg: Segment) -> Variation | None:
+    """Along which reference dims each value and each input coordinate vary
+    (``codegen.variation``), or None where its walk fails (the flat tile then).
     Computed once per segment."""
-    return seg.cached("pointwise.probe_walk", lambda: _probe_walk(seg))
-
-
-def _probe_walk(seg: Segment):
-    low = Lowering(KernelWriter("probe"), seg.shapes, seg.inputs_info, ProbeTile(reference(seg)), seg.values)
-    idx = low.tile.ref_index(low)
-    ref_shape = seg.shapes[reference(seg)]
-    try:
-        for o in seg.outputs:
-            if seg.shapes[o] == ref_shape:
-                low.value(o, low.normalize(o, idx))
-        for o in seg.outputs:
-            if seg.shapes[o] != ref_shape:
-                at = low.reached.get(o)
-                if at is None:
-                    return None
-                low.value(o, at)
-    except Unsupported:
-        return None
-    return low
+    return seg.cached("pointwise.variation",
+                      lambda: variation(seg.outputs, seg.shapes, seg.inputs_info, seg.values, reference(seg)))
 
 
 # Registers a pointwise kernel may use at 16 or more elements per thread.  Past it the
@@ -383,8 +371,9 @@ def tile_sizes(params: PointwiseParams) -> tuple[int, int]:
 
 def can_schedule_runtime(seg: Segment, params: PointwiseParams) -> Reject | None:
     """Whether the tile reaches every output from the reference (a smaller output
-    below a slice may not be): the kernel's walk, kept for ``emit``."""
-    return invalid_params(params, NAME) or checked_emit(seg, NAME, params, _generate)
+    below a slice may not be) and the lowering writes every value: the kernel's walk,
+    the tile's contract check (module docstring), kept for ``emit``."""
+    return invalid_params(params, NAME) or checked_emit(seg, NAME, params, build_tile, _generate)
 
 
 def settle(seg: Segment, params: PointwiseParams, met: set) -> PointwiseParams:
@@ -393,16 +382,19 @@ def settle(seg: Segment, params: PointwiseParams, met: set) -> PointwiseParams:
 
 
 def emit(seg: Segment, params: PointwiseParams, name: str):
-    return emitted(seg, NAME, params, name, _generate)
+    return emitted(seg, NAME, params, name, build_tile, _generate)
 
 
-def _generate(seg: Segment, params: PointwiseParams, name: str):
+def build_tile(seg: Segment, params: PointwiseParams):
+    """The tile ``params`` describe over the segment's reference."""
     ref = reference(seg)
     if params.outer:
         bk, bj = tile_sizes(params)
-        tile = BroadcastTile(ref, params.outer, bk, bj, params.int64, params.contig_multiple, params.grid_dims)
-    else:
-        tile = FlatTile(ref, params.block, params.int64)
+        return BroadcastTile(ref, params.outer, bk, bj, params.int64, params.contig_multiple, params.grid_dims)
+    return FlatTile(ref, params.block, params.int64)
+
+
+def _generate(seg: Segment, params: PointwiseParams, tile, name: str):
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {NAME} {params}"],
                        seg.values)
 

@@ -405,12 +405,12 @@ def reduction_runtime_check(seg: Segment, params: ReductionParams, scheduler: st
     segment (every output reached, every reduction result used at its own row, in a
     pass after it is computed; prefetching only on peeled persistent rows), kept for
     ``emit``."""
-    return invalid_params(params, scheduler) or checked_emit(seg, scheduler, params,
-                                                              lambda s, p, n: _generate(s, p, n, scheduler))
+    return invalid_params(params, scheduler) or checked_emit(seg, scheduler, params, build_tile,
+                                                              lambda s, p, t, n: _generate(s, p, t, n, scheduler))
 
 
 def emit_reduction(seg: Segment, params: ReductionParams, name: str, scheduler: str):
-    return emitted(seg, scheduler, params, name, lambda s, p, n: _generate(s, p, n, scheduler))
+    return emitted(seg, scheduler, params, name, build_tile, lambda s, p, t, n: _generate(s, p, t, n, scheduler))
 
 
 def reduction_max_registers(seg: Segment, params: ReductionParams) -> None:
@@ -418,16 +418,22 @@ def reduction_max_registers(seg: Segment, params: ReductionParams) -> None:
     return None
 
 
-def _generate(seg: Segment, params: ReductionParams, name: str, scheduler: str):
+def build_tile(seg: Segment, params: ReductionParams) -> ReductionTile:
+    """The tile ``params`` describe over the segment's reduction; its constructor raises
+    ``Unsupported`` for a geometry no kernel takes (a split of a persistent or inner
+    tile, prefetching without a peeled persistent row)."""
     ref, dims = analyse(seg)
     # Every form reads every attribute (``reduction_params``: what a form does not
     # carry, it fixes), so the one constructor serves them all.
     p = params
-    tile = ReductionTile(ref, dims, p.inner, p.persistent, p.block_k, p.block_j, p.int64, quad_rng=p.quad_rng,
+    return ReductionTile(ref, dims, p.inner, p.persistent, p.block_k, p.block_j, p.int64, quad_rng=p.quad_rng,
                          align=p.align, online=p.online, split=effective_split(seg, p), aligned_rows=p.aligned_rows,
                          stages=p.stages, out_reversed=p.out_reversed, contig_multiple=p.contig_multiple,
                          prefetch=p.prefetch, rewiden=p.rewiden if seg.device_type == "cuda" else 0,  # (no PTX interpreted)
                          flush=p.flush, constant_row=constant_row_length(seg, p) is not None)
+
+
+def _generate(seg: Segment, params: ReductionParams, tile: ReductionTile, name: str, scheduler: str):
     return emit_kernel(name, seg.outputs, seg.shapes, seg.inputs_info, tile, [f"scheduler: {scheduler} {params}"],
                        seg.values)
 

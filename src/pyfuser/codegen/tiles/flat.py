@@ -5,12 +5,11 @@
   itself, which is what lets Triton vectorize.
 * ``BroadcastTile``: a 2-D block, ``k`` over some dims and ``j`` over the rest, so
   values broadcast along one of them are computed once per tile.
-* ``ProbeTile``: no kernel, a walk that tells along which dims each value varies.
 """
 from __future__ import annotations
 
 from ...errors import Unsupported
-from ..index import ZERO, Coord, Index, unravel
+from ..index import Coord, Index, unravel
 
 
 def no_load_hint(axes) -> str:
@@ -162,34 +161,3 @@ class BroadcastTile:
     def quads(self, lin: Coord):
         return None  # one Philox call per element (the scheduler keeps random fusions flat)
 
-
-class ProbeTile:
-    """Not a kernel: each dim ``d`` of the reference is its own tile axis ``d``, so a
-    walk (``Lowering``) tells along which reference dims every value varies
-    (``Lowering.expr_axes``).  The pointwise scheduler reads it to choose a
-    ``BroadcastTile``; the code the walk writes is thrown away."""
-
-    int64 = True  # plain ``//`` and ``%``: no size arguments for division constants
-    load_hint, store_hint = staticmethod(no_load_hint), ""
-
-    def __init__(self, ref):
-        self.ref = ref
-
-    def ref_index(self, low) -> Index:
-        shape = low.shapes[self.ref]
-        return Index(tuple(ZERO if s == 1 else Coord(f"d{d}", frozenset([d])) for d, s in enumerate(shape)))
-
-    def divides_fast(self, axes) -> bool:
-        return False
-
-    def mask(self, axes, preds=()):
-        return None
-
-    def shape(self, axes):
-        return "[1]"
-
-    def reduction(self, low, e, v, idx):
-        raise Unsupported("a pointwise tile cannot reduce", "pointwise_reduction")
-
-    def quads(self, lin: Coord):
-        return None

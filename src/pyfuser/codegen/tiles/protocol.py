@@ -16,7 +16,7 @@ from ..index import Coord, Index
 
 
 class Tile(Protocol):
-    """The members every tile has.  ``flat.ProbeTile`` is only walked, never emitted,
+    """The members every tile has.  ``variation.ProbeTile`` is only walked, never emitted,
     and has no ``prologue``.  A tile may also have ``carried_load`` (the reduction
     tile's rows loaded one iteration ahead), which the lowering looks up by name."""
 
