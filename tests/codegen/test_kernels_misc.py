@@ -310,7 +310,7 @@ def test_a_row_narrower_than_its_block_has_a_constant_length():
     """``reduction.constant_row_length``: a log-softmax row of 257 in a block of 512
     lanes passes its length as a compile-time constant; the same fusion at another
     length that fits the same block (300) takes a kernel with the length at run time
-    (``schedulers.reduction.CONSTANT_ROW_LENGTHS``), and 257 again its constant kernel; each
+    (``schedulers.reduction_schedulers.CONSTANT_ROW_LENGTHS``), and 257 again its constant kernel; each
     matches the reference."""
     fd = fusion(lambda fd: _log_softmax(fd))
     for width in (257, 300, 257):

@@ -1,7 +1,7 @@
 """A persistent row narrower than its block takes its length as a compile-time
 constant, one binary per length; a kernel that meets a second length is rebuilt with
 the length at run time, so a fusion run at ever new sequence lengths compiles a
-bounded number of binaries (``schedulers.reduction.CONSTANT_ROW_LENGTHS``, the
+bounded number of binaries (``schedulers.reduction_schedulers.CONSTANT_ROW_LENGTHS``, the
 reduction schedulers' ``settle``)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 import pyfuser
 from pyfuser import DataType, FusionDefinition
-from pyfuser.schedulers.reduction import CONSTANT_ROW_LENGTHS
+from pyfuser.schedulers.reduction_schedulers import CONSTANT_ROW_LENGTHS
 
 from .conftest import device
 

@@ -446,7 +446,7 @@ def constant_row_length(seg: Segment, params) -> int | None:
     loads, math and stores instead of predicating them off at run time (fewer
     registers, a faster padded row).  The price is a binary per distinct row length,
     where a runtime length serves them all, so a kernel met at ever new row lengths
-    takes them at run time (``runtime_row``, set by ``settle_row_length``).  The
+    takes them at run time (``runtime_row``, set by the schedulers' ``settle``).  The
     inner-outer tile keeps a runtime length: a constant one gained nothing there.
     docs/TUNING.md#reduction-tiles"""
     if not isinstance(params, ReductionParams) or params.runtime_row or params.prefetch \
@@ -466,28 +466,6 @@ def runtime_row(params: ReductionParams) -> ReductionParams:
     one length goes (its multiples, four-element random draws; the alignment, which an
     unpeeled row does not use), so that one kernel serves them all."""
     return replace(params, runtime_row=True, contig_multiple=1, quad_rng=False, align=1)
-
-
-# Row lengths a segment's kernels compile as constants before they take them at run time.
-CONSTANT_ROW_LENGTHS = 1
-
-
-def settle_row_length(seg: Segment, params, met: set):
-    """The contract's ``settle``: ``params``, or ``runtime_row(params)`` once the
-    segment's kernels met ``CONSTANT_ROW_LENGTHS`` other constant row lengths
-    (``met``, the lengths met so far, which this updates).  Each constant is a binary
-    of its own (a second or so of compiling on the GPU), so the segment then takes a
-    kernel with the length at run time, one binary for every length.  A fusion run at
-    one row length keeps its constant rows (a padded row is faster with them); one
-    run at ever new sequence lengths compiles one constant-row kernel and one
-    runtime-row kernel per block width (docs/TUNING.md#reduction-tiles)."""
-    length = constant_row_length(seg, params)
-    if length is None:
-        return params
-    if length in met or len(met) < CONSTANT_ROW_LENGTHS:
-        met.add(length)
-        return params
-    return runtime_row(params)
 
 
 def reduction_grid(seg: Segment, params: ReductionParams):

@@ -22,9 +22,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import Reject, Segment
-from .reduction import (ReductionParams, analyse, emit_reduction, inner_heuristics, innermost_reduced,
-                        is_normalization, outer_heuristics, reduction_fallbacks, reduction_grid,
-                        reduction_max_registers, reduction_runtime_check, settle_row_length)
+from .reduction import (ReductionParams, analyse, constant_row_length, emit_reduction, inner_heuristics,
+                        innermost_reduced, is_normalization, outer_heuristics, reduction_fallbacks, reduction_grid,
+                        reduction_max_registers, reduction_runtime_check, runtime_row)
+
+
+# Row lengths a segment's kernels compile as constants before they take them at run time.
+CONSTANT_ROW_LENGTHS = 1
+
+
+def settle_row_length(seg: Segment, params, met: set):
+    """The contract's ``settle``: ``params``, or ``runtime_row(params)`` once the
+    segment's kernels met ``CONSTANT_ROW_LENGTHS`` other constant row lengths
+    (``met``, the lengths met so far, which this updates).  Each constant is a binary
+    of its own (a second or so of compiling on the GPU), so the segment then takes a
+    kernel with the length at run time, one binary for every length.  A fusion run at
+    one row length keeps its constant rows (a padded row is faster with them); one
+    run at ever new sequence lengths compiles one constant-row kernel and one
+    runtime-row kernel per block width (docs/TUNING.md#reduction-tiles)."""
+    length = constant_row_length(seg, params)
+    if length is None:
+        return params
+    if length in met or len(met) < CONSTANT_ROW_LENGTHS:
+        met.add(length)
+        return params
+    return runtime_row(params)
+
 
 
 @dataclass(frozen=True)
