@@ -35,6 +35,7 @@ import torch
 from ..compat import (aot_autograd, aot_forward_metadata, functorch_config, fx_graph_cse, mark_boxed,
                       min_cut_partition, unset_fake_temporarily)
 from ..errors import SettingError
+from ..runtime.phases import phase, timed
 from ..settings import BY_NAME, OPTIONS, checked, config, read, validate_environment
 from .decompositions import decomposition_table
 from .partition.partitioner import fuse_regions
@@ -51,6 +52,7 @@ def _unfaked():
 _log = logging.getLogger("pyfuser.dynamo.regions.graphs")  # graphs.py's logger
 
 
+@timed("tracing")
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, backward=False, check=None, kind=None, options=()):
     """AOTAutograd's forward / backward / inference compiler; a training graph that
     can be replayed as a CUDA graph is (``graphs.py``).  ``check``: the accuracy mode
@@ -178,7 +180,8 @@ def pyfuser_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kw
     with config.patch(**values):
         validate_environment()
         check = accuracy.enabled()
-    return _aot_backend(check, tuple(sorted(values.items())))(gm, example_inputs, **kwargs)
+    with phase("tracing"):
+        return _aot_backend(check, tuple(sorted(values.items())))(gm, example_inputs, **kwargs)
 
 
 def backend_options(options) -> dict:

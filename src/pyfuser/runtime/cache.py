@@ -43,6 +43,7 @@ from collections import Counter, OrderedDict
 
 from ..errors import CacheDirError, DependencyError
 from ..settings import BY_NAME, read
+from .phases import timed
 
 COUNTERS: Counter = Counter()
 _COUNT_LOCK = threading.Lock()
@@ -190,6 +191,7 @@ def _prune(directory: str, keep: int):
 
 
 # -- modules ---------------------------------------------------------------------------------
+@timed("module_load")
 def load_kernel(name: str, source: str, device_type: str):
     """The launchable kernel ``name`` of ``source`` (imported once per distinct text and
     device kind, while it stays among the most recently used)."""

@@ -36,6 +36,7 @@ from ..ir.concretize import bind, cpu_scalars_on_device
 from ..schedulers.base import current_choices
 from ..settings import OVERRIDES, read
 from . import dump, profiler
+from .phases import phase, timed
 from .plan import ExecutorCache, Explanation, KernelKey, explain_plan
 from .prepare import prepare
 from .probe import Probe
@@ -145,6 +146,7 @@ def kernel_sources(fd) -> list:
     return [(info.name, info.scheduler, src.source) for info, src in built]
 
 
+@timed("planning")
 def _execute_slow(fd, rt, inputs, device, active, profile):
     ir = fd.ir
     rt.events.clear()
@@ -188,7 +190,8 @@ def _execute_bound(fd, rt, b, inputs, device, active, profile):
     rt.remember(fingerprint(inputs, device, ir.shape_scalar_inputs()), prog)
     # the first run's launches compile on CUDA: the probe times that for profiles
     probe = _hooks(fd, rt, active, profile, b.device, first=True)
-    outs = prog.run(inputs, probe)
+    with phase("first_launch"):
+        outs = prog.run(inputs, probe)
     probe.finish(inputs, outs)
     return outs
 

@@ -36,6 +36,7 @@ from ..segment.subfusion import SubFusion, subfusion
 from . import dump
 from ..settings import BY_NAME, read
 from .cache import count, load_kernel
+from .phases import phase, timed
 from .probe import KernelInfo
 
 PREPARED_SIZES_DEFAULT = BY_NAME["prepared_sizes"].default
@@ -210,6 +211,7 @@ class ExecutorCache:
 
         return schedule
 
+    @timed("scheduling")
     def try_schedule(self, b, sig: Signature, outputs, cuts=None, base=None):
         ops = ", ".join(f"{o}={o.definition.op}" for o in outputs if o.definition is not None)
         with internal_errors(f"scheduling the step of fusion {self.fd.id} that computes {ops or outputs}"):
@@ -232,7 +234,8 @@ class ExecutorCache:
             rej = sched.can_schedule(seg)
             if rej is None:
                 params = sched.heuristics(seg)
-                rej = sched.can_schedule_runtime(seg, params)
+                with phase("codegen"):  # the run-time check generates the source (``checked_emit``)
+                    rej = sched.can_schedule_runtime(seg, params)
             if rej is not None:
                 reasons.append(rej.by(sched.NAME))
                 continue
@@ -265,7 +268,8 @@ class ExecutorCache:
         name = f"pyfuser_f{self.fd.id}_k{self.kernel_counter}"
         t0 = time.perf_counter()
         try:
-            src = sched.emit(seg, params, name)
+            with phase("codegen"):
+                src = sched.emit(seg, params, name)
         except Exception as err:  # a scheduler that cannot emit what its checks accepted is our bug
             raise CompileError(f"pyfuser: {sched.NAME} failed to generate kernel {name} with {params!r}: "
                                f"{type(err).__name__}: {err}") from err

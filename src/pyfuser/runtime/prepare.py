@@ -15,12 +15,14 @@ from ..ir.values import ScalarVal, TensorVal
 from ..segment.aliases import broadcast_chain
 from ..segment.subfusion import bind_sub, needed_exprs
 from .args import arg_value, launch_kw, random_exprs, warmup_args
+from .phases import timed
 from .plan import KernelKey
 from .probe import LaunchMeta
 from .program import HostRun, Launch, Program, finish_outputs
 from .spills import choose_params
 
 
+@timed("prepare")
 def prepare(fd, rt, plan, b: Binding, inputs):
     """The Program of ``plan`` for the inputs bound in ``b``, and each step's params
     (None for a host or reference step), for the scheduler_params dump.  Heuristics

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..compat import newest_compiled, registers
-from . import dump, profiler
+from . import dump, phases, profiler
 from .cache import COUNTERS
 from .launch import poison_tensor
 
@@ -127,6 +127,7 @@ class Probe:
         if compiled:  # this launch compiled (or loaded from Triton's disk cache) the kernel
             info.seen.add(ck.hash)
             info.jit_ms += wall_ms
+            phases.charge("triton_compile", wall_ms / 1e3, info.name, info.scheduler)
         if "ptx" in self.active:
             self._dump_ptx(info, ck)
         if not self.timed:

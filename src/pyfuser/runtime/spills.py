@@ -30,15 +30,17 @@ import torch
 
 from ..compat import compile_offline, load_handles, ptxas_command
 from ..schedulers.base import Reject, current_choices
+from .phases import phase, timed
 from .plan import KernelKey
 
 
-def compiled_usage(src, fn, args, grid, kw) -> tuple:
+def compiled_usage(src, fn, args, grid, kw, scheduler: str = "") -> tuple:
     """(registers, spills) of the kernel the launch would run; None where they cannot
-    be read.  The driver's spill count is local memory, which also holds arrays the
+    be read (``scheduler``: the NAME of the one that built it, for the phase report).  The driver's spill count is local memory, which also holds arrays the
     code declares (``ptxas_usage``); when it is not 0, ptxas says how much is spills."""
     try:
-        k = fn.warmup(*args, grid=grid, **kw)
+        with phase("triton_compile", src.name, scheduler):
+            k = fn.warmup(*args, grid=grid, **kw)
         load_handles(k)
         local = int(getattr(k, "n_spills", 0) or 0)
         regs = getattr(k, "n_regs", None)
@@ -84,6 +86,7 @@ def first_fit(cands, reject, on_reject=None):
     return cands[-1]
 
 
+@timed("spill_check")
 def choose_params(rt, seg, sched, params, sig, b, inputs, arg_builder):
     """The first of ``params`` and the scheduler's fallbacks whose kernel does not spill
     and keeps to the scheduler's register budget (or the last candidate, if none
@@ -102,7 +105,7 @@ def choose_params(rt, seg, sched, params, sig, b, inputs, arg_builder):
     def reject(p):
         src, fn = built[p] = rt.build(seg, sched, p, sig)
         args, grid, kw = arg_builder(src, p)
-        return rejection(sched, seg, p, *compiled_usage(src, fn, args, grid, kw))
+        return rejection(sched, seg, p, *compiled_usage(src, fn, args, grid, kw, sched.NAME))
 
     rejected = []
 

@@ -44,6 +44,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ...compat import qualified_name
+from ...runtime.phases import timed
 from ..rules.collectives import communication_epochs, is_communication
 from ..regions.region import FusedRegion
 from ..rules import (ATEN_ONLY, ATEN_VIEWS, RESHAPES, is_compute, is_layout_copy, meta, reduction_kind,
@@ -79,6 +80,7 @@ def _partitioner(gm):
                                       non_compute_ops=_view_names(), **kw)
 
 
+@timed("partitioning")
 def fuse_regions(gm):
     """Replace each fusible region of ``gm`` by a ``FusedRegion``; returns ``gm``.
     Symbolic (dynamic) sizes are fused like static ones: shapes are compared here by

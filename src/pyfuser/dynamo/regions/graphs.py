@@ -71,6 +71,7 @@ import torch
 
 from ...compat import foreach_copy_, mark_boxed, reinterpret_tensor as _reinterpret, storage_id, storage_use_count
 from ...runtime.executor import fast_path_allowed
+from ...runtime.phases import phase
 from ...settings import read
 from .graph_checks import mutated_inputs, not_graphable, symbolic  # noqa: F401 - the backend asks them here
 from .recording import forget, record as _cuda_capture, release_cached
@@ -233,7 +234,7 @@ class GraphedCall:
         self.captures += 1
         before, failure = _reserved(), None
         try:
-            with capturing():
+            with capturing(), phase("graph_capture"):
                 graph, outs = self._capture_fn(self.fn, static)
         except Exception as err:  # an optimization: the graph runs as usual from now on
             failure = forget(err)

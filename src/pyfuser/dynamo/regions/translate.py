@@ -27,6 +27,7 @@ from ...frontend import FusionDefinition
 from ...frontend.descriptor import contiguity_in_allocation_order
 from ...ir.dtypes import DataType, from_torch
 from ...ir.values import TensorVal
+from ...runtime.phases import timed
 from ..rules import ATEN_VIEWS, RESHAPES, RULES, Unsupported, bind_args, meta, reduction_kind
 
 
@@ -347,6 +348,7 @@ def dense_order(t) -> tuple | None:
     return tuple(d for d in range(t.dim()) if shape[d] == 1) + tuple(inner)
 
 
+@timed("translation")
 def translate(graph, specs) -> Translation:
     """Record ``graph`` (a region's submodule graph) into a new FusionDefinition."""
     with FusionDefinition() as fd:

@@ -31,6 +31,7 @@ from typing import Callable
 import torch
 
 from ...compat import share_codegen
+from ...runtime.phases import timed
 from ..regions.region import warn_once
 from .broadcast_copies import broadcast_copies
 from .fast_views import fast_views
@@ -69,6 +70,7 @@ REWRITES = (
 )
 
 
+@timed("rewrites")
 def rewritten(gm: torch.fx.GraphModule, stage: str) -> torch.fx.GraphModule:
     """A copy of ``gm`` after each rewrite of ``REWRITES`` for ``stage``, but those that
     failed (module docstring)."""
