@@ -3,6 +3,7 @@ fusion's first and cached executes record."""
 import threading
 
 import pytest
+import torch
 
 from pyfuser.runtime import phases
 from pyfuser.runtime.phases import PHASES, PhaseError, PhaseReport, charge, phase, recording, timed
@@ -156,3 +157,17 @@ def test_report_round_trips_merges_and_prints():
     assert len(rows) == 2 + len(PHASES) + 2
     assert rows[2 + list(PHASES).index("codegen")].split("|")[2].split() == ["1.500", "(1)"]
     assert rows[-2].split("|")[2].strip() == "1.500" and rows[-1].split("|")[2].strip() == "5.000"
+
+
+@pytest.mark.gpu
+def test_first_execute_on_the_gpu_records_the_spill_check_and_each_compile():
+    fd, inputs = gelu_fd(), gelu_inputs()
+    with recording() as first:
+        fd.execute(inputs)
+        torch.cuda.synchronize()
+    assert first.counts["spill_check"] >= 1 and first.counts["triton_compile"] >= 1
+    assert first.kernels and all(k.startswith(f"pyfuser_f{fd.id}_k") and s for k, (s, _) in first.kernels.items())
+    assert first.seconds["triton_compile"] == pytest.approx(sum(t for _, t in first.kernels.values()))
+    with recording() as cached:
+        fd.execute(inputs)
+    assert not any(cached.counts.values())

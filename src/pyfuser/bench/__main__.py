@@ -8,6 +8,8 @@
     python -m pyfuser.bench --from-json FILE               # the table (and with --out, the chart) of a saved run
     python -m pyfuser.bench --model bert [OPTIONS]         # BERT training steps (--model bert --help)
     python -m pyfuser.bench --model zoo [OPTIONS]          # the model zoo's training steps (--model zoo --help)
+    python -m pyfuser.bench --latency [OPTIONS]            # time to a first execute / first step, per phase
+                                                           # (--latency --help)
 
 Writes only where it is told: the run's JSON (after every case, so a run cut short
 keeps what it measured) and its chart (needs matplotlib) go to --out, by default a
@@ -164,6 +166,10 @@ def _model(argv):
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if "--latency" in argv:
+        from . import latency
+
+        return latency.main([a for a in argv if a != "--latency"], commit_info()[0])
     model, rest = _model(argv)
     if model == "bert":
         from . import bert_bench
