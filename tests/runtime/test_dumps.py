@@ -241,3 +241,32 @@ def test_all_options_together_on_the_report_fusion(dumps, capsys):
     for marker in ("def nvfuser_fusion(", "===== kernel", "Segmented fusion", "Scheduler params", "Launch Parameters",
                    "Arguments for fusion", "cache fusion"):
         assert marker in out, marker
+
+
+def test_the_cache_story_is_the_executes_own(dumps, capsys):
+    """The story is told by the execute that opened it: a plan made by ``fd.explain``
+    (which builds kernels) adds nothing to the next execute's story, and two threads
+    executing one fusion each print their own."""
+    import threading
+
+    from pyfuser.runtime import story
+
+    fd = gelu_fd()
+    fd.explain(gelu_inputs(rows=4, cols=24))
+    dumps("cache")
+    _, first = run(capsys, fd, gelu_inputs(rows=4, cols=24))
+    assert first.startswith(f"cache fusion{fd.id}: miss: ") and first.count("kernel1 ") == 1, first
+    with story.telling() as outer:
+        story.note("outer")
+        seen = []
+
+        def other():
+            with story.telling() as mine:
+                story.note("inner")
+                seen.append(list(mine))
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    assert outer == ["outer"] and seen == [["inner"]]
+    story.note("nobody is telling")  # dropped, no error

@@ -35,7 +35,7 @@ from ..errors import CompileError, InputError
 from ..ir.concretize import bind, cpu_scalars_on_device
 from ..schedulers.base import current_choices
 from ..settings import OVERRIDES, read
-from . import dump, profiler
+from . import dump, profiler, story
 from .phases import phase, timed
 from .plan import ExecutorCache, Explanation, KernelKey, explain_plan
 from .prepare import prepare
@@ -85,8 +85,7 @@ def execute(fd, inputs, device=None, profile=False):
                 prog.used = True  # spares it at the next eviction (``ExecutorCache.remember``)
                 if not (active or profile or POISON_OUTPUTS or RECORD_LAUNCHES is not None):
                     return prog.run(inputs)
-                with rt.lock:  # the probe writes the cache's story (events)
-                    rt.events.clear()
+                with rt.lock:
                     probe = _hooks(fd, rt, active, profile, prog.device)
                     outs = prog.run(inputs, probe)
                     probe.finish(inputs, outs)
@@ -99,8 +98,9 @@ def execute(fd, inputs, device=None, profile=False):
         raise with_repro(fd, inputs, device, err) from (err.__cause__ or err)
 
 
-def _hooks(fd, rt, active, profile, device, first=False) -> Probe:
-    return Probe(fd, rt, active, profile, device, poison=POISON_OUTPUTS, record=RECORD_LAUNCHES, first=first)
+def _hooks(fd, rt, active, profile, device, first=False, told=()) -> Probe:
+    return Probe(fd, rt, active, profile, device, poison=POISON_OUTPUTS, record=RECORD_LAUNCHES, first=first,
+                 story=told)
 
 
 _RUNTIME_LOCK = threading.Lock()
@@ -149,14 +149,12 @@ def kernel_sources(fd) -> list:
 @timed("planning")
 def _execute_slow(fd, rt, inputs, device, active, profile):
     ir = fd.ir
-    rt.events.clear()
     b = bind(ir, inputs, device)
     if b.device.type not in ("cpu", "cuda"):
         raise InputError(f"execute: inputs on device {b.device} cannot run (pyfuser runs CUDA tensors as kernels, "
                          f"CPU tensors under Triton's interpreter); got {_on_device(ir, inputs, b.device)}")
-    guard = _interpreter_guard(b.device)
-    with guard:
-        return _execute_bound(fd, rt, b, inputs, device, active, profile)
+    with _interpreter_guard(b.device), story.telling() as told:
+        return _execute_bound(fd, rt, b, inputs, device, active, profile, told)
 
 
 def _interpreter_guard(device):
@@ -169,19 +167,19 @@ def _interpreter_guard(device):
     return contextlib.nullcontext()
 
 
-def _execute_bound(fd, rt, b, inputs, device, active, profile):
+def _execute_bound(fd, rt, b, inputs, device, active, profile, told):
     ir = fd.ir
     b.input_pos = {v: i for i, v in enumerate(ir.inputs)}
     sig = rt.signature(b, ir.live_exprs())
     plan = rt.plans.get(sig)
     if plan is None:
-        rt.events.append(rt.explain_signature(sig))
+        story.note(rt.explain_signature(sig))
         plan = rt.make_plan(b, sig)
         rt.plans[sig] = plan
         if "segmented_fusion" in active:
             dump.emit(dump.segmented_fusion(fd.id, plan, ir, b.shapes))
     else:
-        rt.events.append("new input sizes, strides or parameter overrides (signature known: plan reused, heuristics "
+        story.note("new input sizes, strides or parameter overrides (signature known: plan reused, heuristics "
                          "re-run)")
     inputs = list(inputs)
     prog, chosen = prepare(fd, rt, plan, b, inputs)
@@ -189,7 +187,7 @@ def _execute_bound(fd, rt, b, inputs, device, active, profile):
         dump.emit(dump.scheduler_params(fd.id, explain_plan(rt, plan, b, chosen)))
     rt.remember(fingerprint(inputs, device, ir.shape_scalar_inputs()), prog)
     # the first run's launches compile on CUDA: the probe times that for profiles
-    probe = _hooks(fd, rt, active, profile, b.device, first=True)
+    probe = _hooks(fd, rt, active, profile, b.device, first=True, told=told)
     with phase("first_launch"):
         outs = prog.run(inputs, probe)
     probe.finish(inputs, outs)

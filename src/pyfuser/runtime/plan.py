@@ -9,7 +9,7 @@ schedulers.  Which steps a plan has is the segment package's decision
 whether a scheduler takes a group of outputs, which builds the kernel when one does.
 The cache owns the definition's kernels, keyed by one ``KernelKey`` (scheduler,
 outputs, signature, params, loads), and remembers for dumps and profiles why each was
-built (``events``) and what it cost (``kernel_info``).  The signature is a value
+built (the execute's ``story``) and what it cost (``kernel_info``).  The signature is a value
 (``Signature``) that each caller passes on, and the plan keeps it (``Plan.signature``):
 no state of the cache says which signature is being planned.
 """
@@ -33,7 +33,7 @@ from ..schedulers import SCHEDULERS, Segment, current_choices
 from ..segment.planner import make_plan
 from ..segment.steps import Plan, make_step
 from ..segment.subfusion import SubFusion, subfusion
-from . import dump
+from . import dump, story
 from ..settings import BY_NAME, read
 from .cache import count, load_kernel
 from .phases import phase, timed
@@ -110,7 +110,6 @@ class ExecutorCache:
         # KernelKey (heuristics' params) -> the Rejects of the spill check, in order
         self.spill_rejections: dict = {}
         self.kernel_info: dict = {}  # kernel name -> probe.KernelInfo (number, params, build time)
-        self.events: list = []  # this execute's cache story (PYFUSER_DUMP=cache), first line the verdict
 
     def remember(self, key, prep):
         """Cache program ``prep`` for fingerprint ``key`` within ``PYFUSER_PREPARED_SIZES``
@@ -258,7 +257,7 @@ class ExecutorCache:
             else:
                 count(hits=1)
                 info = self.kernel_info[hit[0].name]
-                self.events.append(f"kernel{info.number} {info.name} ({sched.NAME}): hit (same scheduler, "
+                story.note(f"kernel{info.number} {info.name} ({sched.NAME}): hit (same scheduler, "
                                    f"signature and params)")
             return rebound(hit, seg)
         count(misses=1)
@@ -286,7 +285,7 @@ class ExecutorCache:
         count(kernels_compiled=1)
         self.kernels[key] = (src, fn)
         self.kernel_info[name] = KernelInfo(name, self.kernel_counter, sched.NAME, params, ms)
-        self.events.append(f"kernel{self.kernel_counter} {name} ({sched.NAME}): miss, compiled in {ms:.1f} ms: "
+        story.note(f"kernel{self.kernel_counter} {name} ({sched.NAME}): miss, compiled in {ms:.1f} ms: "
                            f"{reason}")
         return src, fn
 

@@ -83,10 +83,11 @@ class Probe:
     cache hits)."""
 
     def __init__(self, fd, rt, active: frozenset, profile: bool, device: torch.device, *, poison=False,
-                 record=None, first=False):
+                 record=None, first=False, story=()):
         self.fd, self.rt, self.active, self.profile = fd, rt, active, profile
         self.device = device
         self.poison, self.record, self.first = poison, record, first
+        self.story = story  # the cache's story of this execute (``story.telling``): empty for a hit
         self.cuda = device.type == "cuda"
         self.timed = profile or "kernel_time" in active
         self.records: list = []
@@ -201,12 +202,10 @@ class Probe:
             profiler.deliver(p)
             if profiler.printing():
                 dump.emit(str(p))
-        self.rt.events.clear()
 
     def cache_report(self) -> str:
-        rt = self.rt
-        if rt.events:
-            lines = [f"cache fusion{self.fd.id}: miss: {rt.events[0]}"] + [f"  {e}" for e in rt.events[1:]]
+        if self.story:
+            lines = [f"cache fusion{self.fd.id}: miss: {self.story[0]}"] + [f"  {e}" for e in self.story[1:]]
         else:
             names = ", ".join(m.info.name for m in self.launched)
             lines = [f"cache fusion{self.fd.id}: hit: launches already prepared for these inputs ({names})"]

@@ -31,6 +31,7 @@ import torch
 from ..compat import compile_offline, load_handles, ptxas_command
 from ..schedulers.base import Reject, current_choices
 from .phases import phase, timed
+from . import story
 from .plan import KernelKey
 
 
@@ -111,7 +112,7 @@ def choose_params(rt, seg, sched, params, sig, b, inputs, arg_builder):
 
     def on_reject(p, why):
         rejected.append((p, why))
-        rt.events.append(f"{built[p][0].name} ({sched.NAME}): {p!r} {why.message}; trying the next configuration")
+        story.note(f"{built[p][0].name} ({sched.NAME}): {p!r} {why.message}; trying the next configuration")
 
     chosen = first_fit(candidates(sched, seg, params), reject, on_reject)
     rt.spill_choice[key] = chosen
