@@ -12,6 +12,7 @@ call to compare host overhead before and after a change on the same GPU.
 import json, sys, time, statistics
 import torch
 import pyfuser
+import pyfuser.dynamo  # registers backend="pyfuser" (an installed package does so through its entry point)
 from pyfuser import FusionDefinition, DataType
 
 dev = sys.argv[1] if len(sys.argv) > 1 else "cuda"

@@ -71,3 +71,24 @@ def test_a_double_scalar_is_an_f64_parameter_of_the_compiled_kernel():
     params = [line for line in ptx.splitlines() if ".param ." in line and f"{src.name}_param_" in line]
     assert sum(".param .f64 " in line for line in params) == 1 and not any(".param .f32 " in line for line in params)
     assert "cvt.rn.f32.f64" in ptx
+
+
+import pytest
+
+
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.Double])
+@pytest.mark.parametrize("exponent", [0.5, -0.5, 1.0, 2.0, 3.0, -1.0, -2.0, 1.5])
+def test_a_constant_exponent_gives_eagers_special_values(dtype, exponent):
+    """Eager computes ``x ** 0.5`` as sqrt and ``x ** -0.5`` as rsqrt, so pow(-inf, 0.5)
+    is nan and pow(-0.0, -0.5) is -inf where C's pow says inf; pyfuser follows it in
+    every float dtype, an fp64 constant (spelled as a typed tensor) as much as an fp32 one."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
+        fd.add_output(fd.ops.pow(t, exponent))
+    special = [-float("inf"), float("inf"), -0.0, 0.0, float("nan"), -2.5, -1.0, 1e-300, 0.3, 4.0, 7.25]
+    x = torch.tensor(special, dtype=dtype.torch, device=DEVICE)
+    want = torch.pow(x, exponent)
+    got = fd.execute([x])[0]
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=2e-7 if dtype is DataType.Float else 1e-15, atol=0)
+    # signs of zeros and infinities too
+    assert torch.equal(torch.signbit(got[~got.isnan()]), torch.signbit(want[~want.isnan()]))

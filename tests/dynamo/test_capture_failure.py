@@ -315,8 +315,8 @@ def test_a_failed_recording_on_the_device_gives_its_memory_back(monkeypatch, how
     ballast = None
     if how == "out_of_memory":
         ballast = torch.empty(torch.cuda.mem_get_info()[0] - n // 2, dtype=torch.uint8, device="cuda")
+    tangent = torch.randn(4, device="cuda")  # before the count: it outlives the call
     allocated = torch.cuda.memory_allocated()
-    tangent = torch.randn(4, device="cuda")
     with pytest.warns(pd.FallbackWarning, match="capturing a backward graph failed"):
         got = wrapped([w, saved, tangent])
     torch.testing.assert_close(got[0], (saved * tangent.sum()).sum(0))

@@ -371,6 +371,11 @@ class _Drawer:
         overflow = False
         if op in AMPLIFY and not all(a.exact for a in args):
             rel_in = rel_in * mag
+        if op == "lerp" and not all(a.exact for a in args):
+            # start * (1 - weight) + end * weight: an error in start or end comes out times
+            # up to 1 + |weight| (on the GPU a fused multiply-add makes one that is exactly
+            # 0 in eager, end - start of equal values, the product's rounding residual)
+            rel_in = rel_in * (1 + _emax([args[2].mag, torch.as_tensor(args[2].eager).double().abs()]))
         if op in REDUCE:  # a reduction's error is relative to its inputs' largest magnitude
             red = lambda t: torch.as_tensor(t).expand(args[0].eager.shape).amax(attrs["dims"], keepdim=attrs["keepdim"])  # noqa: E731
             rel_in, mag = red(rel_in), red(mag)

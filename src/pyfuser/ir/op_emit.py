@@ -32,6 +32,21 @@ def is_number(text: str) -> bool:
     return _CONSTANT.fullmatch(text.strip()) is not None
 
 
+_TYPED = re.compile(r"tl\.full\(\[\], (.+), tl\.float64\)")
+
+
+def constant_value(text: str) -> float | None:
+    """The value of an emitted float constant, plain (fp32 and narrower) or the typed
+    0-d tensor an fp64 constant is spelled as (``dtype_policy.literal``); None for
+    anything else.  Rules that special-case a constant (``pow_``) read it here, so an
+    fp64 fusion takes the same path as an fp32 one."""
+    m = _TYPED.fullmatch(text.strip())
+    try:
+        return float(m.group(1) if m else text)
+    except ValueError:
+        return None
+
+
 def const(b, value: float) -> str:
     """A float constant in the compute dtype.  A Python float in Triton source is an
     fp32 value: alone (``tl.where(c, 1.0, 0.0)``) it makes an fp32 result, which would
@@ -54,13 +69,11 @@ _POW_BY_MUL = {2.0: "{x} * {x}", 3.0: "{x} * {x} * {x}", 1.0: "{x}"}
 
 
 def pow_(b, x, y):
-    """Constant exponents 1, 2, 3 as products and 0.5 as sqrt (what eager computes); others
-    through libdevice.pow, which follows C's pow like torch (fp32 in double).
+    """Constant exponents 1, 2, 3 as products, 0.5 as sqrt and -0.5 as one over sqrt (what
+    eager computes: pow(-inf, 0.5) is nan, pow(-0.0, -0.5) is -inf, where C's pow says
+    inf); others through libdevice.pow, which follows C's pow like torch (fp32 in double).
     Integer tensors take only small constant exponents (unrolled products)."""
-    try:
-        const = float(y)
-    except ValueError:
-        const = None
+    const = constant_value(y)
     if b.cdtype == "tl.int1":  # on bools x ** y is x or not y (0 ** 0 == 1), as torch computes
         if y in ("True", "False"):
             return x if y == "True" else f"({x} == {x})"
@@ -75,6 +88,8 @@ def pow_(b, x, y):
         return "(" + _POW_BY_MUL[const].format(x=tx) + ")"
     if const == 0.5:  # eager takes sqrt for a scalar exponent of 0.5 (so pow(-inf, 0.5) is nan)
         return sqrt(b, x)
+    if const == -0.5:  # and rsqrt for -0.5, here correctly rounded twice (tl.rsqrt is approximate)
+        return div(b, "1.0", sqrt(b, x))
     if b.cdtype == "tl.float32":
         # In double, rounded once to fp32 (a constant exponent rounded to fp32 first, as
         # torch's scalar is): correctly rounded but for the double rounding, and much
