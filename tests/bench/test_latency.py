@@ -77,3 +77,31 @@ def test_report_sums_the_seeds_and_names_a_failed_process():
     assert "model gpt2: cold steps 9.00 + 1.00 s (process 12.0 s, imports before 0.0 s), warm FAILED (timed out after 5 s)" in lines
     assert lines[-3:] == ["slowest Triton compiles (cold, of 2; 2.00 s in all):", "  seed b: k2 (pointwise): 1.250 s",
                           "  seed a: k1 (pointwise): 0.750 s"]
+
+
+def test_model_through_another_backend_records_no_pyfuser_phase():
+    """``--latency-against`` trains the same model through another backend in its own
+    process; ``measure_model``'s backend argument is what that process uses."""
+    torch._dynamo.reset()
+    res = latency.measure_model("mlp", "cpu", steps=2, backend="eager")
+    first = PhaseReport.from_dict(res["first"])
+    assert res["backend"] == "eager" and first.counts["dynamo"] == 1
+    assert not any(first.counts[name] for name in ("tracing", "partitioning", "planning", "first_launch"))
+    assert "peak_allocated" not in res  # measured on the GPU only
+    torch._dynamo.reset()
+
+
+def test_report_puts_pyfuser_beside_torch_compile():
+    def run(first, later, peak):
+        return {"first": _child(first, 0.0), "later": _child(sum(later), 0.0), "step_walls": [first, *later],
+                "process_s": first + 5, "peak_allocated": peak * 2**30, "peak_reserved": (peak + 1) * 2**30}
+    results = {"seeds": {},
+               "model": {"cold": run(10.0, [0.1, 0.3, 0.2], 4.0), "warm": run(2.0, [0.1, 0.1], 4.0)},
+               "against": {"cold": run(20.0, [0.4, 0.4], 5.0), "warm": {"error": "exit status 1", "output": ""}}}
+    lines = latency.report_lines(results, "gpt2")
+    i = lines.index("gpt2 against torch.compile (pyfuser / torch.compile):")
+    assert lines[i + 1] == ("  cold: first step 10.00 s / 20.00 s = 0.50x; steps 2+ median 200.0 ms / 400.0 ms; "
+                            "peak allocated 4.00 GiB / 5.00 GiB = 0.80x (reserved 5.00 / 6.00 GiB)")
+    assert lines[i + 2] == "  warm: not compared (a process failed)"
+    assert lines[i + 3] == "  pyfuser's warm first step is 20% of its cold one"
+    assert any(line.startswith("model gpt2 (torch.compile): cold steps 20.00 + 0.40 + 0.40 s") for line in lines)

@@ -54,6 +54,9 @@ def parse(argv):
                    help="the model's size (default: full on the GPU, tiny on CPU)")
     p.add_argument("--latency-steps", type=int, default=MODEL_STEPS,
                    help=f"training steps measured: step 1, then 2..N (default {MODEL_STEPS})")
+    p.add_argument("--latency-against", choices=("inductor", "none"), default=None,
+                   help="also train the model through torch.compile's default backend, each in processes of "
+                        "its own, for the first-step and peak-memory ratios (default: inductor on the GPU)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds one process may take (default 1800)")
     p.add_argument("--out", default=None, help="folder (or .json file) for the run's JSON (default: none)")
     return p.parse_args(argv)
@@ -108,9 +111,11 @@ def model_setup(name: str, device: str, size: str, layers: int | None):
 
 
 def measure_model(name: str, device: str, size: str = "tiny", layers: int | None = None,
-                  steps: int = MODEL_STEPS) -> dict:
-    """The phases of a zoo model's first training step through torch.compile(backend="pyfuser"),
-    and of steps 2..``steps`` together."""
+                  steps: int = MODEL_STEPS, backend: str = "pyfuser") -> dict:
+    """The phases of a zoo model's first training step through torch.compile(backend=...),
+    and of steps 2..``steps`` together; on the GPU also the peak memory the steps
+    allocated and reserved (the model's weights and gradients included: the same for
+    every backend)."""
     import torch
 
     import pyfuser.dynamo  # noqa: F401 - registers the backend
@@ -120,7 +125,9 @@ def measure_model(name: str, device: str, size: str = "tiny", layers: int | None
 
     model, batch, amp, sizes = model_setup(name, device, size, layers)
     import_s = preload(device)
-    compiled = torch.compile(model, backend="pyfuser")
+    compiled = torch.compile(model, backend=backend)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
 
     def step():
         t = time.perf_counter()
@@ -140,8 +147,10 @@ def measure_model(name: str, device: str, size: str = "tiny", layers: int | None
             walls += [step() for _ in range(steps - 1)]
             _charge_dynamo(dynamo_seconds() - dynamo)  # recompiles
         later = rec.as_dict()
+    peak = {"peak_allocated": torch.cuda.max_memory_allocated(), "peak_reserved": torch.cuda.max_memory_reserved()} \
+        if device == "cuda" else {}
     return {"first": first.as_dict(), "later": later, "step_walls": walls, "import_s": import_s,
-            "sizes": ", ".join(f"{k}={v}" for k, v in sizes.items())}
+            "sizes": ", ".join(f"{k}={v}" for k, v in sizes.items()), "backend": backend, **peak}
 
 
 def dynamo_seconds() -> float:
@@ -178,6 +187,7 @@ def child_main(argv) -> int:
     p.add_argument("--size", default="tiny")
     p.add_argument("--layers", type=int, default=None)
     p.add_argument("--steps", type=int, default=MODEL_STEPS)
+    p.add_argument("--backend", default="pyfuser")
     p.add_argument("--json-out", required=True)
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
@@ -185,7 +195,7 @@ def child_main(argv) -> int:
     if kind == "seed":
         result = measure_seed(name, a.device, a.scale)
     else:
-        result = measure_model(name, a.device, a.size, a.layers, a.steps)
+        result = measure_model(name, a.device, a.size, a.layers, a.steps, a.backend)
     with open(a.json_out, "w") as f:
         json.dump(result, f)
     return 0
@@ -253,7 +263,7 @@ def run(args, device: str, say=print) -> dict:
     parts = {p for p in args.latency_parts.split(",") if p}
     if not parts <= set(PARTS):
         raise SystemExit(f"--latency-parts: expected some of {', '.join(PARTS)}, got {args.latency_parts!r}")
-    out = {"seeds": {}, "model": None}
+    out = {"seeds": {}, "model": None, "against": None}
     if "seeds" in parts:
         scale = CPU_SCALE if device == "cpu" else 1.0
         for name in seed_names(args.latency_seeds):
@@ -268,6 +278,10 @@ def run(args, device: str, say=print) -> dict:
         if args.latency_layers:
             child += ["--layers", str(args.latency_layers)]
         out["model"] = measure_cold_warm(child, args.timeout, say)
+        against = args.latency_against or ("inductor" if device == "cuda" else "none")
+        if against != "none":
+            say(f"model {args.latency_model} through torch.compile ({against})")
+            out["against"] = measure_cold_warm(child + ["--backend", against], args.timeout, say)
     return out
 
 
@@ -302,6 +316,7 @@ def report_lines(results: dict, model: str) -> list:
     for label, runs in _runs(results, model):
         lines.append(f"{label}: " + ", ".join(_summary(runs[m], m, steps=label.startswith("model"))
                                               for m in ("cold", "warm")))
+    lines += against_lines(results, model)
     compiles = cold_compiles(results, model)
     if compiles:
         lines.append(f"slowest Triton compiles (cold, of {len(compiles)}; {sum(c[3] for c in compiles):.2f} s "
@@ -313,7 +328,44 @@ def report_lines(results: dict, model: str) -> list:
 def _runs(results: dict, model: str) -> list:
     """(label, {"cold": ..., "warm": ...}) of every measurement."""
     out = [(f"seed {name}", runs) for name, runs in results["seeds"].items()]
-    return out + ([(f"model {model}", results["model"])] if results.get("model") else [])
+    out += [(f"model {model}", results["model"])] if results.get("model") else []
+    return out + ([(f"model {model} (torch.compile)", results["against"])] if results.get("against") else [])
+
+
+def against_lines(results: dict, model: str) -> list:
+    """pyfuser's first step, warm first step, median later step and peak memory beside
+    torch.compile's, each process alone (the issue's ratios: first step and memory
+    pyfuser / torch.compile, lower is better)."""
+    ours, theirs = results.get("model") or {}, results.get("against") or {}
+    if not theirs:
+        return []
+    lines = [f"{model} against torch.compile (pyfuser / torch.compile):"]
+    for mode in ("cold", "warm"):
+        a, b = ours.get(mode, {}), theirs.get(mode, {})
+        if "error" in a or "error" in b or not a or not b:
+            lines.append(f"  {mode}: not compared (a process failed)")
+            continue
+        first = f"first step {a['step_walls'][0]:.2f} s / {b['step_walls'][0]:.2f} s = " \
+                f"{a['step_walls'][0] / b['step_walls'][0]:.2f}x"
+        later = ""
+        if len(a["step_walls"]) > 1 and len(b["step_walls"]) > 1:
+            ma, mb = _median(a["step_walls"][1:]), _median(b["step_walls"][1:])
+            later = f"; steps 2+ median {ma * 1e3:.1f} ms / {mb * 1e3:.1f} ms"
+        peak = ""
+        if a.get("peak_allocated") and b.get("peak_allocated"):
+            pa, pb = a["peak_allocated"], b["peak_allocated"]
+            peak = f"; peak allocated {pa / 2**30:.2f} GiB / {pb / 2**30:.2f} GiB = {pa / pb:.2f}x" \
+                   f" (reserved {a['peak_reserved'] / 2**30:.2f} / {b['peak_reserved'] / 2**30:.2f} GiB)"
+        lines.append(f"  {mode}: {first}{later}{peak}")
+    cold, warm = ours.get("cold", {}), ours.get("warm", {})
+    if cold.get("step_walls") and warm.get("step_walls"):
+        lines.append(f"  pyfuser's warm first step is {warm['step_walls'][0] / cold['step_walls'][0]:.0%} of its cold one")
+    return lines + [""]
+
+
+def _median(xs: list) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
 def cold_compiles(results: dict, model: str) -> list:
@@ -352,6 +404,7 @@ def header(args, device: str, commit) -> dict:
             "torch": torch.__version__, "triton": tv, "python": platform.python_version(),
             "model": args.latency_model, "model_size": args.latency_size or ("full" if device == "cuda" else "tiny"),
             "layers": args.latency_layers, "steps": args.latency_steps,
+            "against": args.latency_against or ("inductor" if device == "cuda" else "none"),
             "started": now.isoformat(timespec="seconds")}
 
 
