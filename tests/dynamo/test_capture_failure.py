@@ -39,12 +39,14 @@ class FakeCudaGraph:
     def capture_begin(self, pool, capture_error_mode):
         self.cuda.users[pool.n] = self.cuda.users.get(pool.n, 0) + 1
         self.cuda.underway.add(pool.n)
+        self.cuda.rng_in_graph = True  # the generator counts draws as the graph's
         self._pool = pool
 
     def capture_end(self):
         if self.cuda.invalidated:  # cudaStreamEndCapture fails: the allocations still go to the pool
             raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
         self.cuda.underway.discard(self._pool.n)
+        self.cuda.rng_in_graph = False
         self.ended = True
 
     def pool(self):
@@ -70,6 +72,13 @@ class FakeCuda(recording.CudaCalls):
         self.underway: set = set()  # pool numbers
         self.invalidated = invalidated
         self.made: list = []  # weak references to the graphs and pools made
+        self.rng_in_graph = False  # as torch's generator state: stuck after an end that failed
+
+    def rng_saved(self):
+        return self.rng_in_graph
+
+    def rng_restore(self, saved):
+        self.rng_in_graph = saved
 
     def pool(self):
         p = FakePool(len(self.made))
@@ -91,7 +100,8 @@ class FakeCuda(recording.CudaCalls):
             self.users[pool.n] -= 1
 
     def clean(self) -> bool:
-        return not self.underway and not any(self.users.values()) and all(r() is None for r in self.made)
+        return (not self.underway and not any(self.users.values()) and all(r() is None for r in self.made)
+                and not self.rng_in_graph)
 
 
 def _raise(err):

@@ -42,10 +42,24 @@ def allocator(device):
     return lambda shape, strides, dtype: torch.empty_strided(shape, strides, dtype=dtype, device=device)
 
 
-def launch_error(src, err) -> CompileError:
-    if isinstance(err, CompileError):
+def out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` says the device ran out of memory: the caching allocator's
+    ``OutOfMemoryError``, or a CUDA call's "out of memory" (a kernel launch that loads
+    its module, a library's workspace)."""
+    return isinstance(err, torch.OutOfMemoryError) or (isinstance(err, RuntimeError)
+                                                       and "out of memory" in str(err).lower())
+
+
+def launch_error(src, err) -> Exception:
+    """What a failed launch raises (``raise launch_error(src, err)`` in its handler): a
+    CompileError naming the kernel, caused by ``err``; but running out of memory stays
+    the error it is, so that the caller's handling of it (a smaller batch, the
+    backend's capture fallback) sees torch's ``OutOfMemoryError``."""
+    if isinstance(err, CompileError) or out_of_memory(err):
         return err
-    return CompileError(f"pyfuser: kernel {src.name} failed to compile or run: {type(err).__name__}: {err}")
+    wrapped = CompileError(f"pyfuser: kernel {src.name} failed to compile or run: {type(err).__name__}: {err}")
+    wrapped.__cause__ = err
+    return wrapped
 
 
 def poison_tensor(t: torch.Tensor):

@@ -185,7 +185,7 @@ class Program:
                 else:
                     hooks.launch(meta, fn, grid, args, kw, pool, dict(zip(src.outputs, outs)))
             except Exception as err:
-                raise launch_error(src, err) from err
+                raise launch_error(src, err)
             done[0] += 1
         results = [pool[j] for j in self._results]
         self._rebuild_views(results, inputs)

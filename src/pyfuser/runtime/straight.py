@@ -69,7 +69,7 @@ def straight_line(prep):
     env["SRCS"] = tuple(srcs)
     if steps:
         lines.append("    except Exception as err:")
-        lines.append("        raise launch_error(SRCS[s], err) from err")
+        lines.append("        raise launch_error(SRCS[s], err)")
         lines.append(f"    COUNT({len(steps)}, {len(steps)})")
     lines.append(f"    out = [{', '.join(f'p[{j}]' for j in prep._results)}]")
     if prep._views:

@@ -10,7 +10,8 @@ recording that runs out of memory, part-way through the run.
 
 ``record`` owns the attempt's CUDA side (the pool, the graph, the side stream).  When
 the run, the beginning or the end of the capture fails, it ends the capture, destroys
-the graph and releases the pool before the error goes up: PyTorch's graph releases
+the graph, releases the pool and puts the random generator's state back (an end that
+failed leaves it counting draws as the graph's) before the error goes up: PyTorch's graph releases
 its pool only after a capture that ended, and an allocator that still counts a
 capture as under way no longer frees its cached blocks when it runs out.  The caller
 (``graphs.GraphedCall``) then drops its copies of the inputs, ``forget``s the error
@@ -64,6 +65,21 @@ class CudaCalls:
         finally:
             cur.wait_stream(stream)
 
+    def rng_saved(self):
+        """A copy of the device's default generator's state, taken before a capture: a
+        capture registers the generator, which counts its draws as the graph's from
+        then on, until the capture's end says otherwise.  An end that fails (a capture
+        invalidated by a synchronization or an error) never says so, and every later
+        draw fails ("Offset increment outside graph capture")."""
+        gen = torch.cuda.default_generators[torch.cuda.current_device()]
+        return gen, gen.clone_state()
+
+    def rng_restore(self, saved) -> None:
+        """Put the state ``rng_saved`` copied back (nothing was drawn outside the graph
+        meanwhile: the capture ran nothing)."""
+        gen, state = saved
+        gen.graphsafe_set_state(state)
+
     def end_pool(self, pool) -> None:
         """Stop allocating to ``pool`` and release it: what ``capture_end`` and the
         graph's reset do for a capture that ended."""
@@ -88,23 +104,23 @@ def record(fn, args, cuda: CudaCalls | None = None):
     addresses just captured.  On failure the graph and its pool are given back and
     the error raised."""
     cuda = cuda or CUDA
-    pool, graph = cuda.pool(), cuda.graph()
+    pool, graph, rng = cuda.pool(), cuda.graph(), cuda.rng_saved()
     with cuda.side_stream():
         try:
             graph.capture_begin(pool=pool, capture_error_mode="thread_local")
         except BaseException:
-            _abandon(graph, pool, cuda)
+            _abandon(graph, pool, rng, cuda)
             raise
         try:
             outs = fn(*args)
         except BaseException:
             _end_quietly(graph)
-            _abandon(graph, pool, cuda)
+            _abandon(graph, pool, rng, cuda)
             raise
         try:
             graph.capture_end()
         except BaseException:
-            _abandon(graph, pool, cuda)
+            _abandon(graph, pool, rng, cuda)
             raise
     return graph, outs
 
@@ -119,10 +135,10 @@ def _end_quietly(graph) -> None:
             graph.capture_end()
 
 
-def _abandon(graph, pool, cuda) -> None:
-    """Destroy ``graph`` and release ``pool``: the graph's reset releases the pool of
-    a capture that ended (``graph.pool()`` answers only then); otherwise it is
-    released here."""
+def _abandon(graph, pool, rng, cuda) -> None:
+    """Destroy ``graph``, release ``pool`` and put the generator's state ``rng`` back:
+    the graph's reset releases the pool of a capture that ended (``graph.pool()``
+    answers only then); otherwise it is released here."""
     try:
         graph.pool()
         ended = True
@@ -131,14 +147,9 @@ def _abandon(graph, pool, cuda) -> None:
     graph.reset()
     if not ended:
         cuda.end_pool(pool)
+    cuda.rng_restore(rng)
 
 
-def out_of_memory(err: BaseException) -> bool:
-    """Whether ``err`` says the device ran out of memory: the caching allocator's
-    ``OutOfMemoryError``, or a CUDA call's "out of memory" (a kernel launch that loads
-    its module, a library's workspace)."""
-    return isinstance(err, torch.OutOfMemoryError) or (isinstance(err, RuntimeError)
-                                                       and "out of memory" in str(err).lower())
 
 
 def forget(err: BaseException) -> str:

@@ -32,8 +32,8 @@ from torch.fx.node import Node
 
 from ...compat import module_call_hooked
 from ...runtime.executor import fast_path_allowed, program_for
+from ...runtime.launch import out_of_memory
 from ...settings import warn_user
-from .recording import out_of_memory
 from ..rules import Unsupported, meta
 from .translate import InputSpec, Translation, hints, input_layout, is_symbolic, size_key, sym_shape, translate
 
