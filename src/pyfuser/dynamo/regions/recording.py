@@ -72,13 +72,17 @@ class CudaCalls:
         invalidated by a synchronization or an error) never says so, and every later
         draw fails ("Offset increment outside graph capture")."""
         gen = torch.cuda.default_generators[torch.cuda.current_device()]
-        return gen, gen.clone_state()
+        try:
+            return gen, gen.clone_state()
+        except (AttributeError, RuntimeError):  # a torch without graph-safe states: nothing to put back
+            return None
 
     def rng_restore(self, saved) -> None:
         """Put the state ``rng_saved`` copied back (nothing was drawn outside the graph
         meanwhile: the capture ran nothing)."""
-        gen, state = saved
-        gen.graphsafe_set_state(state)
+        if saved is not None:
+            gen, state = saved
+            gen.graphsafe_set_state(state)
 
     def end_pool(self, pool) -> None:
         """Stop allocating to ``pool`` and release it: what ``capture_end`` and the
