@@ -12,6 +12,8 @@ import torch
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.bench import seeds
+from pyfuser.bench.cases import BY_NAME, select
+from pyfuser.bench.offline import check_case, meta_inputs, plan_offline
 from pyfuser.bench import training as T
 from pyfuser.dynamo.rewrites.pad_matmuls import min_flops_per_byte
 from pyfuser.errors import ChoicesError, SettingError
@@ -19,6 +21,8 @@ from pyfuser.ir.concretize import bind
 from pyfuser.schedulers import INNER_NORMALIZATION, OUTER_REDUCTION, Segment, inner_outer
 from pyfuser.schedulers import device_model as dm
 from pyfuser.schedulers.device_model import PRESETS, DeviceModel, current_model, device_model, model_for
+
+from ..codegen.common import need_ptxas
 
 H = DataType.Half
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the model without a GPU")
@@ -187,3 +191,30 @@ def test_inner_outer_programs_follow_the_warps_and_registers():
 def test_matmul_padding_threshold_follows_gemm_rate_over_bandwidth():
     assert min_flops_per_byte(PRESETS["h200"]) == 300
     assert min_flops_per_byte(PRESETS["h100"]) > 300 > min_flops_per_byte(PRESETS["a100"])
+
+
+# -- a dry run per model: plan and generate as the GPU would, on the CPU ---------------------
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_seed_fusion_plans_and_generates_for_each_model(name):
+    """The bench's seed fusions at full size, planned on meta inputs as the CUDA runtime
+    would plan them for ``name``: every kernel step passes its run-time check and is
+    generated (``scripts/device_models.py`` prints the params chosen)."""
+    for case in select("seed"):
+        sizes = case.sizes(1.0)
+        with device_model(name):
+            rt, b, plan = plan_offline(case.define(sizes), meta_inputs(case, sizes))
+        kernel_steps = [s for s in plan.steps if s.scheduler is not None]
+        assert kernel_steps and len(rt.kernels) >= len(kernel_steps), case.name
+        assert all(k.signature.parts[1] is PRESETS[name] for k in rt.kernels), case.name
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_the_bias_gradient_compiles_for_each_models_arch_without_spills(name):
+    """Compiled by Triton's ptxas for the model's sm_<arch>: the heuristics' params are
+    kept (no spill, within budget)."""
+    need_ptxas()
+    m = PRESETS[name]
+    with device_model(m):
+        (row,) = check_case(BY_NAME["bias_grad_sum_dim0_fp16"], arch=m.arch, log=lambda *a: None)
+    (params, usage), *_ = row["tried"]
+    assert row["chosen"] == params and usage.spills == 0
