@@ -218,3 +218,16 @@ def test_the_bias_gradient_compiles_for_each_models_arch_without_spills(name):
         (row,) = check_case(BY_NAME["bias_grad_sum_dim0_fp16"], arch=m.arch, log=lambda *a: None)
     (params, usage), *_ = row["tried"]
     assert row["chosen"] == params and usage.spills == 0
+
+
+@pytest.mark.gpu
+def test_the_gpus_own_model_agrees_with_its_preset():
+    """On an H100 SXM or H200: what torch reports is the preset's (SMs, L2, registers,
+    shared memory, warps), so the presets' numbers are the ones plans use there."""
+    m = DeviceModel.of()
+    kind = next((k for k in ("h200", "h100") if k in m.name.lower()), None)
+    if kind is None or "pcie" in m.name.lower():  # the presets are the SXM boards
+        pytest.skip(f"no preset for {m.name}")
+    fields = ("arch", "sms", "l2_bytes", "registers_per_sm", "shared_bytes_per_sm", "shared_bytes_per_block",
+              "max_warps_per_sm")
+    assert {f: getattr(m, f) for f in fields} == {f: getattr(PRESETS[kind], f) for f in fields}
