@@ -35,6 +35,8 @@ from .errors import SettingError
 DUMP_NAMES = ("python_definition", "fusion_args", "scheduler_params", "segmented_fusion", "launch_params",
               "kernel_code", "ptx", "kernel_time", "cache")
 LOG_LEVELS = ("", "info", "debug")
+# PYFUSER_DEVICE_MODEL's names: the presets of ``schedulers.device_model``.
+DEVICE_MODELS = ("h200", "h100", "a100", "sm89")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
@@ -81,6 +83,10 @@ SETTINGS = (
             "kernel modules imported in the process at once (the least recently used leave)"),
     Setting("prepared_sizes", "PYFUSER_PREPARED_SIZES", "int", 64,
             "prepared launches kept per fusion, one per input fingerprint (sizes, strides, dtypes)"),
+    Setting("device_model", "PYFUSER_DEVICE_MODEL", "choice", "",
+            "plan and generate kernels as if for this GPU (a preset of `schedulers/device_model.py`) instead "
+            "of the present one (docs/CODEGEN.md, the device model); read when a fusion is planned",
+            choices=("",) + DEVICE_MODELS),
     Setting("poison_outputs", "PYFUSER_POISON_OUTPUTS", "bool", False,
             "fill every output with NaN (or its integer extreme) before kernels write it, so an element "
             "no kernel writes shows; read when pyfuser is imported"),

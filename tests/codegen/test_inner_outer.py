@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from pyfuser.schedulers import inner_outer, Choices
+from pyfuser.schedulers.device_model import H200
 
 from .common import DataType, check, define_input, fusion, gen_for, kernels_of, make_tensor
 
@@ -116,7 +117,7 @@ def test_params_print_and_fold_sizes():
     p = inner_outer._sized(inner_outer.InnerOuterParams(1, 1024, 4, 1056, 0, 0, False))
     assert (p.group, p.fold_rows) == (33, 4)  # 32 groups of 33; 4096 elements per fold load
     assert "nprog=1056" in repr(p)
-    assert inner_outer.programs_per_sm(4) == 4 and inner_outer.programs_per_sm(16) == 1
+    assert inner_outer.programs_per_sm(H200, 4) == 4 and inner_outer.programs_per_sm(H200, 16) == 1
 
 
 def test_gpu_heuristics_take_two_rows_and_fall_back_to_one():
@@ -227,7 +228,7 @@ def test_the_groups_walk_on_the_gpu_needs_two_waves_of_groups():
     twice over (else two kernels); two groups a block, one in the fallback."""
     from pyfuser.ir.concretize import bind
     from pyfuser.schedulers import Segment
-    from pyfuser.schedulers.base import sm_count
+    from pyfuser.schedulers.device_model import current_model
 
     def segment(shape):
         dy = torch.empty(shape, dtype=torch.bfloat16, device="meta")
@@ -236,7 +237,7 @@ def test_the_groups_walk_on_the_gpu_needs_two_waves_of_groups():
         b = bind(fd.ir, [dy, dy, g])
         return Segment(list(fd.ir.outputs), b.shapes, {v: {"contiguous": True} for v in fd.ir.inputs}, "cuda")
 
-    few = segment((16, 1, sm_count(), 64))
+    few = segment((16, 1, current_model().sms, 64))
     assert inner_outer.can_schedule(few).code == "few_groups"
     seg = segment((16, 12, 512, 512))
     assert inner_outer.can_schedule(seg) is None

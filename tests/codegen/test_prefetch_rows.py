@@ -16,7 +16,7 @@ from pyfuser.bench.cases import build_softmax
 from pyfuser.errors import Unsupported
 from pyfuser.codegen.tiles.reduction import ReductionTile
 from pyfuser.schedulers import Choices
-from pyfuser.schedulers.base import sm_count
+from pyfuser.schedulers.device_model import current_model
 
 from .common import DataType, check, fusion, gen_for, make_tensor, need_ptxas, regcheck
 
@@ -30,7 +30,7 @@ def rc():
     return regcheck()
 
 
-@pytest.mark.parametrize("rows", [sm_count() * 2 + 5, 3])
+@pytest.mark.parametrize("rows", [current_model().sms * 2 + 5, 3])
 def test_log_softmax_rows_match_the_reference(rows):
     gen = gen_for(f"prefetch_{rows}")
     x = make_tensor((rows, 101), torch.float16, gen)
@@ -44,8 +44,8 @@ def test_log_softmax_rows_match_the_reference(rows):
 
 def test_nan_and_inf_rows_match_the_reference():
     gen = gen_for("prefetch_special")
-    x = make_tensor((sm_count() + 3, 101), torch.float16, gen, special=True)
-    fd = fusion(lambda fd: seeds.build_log_softmax_sub(fd, sm_count() + 3, 101))
+    x = make_tensor((current_model().sms + 3, 101), torch.float16, gen, special=True)
+    fd = fusion(lambda fd: seeds.build_log_softmax_sub(fd, current_model().sms + 3, 101))
     with Choices(**PREFETCH):
         check(fd, [x], n_launches=1, prefetch=True)
 
@@ -54,7 +54,7 @@ def test_softmax_and_layer_norm_rows_match_the_reference():
     """A bf16 softmax (its output pass recomputes the exponentials) and a layer norm
     (kept mean and rstd, weights loaded per row, not carried)."""
     gen = gen_for("prefetch_norms")
-    rows = sm_count() + 7
+    rows = current_model().sms + 7
     y = make_tensor((rows, 101), torch.bfloat16, gen)
     fd = fusion(lambda fd: build_softmax(fd, (rows, 101, T.BF), False))
     with Choices(**PREFETCH):
@@ -179,7 +179,7 @@ def test_compiled_rows_match_the_reference(dt):
     """On the GPU: the output pass's inline-PTX widening, on rows of 20001 that pad to
     32768."""
     gen = gen_for("prefetch_gpu")
-    rows = sm_count() * 2 + 3
+    rows = current_model().sms * 2 + 3
     x = make_tensor((rows, 20001), dt, gen).cuda()
     tdt = T.H if dt is torch.float16 else T.BF
     for build in (lambda fd: build_softmax(fd, (rows, 20001, tdt), False),

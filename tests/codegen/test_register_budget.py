@@ -180,7 +180,7 @@ def test_a_row_tile_over_long_rows_takes_one_row_a_program(rows, length, want):
     seg = cuda_segment(build, [((rows, length), torch.bfloat16), ((rows,), torch.float32)])
     p = pointwise.heuristics(seg)
     assert (p.outer, p.block_outer, p.block) == ((0,), *want)
-    assert pointwise.grid(seg, p)[1] <= pointwise.MAX_GRID_K
+    assert pointwise.grid(seg, p)[1] <= seg.model.max_grid_y
 
 
 def test_a_candidate_over_its_register_budget_is_rejected():

@@ -24,7 +24,7 @@ A ``Case`` holds
 The training step's fusions are defined in ``training.py`` (shared with the tests
 against torch autograd); the cases here give them their sizes.
 
-The full sizes move several times the H200's 50 MB L2 (inputs + outputs), so the
+The full sizes move several times the H200's 60 MiB L2 (inputs + outputs), so the
 figures are DRAM-bandwidth figures.
 """
 from __future__ import annotations

@@ -34,6 +34,7 @@ import torch
 from ..errors import CompileError, InputError
 from ..ir.concretize import bind, cpu_scalars_on_device
 from ..schedulers.base import current_choices
+from ..schedulers.device_model import model_override
 from ..settings import OVERRIDES, read
 from . import dump, profiler, story
 from .phases import phase, timed
@@ -52,8 +53,10 @@ RECORD_LAUNCHES: list | None = None
 def fingerprint(inputs, device, shape_scalars=()):
     """Everything about the inputs that decides the kernels and their constant arguments:
     ``shape_scalars`` are the positions of scalar inputs that shapes depend on
-    (``FusionIR.shape_scalar_inputs``), whose values decide sizes."""
-    parts = [device, current_choices().key]
+    (``FusionIR.shape_scalar_inputs``), whose values decide sizes.  The device model
+    is the inputs' devices' (cached per device index, ``schedulers.device_model``)
+    unless a ``device_model`` block overrides it: only the override is read here."""
+    parts = [device, current_choices().key, model_override()]
     for x in inputs:
         if isinstance(x, torch.Tensor):
             parts.append((x.dtype, x.shape, x.stride(), x.device, not x.data_ptr() & 15))
@@ -204,8 +207,8 @@ def _on_device(ir, inputs, device) -> str:
 def fast_path_allowed() -> bool:
     """Whether a caller holding a ``Program`` (``program_for``) may run it without
     hooks in place of ``execute``: no dump, no profile (nor an open
-    ``PythonProfiler``), no poisoned outputs, no recorded launches and no scheduler
-    override (overrides are part of the fingerprint) are on.
+    ``PythonProfiler``), no poisoned outputs, no recorded launches, no scheduler
+    override and no ``device_model`` block (overrides are part of the fingerprint) are on.
 
     The torch.compile backend asks at every region call, between ATen ops whose work
     evicts the host's caches: there, the general check (``dump.enabled_dumps`` and
@@ -214,7 +217,7 @@ def fast_path_allowed() -> bool:
     variables' raw values straight from the environment's dict: set to anything but
     "" (and ``profiler.OFF`` for PYFUSER_PROF), the call takes ``execute``, which
     validates them."""
-    if current_choices() or profiler._CAPTURING or POISON_OUTPUTS or RECORD_LAUNCHES is not None:
+    if current_choices() or model_override() is not None or profiler._CAPTURING or POISON_OUTPUTS or RECORD_LAUNCHES is not None:
         return False
     if OVERRIDES or _ENV_DATA is None:
         return not dump.enabled_dumps() and not profiler.printing()

@@ -1,7 +1,7 @@
 """Planning: from an input signature to a fusion's plan and its kernels.
 
 ``ExecutorCache`` (one per FusionDefinition) maps an input *signature* (device kind,
-which dims are size 1, which inputs are contiguous, 16-byte alignment, index width,
+the device model, which dims are size 1, which inputs are contiguous, 16-byte alignment, index width,
 normalised slice bounds) to a ``segment.steps.Plan``: which outputs alias inputs or
 expand another value (``Plan.aliases``), and the segments (``Step``) with their
 schedulers.  Which steps a plan has is the segment package's decision
@@ -30,6 +30,7 @@ from ..ir.infer import pad_widths, slice_bounds
 from ..codegen.writer import KernelArg
 from ..ir.values import Expr, TensorVal, Val
 from ..schedulers import SCHEDULERS, Segment, current_choices
+from ..schedulers.device_model import model_for
 from ..segment.planner import make_plan
 from ..segment.steps import Plan, make_step
 from ..segment.subfusion import SubFusion, subfusion
@@ -58,8 +59,8 @@ def internal_errors(what: str):
 
 @dataclass(frozen=True)
 class Signature:
-    """What decides a plan and its kernels beyond sizes: device kind, each input's
-    contiguity, alignment and unit-stride dim, which dims are size 1, slice bounds and
+    """What decides a plan and its kernels beyond sizes: device kind, the device model
+    the heuristics plan for (``schedulers.device_model``), each input's contiguity, alignment and unit-stride dim, which dims are size 1, slice bounds and
     pad widths, index width, the scheduler choices.  ``labels`` say what each part
     means (for the cache dump); two signatures are equal when their parts are."""
 
@@ -132,7 +133,7 @@ class ExecutorCache:
 
     # -- signature -------------------------------------------------------------------
     def signature(self, b: Binding, live) -> Signature:
-        parts, labels = [b.device.type], ["device"]
+        parts, labels = [b.device.type, model_for(b.device)], ["device", "device model"]
         for v in self.fd.ir.inputs:
             if isinstance(v, TensorVal):
                 x = b.values[v]
@@ -173,7 +174,7 @@ class ExecutorCache:
 
     def segment(self, b: Binding, outputs) -> Segment:
         info = {v: layout_info(b.values[v]) for v in self.fd.ir.inputs if isinstance(v, TensorVal)}
-        return Segment(list(outputs), b.shapes, info, b.device.type, b.values)
+        return Segment(list(outputs), b.shapes, info, b.device.type, b.values, model=model_for(b.device))
 
     def sub_segment(self, b: Binding, sf: SubFusion) -> Segment:
         """The segment of a subfusion: fusion inputs keep their layout, intermediates
@@ -184,7 +185,7 @@ class ExecutorCache:
                 o = sf.orig[c]
                 info[c] = layout_info(b.values[o]) if o in b.values else {"contiguous": True, "rows_aligned": False}
         shapes = {c: b.shapes[o] for c, o in sf.orig.items() if isinstance(c, TensorVal) and o in b.shapes}
-        return Segment(list(sf.ir.outputs), shapes, info, b.device.type, b.values)
+        return Segment(list(sf.ir.outputs), shapes, info, b.device.type, b.values, model=model_for(b.device))
 
     def step_segment(self, b: Binding, step) -> Segment | None:
         if step.is_host:

@@ -57,12 +57,11 @@ import functools
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-import torch
-
 from ..codegen.emit import check_outputs
 from ..errors import ChoicesError, Unsupported
 from ..ir.analysis import SegmentAnalysis
 from ..ir.values import TensorVal
+from .device_model import DeviceModel, current_model
 
 INT32_LIMIT = 2**31 - 1
 
@@ -170,6 +169,9 @@ class Segment:
     # What the schedulers computed about this segment, computed once: the analyses
     # (``analysis``) and the run-time checks' kernels (``checked_emit``).
     memo: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    # The GPU the heuristics plan for (``device_model``): the runtime passes the
+    # signature's; a segment built without one takes the model in force.
+    model: DeviceModel = dataclasses.field(default_factory=current_model, repr=False, compare=False)
 
     @functools.cached_property
     def analysis(self) -> SegmentAnalysis:
@@ -375,25 +377,3 @@ def contiguous_multiple(n: int) -> int:
 
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
-# The device the heuristics plan for: the current GPU's, the H200's without one (a plan
-# made offline by benchmarks/regcheck.py).
-H200_SMS = 132
-H200_L2_BYTES = 60 * 2**20  # as CUDA reports it (62914560)
-
-
-def sm_count() -> int:
-    """SMs of the current GPU."""
-    return _props(torch.cuda.current_device())[0] if torch.cuda.is_available() else H200_SMS
-
-
-def l2_bytes() -> int:
-    """L2 cache bytes of the current GPU."""
-    return _props(torch.cuda.current_device())[1] if torch.cuda.is_available() else H200_L2_BYTES
-
-
-@functools.lru_cache(maxsize=None)
-def _props(index: int) -> tuple:
-    p = torch.cuda.get_device_properties(index)
-    return p.multi_processor_count, p.L2_cache_size

@@ -31,7 +31,8 @@ from ..codegen.lower import compute_dtype
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS, REDUCTION_KINDS
 from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, emitted, invalid_params,
-                   next_pow2, powers_of_2, require_valid, sm_count, too_many_warps)
+                   next_pow2, powers_of_2, require_valid, too_many_warps)
+from .device_model import DeviceModel
 from .reduction import kept_and_reduced
 
 NAME = "inner_outer"
@@ -124,9 +125,9 @@ def can_schedule(seg: Segment) -> Reject | None:
         return Reject("empty", f"{ref.name} has no rows or no columns")
     if seg.device_type == "cuda" and next_pow2(J) > MAX_ROW:
         return Reject("wide_rows", f"rows of {J} elements do not fit the persistent tile (at most {MAX_ROW})")
-    if seg.device_type == "cuda" and is_grouped(seg) and groups(seg) < MIN_WAVES * ROWS_PER_BLOCK * sm_count():
+    if seg.device_type == "cuda" and is_grouped(seg) and groups(seg) < MIN_WAVES * ROWS_PER_BLOCK * seg.model.sms:
         return Reject("few_groups", f"{groups(seg)} column-sum rows fill fewer than {MIN_WAVES} waves of "
-                                    f"{sm_count()} programs")
+                                    f"{seg.model.sms} programs")
     col_vals = {o for e in outer for o in e.outputs}
     for e in seg.exprs():
         if e in outer:
@@ -173,8 +174,9 @@ def heuristics(seg: Segment) -> InnerOuterParams:
     per_thread = 8 if bj <= 1024 else 16
     warps = max(1, min(16, bj // (32 * per_thread)))
     bk = min(ROWS_PER_BLOCK, next_pow2(K))
-    nprog = max(1, min(-(-K // bk), sm_count() * programs_per_sm(warps)))
-    return _sized(apply_overrides(InnerOuterParams(bk, bj, warps, nprog, 0, 0, int64, J % 4 == 0, stages=3,
+    nprog = max(1, min(-(-K // bk), seg.model.sms * programs_per_sm(seg.model, warps)))
+    return _sized(apply_overrides(InnerOuterParams(bk, bj, warps, nprog, 0, 0, int64, J % 4 == 0,
+                                                   stages=pipelined_stages(seg, 3, bk, bj),
                                                    contig_multiple=contiguous_multiple(J))))
 
 
@@ -188,16 +190,29 @@ def _grouped_heuristics(seg: Segment, F: int, J: int, int64: bool) -> InnerOuter
     else:
         per_thread = 8 if bj <= 1024 else 16
         warps = max(1, min(16, bj // (32 * per_thread)))
-        bk, stages = min(ROWS_PER_BLOCK, next_pow2(F)), 2
+        bk = min(ROWS_PER_BLOCK, next_pow2(F))
+        stages = pipelined_stages(seg, 2, bk, bj)
     p = apply_overrides(InnerOuterParams(bk, bj, warps, 0, 0, 0, int64, J % 4 == 0, stages=stages,
                                          contig_multiple=contiguous_multiple(J), grouped=True))
     return p if p.nprog else replace(p, nprog=-(-F // max(1, p.block_k)))  # a program per block of groups
 
 
-def programs_per_sm(warps: int) -> int:
-    """Programs each SM should hold at once: 16 warps' worth, at most 4 (fewer
-    programs leave fewer column partials to fold)."""
-    return max(1, min(4, 16 // warps))
+def programs_per_sm(model: DeviceModel, warps: int) -> int:
+    """Programs each SM should hold at once: a quarter of its warps' worth (16 of 64),
+    at most 4 (fewer programs leave fewer column partials to fold)."""
+    return max(1, min(4, model.max_warps_per_sm // 4 // warps))
+
+
+def pipelined_stages(seg: Segment, stages: int, block_k: int, block_j: int) -> int:
+    """``stages`` for the row loop, or fewer where the ``stages - 1`` blocks the
+    pipeline keeps in shared memory (every full-size load, ``block_k`` x ``block_j``)
+    would not fit one program's shared memory: such a kernel could not launch."""
+    ref = analyse(seg)[0]
+    n = seg.numel(ref)
+    block = block_k * block_j * sum(v.dtype.itemsize for v in seg.loads() if seg.numel(v) == n)
+    while stages > 1 and (stages - 1) * block > seg.model.shared_bytes_per_block:
+        stages -= 1
+    return stages
 
 
 def max_registers(seg: Segment, params: InnerOuterParams) -> int | None:
@@ -206,9 +221,8 @@ def max_registers(seg: Segment, params: InnerOuterParams) -> int | None:
     GPU).  None on the CPU."""
     if seg.device_type != "cuda" or params.grouped:  # the groups' walk runs in as many waves as it needs
         return None
-    sms = sm_count()
-    per_sm = -(-params.nprog // sms)
-    return 65536 // (per_sm * 32 * params.num_warps)
+    per_sm = -(-params.nprog // seg.model.sms)
+    return seg.model.registers_per_sm // (per_sm * 32 * params.num_warps)
 
 
 def _sized(p: InnerOuterParams) -> InnerOuterParams:
@@ -276,7 +290,7 @@ def fallbacks(seg: Segment, params: InnerOuterParams) -> list:
     if p.block_k > 1:
         p = replace(p, block_k=1)
         out.append(p)
-    sms = sm_count()
+    sms = seg.model.sms
     while p.nprog // 2 >= sms:
         p = replace(p, nprog=p.nprog // 2, group=0, fold_rows=0)
         out.append(_sized(p))

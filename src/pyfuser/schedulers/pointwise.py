@@ -170,7 +170,6 @@ BLOCK_OUTER = 8
 # elements per thread; wider rows cost registers, fewer rows were slower.
 # docs/TUNING.md#broadcast-tile
 BROADCAST_BLOCK = 2048
-MAX_GRID_K = 65535  # CUDA's limit on the grid's second axis
 # A row tile (values read once per row) over rows at least BROADCAST_BLOCK long takes
 # one row of LONG_ROW_BLOCK per program: every thread holding elements of a row
 # computes that row's values and their index math, so 8 rows a tile cost each thread 8
@@ -204,7 +203,7 @@ def heuristics(seg: Segment) -> PointwiseParams:
         bk = min(bk, next_pow2(K))
         block = (1 << 14 if seg.device_type == "cpu" else gpu_block)
         block = max(bk * 16, min(block, bk * next_pow2(J)))
-        if -(-K // bk) <= MAX_GRID_K:
+        if -(-K // bk) <= seg.model.max_grid_y:  # k blocks are the grid's second axis
             return apply_overrides(_params(block, 4, int64, outer, bk, contiguous_multiple(J) if K else 1, grid_dims))
     if seg.device_type == "cpu":  # the interpreter runs programs one by one: few, large ones
         # Two block sizes only (masked lanes cost little there), so a new size does not
@@ -245,7 +244,7 @@ def tile_choice(seg: Segment) -> tuple:
         probe = probe or probe_walk(seg)
         outer = row_dims(seg, probe.load_axes) if probe is not None else ()
         if outer:
-            if shape[-1] >= BROADCAST_BLOCK and math.prod(shape[:-1]) <= MAX_GRID_K:
+            if shape[-1] >= BROADCAST_BLOCK and math.prod(shape[:-1]) <= seg.model.max_grid_y:
                 return outer, 1, LONG_ROW_BLOCK, ()
             return outer, BLOCK_OUTER, BROADCAST_BLOCK, ()
     return (), 1, 0, ()

@@ -36,7 +36,8 @@ from ..ir.dtypes import DataType
 from ..ir.ops import OPS, OpKind
 from . import reduction_outer
 from .base import (Reject, Segment, apply_overrides, checked_emit, contiguous_multiple, current_choices, emitted,
-                   invalid_params, l2_bytes, next_pow2, sm_count)
+                   invalid_params, next_pow2)
+from .device_model import DeviceModel
 from .reduction_outer import OUTER_VALUES_PER_THREAD, outer_values  # noqa: F401  (the outer rules' budget)
 from .reduction_params import InnerChunked, InnerPersistent, PrefetchRows, ReductionParams
 
@@ -89,7 +90,7 @@ def inner_heuristics(seg: Segment, ref, dims) -> ReductionParams:
     p = _one_row_at_a_time(seg, ref, dims)
     J = kept_and_reduced(seg, ref, dims)[1]
     if current_choices().fields.get("prefetch") is not False and prefetch_pays(seg, ref, J, p):
-        p = PrefetchRows(next_pow2(J), PREFETCH_WARPS, p.int64, p.align,
+        p = PrefetchRows(next_pow2(J), prefetch_warps(seg.model), p.int64, p.align,
                          REWIDEN_ORDER[0] if all(v.dtype is DataType.Half for v in seg.loads()) else 0)
     return apply_overrides(p)
 
@@ -127,12 +128,21 @@ def _chosen_rows(p: InnerPersistent | InnerChunked) -> InnerPersistent | InnerCh
 # The spill check's order of ``rewiden`` forms (``prefetch_pays``); bf16 rows take 0
 # only (``tiles.rows._WIDEN``).
 REWIDEN_ORDER = (1, 2, 0)
-# Warps of a prefetching program: two rows of 32768 16-bit elements take 64 of the
-# 128 registers each of 512 threads may hold, the rest is the passes' working set.
-PREFETCH_WARPS = 16
-# The bytes per element of a row that a prefetching tile may load: two rows (this one
-# and the next) then fill half of an SM's 256 KB register file at most.
-PREFETCH_ROW_BYTES = 1 << 16
+# Registers per thread of a prefetching program: two rows of 32768 16-bit elements
+# take 64 of them on 16 warps, the rest is the passes' working set.
+PREFETCH_REGISTERS = 128
+
+
+def prefetch_warps(model: DeviceModel) -> int:
+    """Warps of a prefetching program (one per SM): as many as the register file holds
+    at ``PREFETCH_REGISTERS`` a thread (16 of 64K registers)."""
+    return model.registers_per_sm // (32 * PREFETCH_REGISTERS)
+
+
+def prefetch_row_bytes(model: DeviceModel) -> int:
+    """The bytes per element of a row that a prefetching tile may load: two rows (this
+    one and the next) then fill half of an SM's register file at most (64 KiB of 256)."""
+    return model.register_file_bytes // 4
 
 
 def prefetch_pays(seg: Segment, ref, J: int, p: ReductionParams) -> bool:
@@ -141,7 +151,7 @@ def prefetch_pays(seg: Segment, ref, J: int, p: ReductionParams) -> bool:
     (one row fills an SM, so nothing else overlaps its phases), peeled (the carried
     loads are each row's head, tail and aligned body), reading nothing but contiguous rows (a weight
     loaded in the loop would wait behind the next row's loads), whose two rows' loads fit
-    ``PREFETCH_ROW_BYTES``.  The candidates, in the spill check's order, for fp16 rows:
+    ``prefetch_row_bytes``.  The candidates, in the spill check's order, for fp16 rows:
     the output pass widening the carried row for itself (``rewiden`` 1), then the sum
     pass too (2), then every pass reusing the first one's fp32 row (0; bf16 rows only
     that, ``tiles.rows._WIDEN``), then the tile without prefetching
@@ -157,7 +167,7 @@ def prefetch_pays(seg: Segment, ref, J: int, p: ReductionParams) -> bool:
     # row is not one aligned body to carry.
     if any(seg.numel(v) != n or not seg.inputs_info[v]["contiguous"] for v in seg.loads()):
         return False
-    return lanes * sum(v.dtype.itemsize for v in seg.loads()) <= PREFETCH_ROW_BYTES
+    return lanes * sum(v.dtype.itemsize for v in seg.loads()) <= prefetch_row_bytes(seg.model)
 
 
 _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
@@ -331,7 +341,7 @@ def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bo
       most twice the bytes per element it loads (it re-reads the row from L2 while the
       writes leave it there), chunks of 16384 where it stores twice what it loads;
     * the output pass walks the row backwards (``out_reversed``) when the rows in
-      flight (4 programs of 16 warps per SM) fill most of L2 (``L2_SHARE_OF_ROWS``):
+      flight (``rows_in_flight_per_sm``: 4 programs of 16 warps per SM) fill most of L2 (``L2_SHARE_OF_ROWS``):
       then the chunks the statistics pass read last are the ones still there.
 
     None: keep the persistent row."""
@@ -346,15 +356,23 @@ def _wide_row_params(seg: Segment, ref, J: int, int64: bool, persistent_fits: bo
     # spilled 58 registers (offline, sm_90); chunks can be peeled.  Not yet timed
     # peeled on the GPU (docs/TUNING.md#wide-rows).
     if not persistent_fits or (online and stored <= 2 * loaded) or _compares_integers_along_rows(seg, ref):
-        in_flight = ROWS_IN_FLIGHT_PER_SM * sm_count() * J * loaded
-        chunk, warps = _fit_chunks(J, 16384 if stored >= 2 * loaded else 8192, 16)
+        m = seg.model
+        in_flight = rows_in_flight_per_sm(m) * m.sms * J * loaded
+        chunk, warps = _fit_chunks(J, 16384 if stored >= 2 * loaded else 8192, WIDE_ROW_WARPS)
         return InnerChunked(1, chunk, warps, int64, online=online,
-                            out_reversed=in_flight > L2_SHARE_OF_ROWS * l2_bytes())
+                            out_reversed=in_flight > L2_SHARE_OF_ROWS * m.l2_bytes)
     return None
 
 
-# Programs of 16 warps an SM holds at once (64 warps): the wide rows in flight per SM.
-ROWS_IN_FLIGHT_PER_SM = 4
+# Warps of a normalization's wide-row chunks.
+WIDE_ROW_WARPS = 16
+
+
+def rows_in_flight_per_sm(model: DeviceModel) -> int:
+    """Wide rows in flight per SM: the programs of ``WIDE_ROW_WARPS`` warps it holds at
+    once (4 of 64 warps; 3 where an SM holds 48)."""
+    return max(1, model.max_warps_per_sm // WIDE_ROW_WARPS)
+
 # The part of L2 the rows in flight may fill before the output pass walks backwards:
 # the output lines streaming through and the two partitions' copies take the rest.
 # docs/TUNING.md#wide-rows
@@ -474,7 +492,7 @@ def reduction_grid(seg: Segment, params: ReductionParams):
     # No kept index, no program (Triton launches nothing for an empty grid): a one-row
     # tile's kernel may then assume every program has a row (``ReductionTile.prologue``).
     if params.prefetch:  # one program per SM walks the rows
-        return (min(K, sm_count()),)
+        return (min(K, seg.model.sms),)
     strips = (K + params.block_k - 1) // params.block_k
     split = effective_split(seg, params)
     return (strips,) if split == 1 else (strips, split)

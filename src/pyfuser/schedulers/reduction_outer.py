@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..ir.dtypes import DataType
 from ..ir.ops import OPS
 from .base import Segment, apply_overrides, contiguous_multiple, next_pow2
+from .device_model import DeviceModel, prev_pow2
 from .reduction_params import OuterChunked, OuterPersistent
 
 # 32-bit values each thread of an outer tile may hold: its elements of every tensor
@@ -39,15 +40,16 @@ def outer_heuristics(seg: Segment, ref, dims, K: int, J: int) -> OuterPersistent
     bk = max(1, min(next_pow2(K), 64 // itemsize))
     bj, warps, split = _outer_tile(seg, ref, dims, K, J, bk)
     # Wider strips (up to OUTER_STRIP_BYTES of a row) while the grid keeps
-    # OUTER_MIN_PROGRAMS and the tile its warps (a wider strip walks fewer rows at a
+    # ``outer_min_programs`` and the tile its warps (a wider strip walks fewer rows at a
     # time instead), and the chunk loop pipelined OUTER_STAGES deep
     # (docs/TUNING.md#outer-tiles).
+    least = outer_min_programs(seg.model)
     while (bk * 2) * itemsize <= OUTER_STRIP_BYTES and bk * 2 <= next_pow2(K):
         wider = _outer_tile(seg, ref, dims, K, J, bk * 2)
-        if -(-K // (bk * 2)) * wider[2] < OUTER_MIN_PROGRAMS or wider[1] > warps:
+        if -(-K // (bk * 2)) * wider[2] < least or wider[1] > warps:
             break
         bk, (bj, warps, split) = bk * 2, wider
-    stages = OUTER_STAGES if J > bj and _chunk_bytes(seg, K, bk, bj) <= OUTER_STAGE_BYTES else 1
+    stages = OUTER_STAGES if J > bj and _chunk_bytes(seg, K, bk, bj) <= outer_stage_bytes(seg.model) else 1
     return apply_overrides(_outer(J <= bj, bk, bj, warps, int64, contiguous_multiple(K), split, stages))
 
 
@@ -79,39 +81,61 @@ def _outer_tile(seg: Segment, ref, dims, K: int, J: int, bk: int):
     return bj, warps, (outer_split(seg, ref, dims, K, J, bk, bj) if J > bj else 1)
 
 
-# Programs a split outer reduction aims for: 132 SMs x about 32 short-lived programs
-# (docs/TUNING.md#outer-tiles).
-SPLIT_TARGET_PROGRAMS = 4096
+# Short-lived programs per SM a split outer reduction aims for (docs/TUNING.md#outer-tiles).
+SPLIT_PROGRAMS_PER_SM = 32
+
+
+def split_target_programs(model: DeviceModel) -> int:
+    """Programs a split outer reduction aims for: ``SPLIT_PROGRAMS_PER_SM`` per SM,
+    rounded down to a power of 2 (4096 on 132 SMs, 2048 on 108).  The split is a power
+    of 2 and so are most strip counts: an unrounded target would round each grid up,
+    to twice the programs (8192 on 132 SMs)."""
+    return prev_pow2(SPLIT_PROGRAMS_PER_SM * model.sms)
+
+
 MAX_SPLIT = 32
 # The most a kernel storing only its sums splits (no output per element): each
 # program then walks at least a 16th of the rows.  Column sums gained at 16 and lost
 # at 8; a kernel that also writes per element lost at 16, so it keeps ``MAX_SPLIT``.
 # docs/TUNING.md#outer-split
 MAX_SPLIT_SUMS_ONLY = 16
-OUTER_MIN_PROGRAMS = 768  # about 6 per SM: what a widened strip must still leave
+
+
+def outer_min_programs(model: DeviceModel) -> int:
+    """Programs a widened strip must still leave: 3/16 of the split's target (768 on
+    132 SMs, about 6 per SM), a tuned share of the programs that fill the GPU."""
+    return split_target_programs(model) * 3 // 16
+
+
 OUTER_STRIP_BYTES = 128  # the widest strip of a row one outer program sums
 OUTER_STAGES = 3  # num_stages of an outer tile's chunk loop
-# Bytes of one chunk's loads that may be pipelined: the pipeline keeps OUTER_STAGES - 1
-# chunks of every load in shared memory, so a tile streaming many tensors runs few
-# programs per SM: a tile streaming 8 tensors (an embedding gradient summed over a batch)
-# holds about 20 times the shared memory pipelined and ran several times slower.  The
-# bias gradient's chunk is 4 KB (64 x 32 fp16).  docs/TUNING.md#outer-tiles
-OUTER_STAGE_BYTES = 4096
+
+
+def outer_stage_bytes(model: DeviceModel) -> int:
+    """Bytes of one chunk's loads that may be pipelined: a 32nd of an SM's shared
+    memory, rounded down to a power of 2 (4 KiB of 228, 2 KiB of 100), so that the
+    OUTER_STAGES - 1 chunks of every load the pipeline keeps in shared memory still
+    leave room for 16 programs per SM.  A tile streaming many tensors pipelined runs
+    few programs per SM: one streaming 8 tensors (an embedding gradient summed over a
+    batch) held about 20 times the shared memory and ran several times slower.  The
+    bias gradient's chunk is 4 KB (64 x 32 fp16).  docs/TUNING.md#outer-tiles"""
+    return prev_pow2(model.shared_bytes_per_sm // 32)
 
 
 def outer_split(seg: Segment, ref, dims, K: int, J: int, bk: int, bj: int) -> int:
     """Programs along the reduced extent when the column strips alone are too few to
     fill the GPU (bias gradient of [16384, 4096] fp16: 256 strips of 16 columns;
     layer-norm backward's dw, db at hidden 1024: 64): a power of two that brings the
-    grid to ``SPLIT_TARGET_PROGRAMS``, at most ``MAX_SPLIT`` (``MAX_SPLIT_SUMS_ONLY``
+    grid to ``split_target_programs``, at most ``MAX_SPLIT`` (``MAX_SPLIT_SUMS_ONLY``
     where every output is smaller than the reduced tensor), each program walking at
     least two chunks of rows.  1 when the segment cannot be split (``split_eligible``)."""
     strips = -(-K // bk)
-    if strips >= SPLIT_TARGET_PROGRAMS or not seg.analysis.split_eligible(ref, dims):
+    target = split_target_programs(seg.model)
+    if strips >= target or not seg.analysis.split_eligible(ref, dims):
         return 1
     n = seg.numel(ref)
     most = MAX_SPLIT if any(seg.numel(o) >= n for o in seg.outputs) else MAX_SPLIT_SUMS_ONLY
-    split = min(next_pow2(-(-SPLIT_TARGET_PROGRAMS // strips)), most)
+    split = min(next_pow2(-(-target // strips)), most)
     while split > 1 and J < 2 * bj * split:
         split //= 2
     return split

@@ -22,8 +22,10 @@ nothing to the products.
 * Padding pays when the GEMM's time saved exceeds the copies added: about 2.5e-15 s
   per FLOP saved (239 vs 581 TFLOP/s) against 3.3e-13 s per byte a pad moves (read
   plus written, at 3 TB/s): break-even near 130 FLOPs per byte, so matmuls with at
-  least ``MIN_FLOPS_PER_BYTE`` FLOPs per byte their pads move are rewritten.  A small
-  weight next to a big activation costs little to pad.
+  least ``min_flops_per_byte`` FLOPs per byte their pads move are rewritten: 300 on
+  the ``h200`` device model, scaled by the GEMM rate over the bandwidth of the
+  device's (both times scale with them).  A small weight next to a big activation
+  costs little to pad.
 * A misaligned dim of ``WIDE_DIM`` or more (a vocabulary) is padded to a multiple
   of ``LINE`` (128 bytes), so that each padded row starts on a cache line.
 * A symbolic size (dynamic shapes: the token count) is not padded, its alignment
@@ -37,8 +39,11 @@ the rewrite fails, the caller keeps the graph unpadded.
 """
 from __future__ import annotations
 
+from fractions import Fraction
+
 import torch
 
+from ...schedulers.device_model import H200, DeviceModel, model_for
 from ..rules import ATEN_ONLY, RESHAPES, meta
 from .sum_views import leading_merge
 
@@ -51,11 +56,19 @@ ALIGN = 8  # elements per 16 bytes of a 16-bit dtype
 # (docs/TUNING.md#pad-matmuls).
 LINE = 64
 WIDE_DIM = 4096
+# FLOPs per byte a pad moves from which a matmul is padded, on the ``h200`` model.
 MIN_FLOPS_PER_BYTE = 300
 ALWAYS = False  # pad regardless of device and cost (tests)
 PAD_N = True  # pad the result's columns too (see the module docstring)
 
 _TRANSPOSES = (aten.t.default, aten.transpose.int, aten.permute.default)
+
+
+def min_flops_per_byte(model: DeviceModel) -> Fraction:
+    """``MIN_FLOPS_PER_BYTE`` for ``model``: scaled by its GEMM rate over its bandwidth
+    relative to the ``h200`` model's (exact: 300 on it).  The time a pad saves per
+    FLOP falls with the GEMM rate, the time it costs per byte with the bandwidth."""
+    return Fraction(MIN_FLOPS_PER_BYTE * model.matmul_flops * H200.bandwidth, H200.matmul_flops * model.bandwidth)
 
 
 def _pad_amount(n) -> int:
@@ -105,7 +118,8 @@ def _rewrite(graph, node, cache) -> int:
         if out.device.type != "cuda":
             return 0
         copied = (va.numel() * 4 if pm or pk else 0) + (vb.numel() * 4 if pk or pn else 0)
-        if all(isinstance(d, int) for d in (M, N, K)) and 2 * M * N * K < MIN_FLOPS_PER_BYTE * copied:
+        if all(isinstance(d, int) for d in (M, N, K)) and \
+                2 * M * N * K < min_flops_per_byte(model_for(out.device)) * copied:
             return 0  # (with a symbolic size the cost is not known: pad, as for the tokens of a batch)
     with graph.inserting_before(node):
         pa = _padded(graph, a, {0: pm, 1: pk}, cache)
