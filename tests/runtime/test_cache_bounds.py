@@ -49,7 +49,7 @@ def test_prepared_sizes_stay_at_their_bound(monkeypatch):
     keep = torch.randn(sizes[-4], device=device())
     fd.execute([keep])
     fd.execute([torch.randn(100, device=device())])
-    kept = {key[2][1][0] for key in fd._runtime.programs}
+    kept = {key[-1][1][0] for key in fd._runtime.programs}  # the input's (dtype, shape, ...): its size
     assert sizes[-4] in kept and sizes[-3] not in kept and 100 in kept
     (out,) = fd.execute([keep])  # evicted sizes prepare again, correctly
     torch.testing.assert_close(out, keep * 3 + 1)
