@@ -21,10 +21,11 @@ from . import training_ops as ops
 from .harness import Options, error_text, free_memory, log, median_ms
 
 IMPLS = ("eager", "inductor", "pyfuser", "liger")
-# |out - ref| <= RTOL * |ref| + ATOL * rms(ref), elementwise, for bf16 results against
+# |out - ref| <= RTOL * |ref| + ATOL * max|ref|, elementwise, for bf16 results against
 # the fp32 reference: a few bf16 roundings (2^-8 each) of the value, plus an absolute
-# part at the tensor's scale for the sums that cancel (dx of a norm, softmax's backward).
-RTOL, ATOL = 3e-2, 3e-2
+# part at the scale of the tensor's largest terms for the sums that cancel (a norm's
+# dx, softmax's backward): their error follows the terms, not the small result.
+RTOL, ATOL = 2e-2, 1.5e-2
 
 
 def _sync(device):
@@ -70,7 +71,7 @@ def compare(results, refs) -> tuple[bool, str]:
             notes.append(f"{name}: shape {tuple(o.shape)} vs {tuple(r.shape)}")
             continue
         of, rf = o.detach().float(), r.detach().float()
-        scale = float(rf.pow(2).mean().sqrt().item()) if rf.numel() else 0.0
+        scale = float(rf.abs().max().item()) if rf.numel() else 0.0
         bound = RTOL * rf.abs() + ATOL * scale
         ratio = float(((of - rf).abs() / bound.clamp_min(1e-30)).nan_to_num(float("inf")).max().item()) if of.numel() else 0.0
         if ratio > 1.0:
