@@ -3,6 +3,8 @@
     python -m pyfuser.bench                                # every case, on the GPU
     python -m pyfuser.bench --cases softmax,layer_norm     # cases whose name contains a substring
     python -m pyfuser.bench --cases general                # a group: the held-out cases
+    python -m pyfuser.bench --cases training_ops           # forward + backward of single training ops vs
+                                                           # torch.compile, backend="pyfuser" and Liger Kernel
     python -m pyfuser.bench --quick --no-compile           # fewer repetitions, no torch.compile
     python -m pyfuser.bench --dry-run                      # no GPU: tiny sizes on CPU, checks only
     python -m pyfuser.bench --from-json FILE               # the table (and with --out, the chart) of a saved run
@@ -185,17 +187,19 @@ def main(argv=None) -> int:
 
     import torch
 
-    from . import report
+    from . import report, training_ops, training_ops_run
     from .cases import CASES, select
     from .harness import Options, copy_bandwidth, run_cases
 
     if args.list:
-        for c in CASES:
+        for c in CASES + training_ops.CASES:
             print(f"{c.name:36s} {c.group:6s} {c.describe(c.sizes(args.scale or 1.0))}")
         return 0
     cases = select(args.cases)
-    if not cases:
-        print(f"no case matches --cases {args.cases!r}; cases: {', '.join(c.name for c in CASES)}", flush=True)
+    op_cases = training_ops.select(args.cases)  # only when named: never part of "every case"
+    if not cases and not op_cases:
+        names = ", ".join(c.name for c in CASES + training_ops.CASES)
+        print(f"no case matches --cases {args.cases!r}; cases: {names}", flush=True)
         return 2
     dry = args.dry_run
     if not dry and not torch.cuda.is_available():
@@ -216,10 +220,10 @@ def main(argv=None) -> int:
               "python": platform.python_version(), "copy_gbps": None,
               "mode": "dry-run" if dry else ("quick" if args.quick else "full"),
               "warmup_ms": opts.warmup, "rep_ms": opts.rep, "timing_rounds": opts.rounds, "scale": opts.scale,
-              "torch_compile": opts.compile, "cases_requested": len(cases),
+              "torch_compile": opts.compile, "cases_requested": len(cases) + len(op_cases),
               "started": now.isoformat(timespec="seconds"), "complete": False}
     print(f"pyfuser bench: {header['gpu']}, commit {commit}{' (dirty)' if dirty else ''}, torch {tv}, "
-          f"triton {trv}, {len(cases)} case(s), mode {header['mode']}, scale {opts.scale:g}", flush=True)
+          f"triton {trv}, {len(cases) + len(op_cases)} case(s), mode {header['mode']}, scale {opts.scale:g}", flush=True)
 
     out_dir = args.out if args.out else (None if dry else default_out(header))
     if out_dir:
@@ -229,11 +233,11 @@ def main(argv=None) -> int:
     if json_path and args.cases and os.path.exists(json_path):  # a partial re-run: keep the other cases' rows
         try:
             _, old = report.load_json(json_path)
-            names = {c.name for c in cases}
+            names = {c.name for c in cases + op_cases}
             kept = [r for r in old if r.get("case") not in names]
         except Exception:
             kept = []
-    order = {c.name: i for i, c in enumerate(CASES)}
+    order = {c.name: i for i, c in enumerate(CASES + training_ops.CASES)}
 
     def merged(rows):
         return sorted(kept + rows, key=lambda r: order.get(r.get("case"), len(order)))
@@ -247,7 +251,11 @@ def main(argv=None) -> int:
         header["copy_gbps"] = round(copy_bandwidth(opts), 1)
         print(f"device-to-device copy: {header['copy_gbps']:.0f} GB/s (read + write)", flush=True)
         on_row([])
-    rows = run_cases(cases, opts, header["copy_gbps"], on_row)
+    rows = run_cases(cases, opts, header["copy_gbps"], on_row) if cases else []
+    if op_cases:
+        done = list(rows)
+        rows = done + training_ops_run.run_cases(op_cases, opts, header["copy_gbps"], lambda r: on_row(done + r),
+                                                 t_start=time.perf_counter() - sum(r.get("case_s", 0) for r in done))
     header["complete"] = True
     header["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     header["total_s"] = round(time.perf_counter() - t0, 1)

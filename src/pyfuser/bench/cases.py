@@ -21,6 +21,11 @@ A ``Case`` holds
   dtypes the schedulers' rules were not tuned on (``GENERAL``), so a rule fitted to
   the suite alone shows in every run.
 
+The "training_ops" group (``training_ops.py``, run by ``training_ops_run.py``) is not
+made of Cases: single training ops run forward and backward through autograd as eager,
+torch.compile, backend="pyfuser" and Liger Kernel; ``--cases training_ops`` selects it
+and a run of every case leaves it out.
+
 The training step's fusions are defined in ``training.py`` (shared with the tests
 against torch autograd); the cases here give them their sizes.
 

@@ -62,7 +62,7 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def _bench(fn, opts: Options) -> float:
+def median_ms(fn, opts: Options) -> float:
     """Median ms.  CUDA: the lowest of ``opts.rounds`` do_bench medians (L2 flushed;
     module docstring).  CPU (--cpu-timing, a self-test of the harness only): median
     wall time of a few calls."""
@@ -84,10 +84,10 @@ def copy_bandwidth(opts: Options) -> float:
     n = 2**28 if str(opts.device).startswith("cuda") else 2**22
     x = torch.empty(n, dtype=torch.float32, device=opts.device).fill_(1.0)
     y = torch.empty_like(x)
-    ms = _bench(lambda: y.copy_(x), opts)
+    ms = median_ms(lambda: y.copy_(x), opts)
     gbps = 2 * x.numel() * x.element_size() / ms / 1e6
     x = y = None  # free before the next allocation
-    _free(opts.device)
+    free_memory(opts.device)
     return gbps
 
 
@@ -164,7 +164,7 @@ def _list(xs) -> str:
     return "/".join("?" if x is None else str(x) for x in xs)
 
 
-def _err(e: BaseException) -> str:
+def error_text(e: BaseException) -> str:
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {first}"[:300]
 
@@ -173,7 +173,7 @@ def _pct(gbps, copy):
     return 100.0 * gbps / copy if gbps and copy else None
 
 
-def _free(device):
+def free_memory(device):
     import gc
 
     gc.collect()
@@ -236,9 +236,9 @@ def run_case(case: Case, opts: Options, copy_gbps: float | None, skip_compile_re
         row["spills"] = [s["spills"] for s in stats]
         row["bytes"] = moved_bytes(inputs, outs)
     except Exception as e:
-        row["errors"]["pyfuser"] = _err(e)
-        row["check_detail"] = "pyfuser failed: " + _err(e)
-        log(f"        pyfuser FAILED: {_err(e)}")
+        row["errors"]["pyfuser"] = error_text(e)
+        row["check_detail"] = "pyfuser failed: " + error_text(e)
+        log(f"        pyfuser FAILED: {error_text(e)}")
         traceback.print_exc(limit=-6)
         records = []
     if outs is not None:
@@ -250,8 +250,8 @@ def run_case(case: Case, opts: Options, copy_gbps: float | None, skip_compile_re
             row["check_detail"] = detail
             del refs
         except Exception as e:
-            row["errors"]["check"] = _err(e)
-            row["check_detail"] = "eager check failed: " + _err(e)
+            row["errors"]["check"] = error_text(e)
+            row["check_detail"] = "eager check failed: " + error_text(e)
     if row["bytes"] is None:  # pyfuser failed: count eager's outputs
         try:
             row["bytes"] = moved_bytes(inputs, case.eager(tensors, sizes))
@@ -274,35 +274,35 @@ def run_case(case: Case, opts: Options, copy_gbps: float | None, skip_compile_re
     nbytes = row["bytes"]
     if fd is not None and "pyfuser" not in row["errors"]:
         try:
-            row["pyfuser_ms"] = _bench(lambda: fd.execute(inputs), opts)
+            row["pyfuser_ms"] = median_ms(lambda: fd.execute(inputs), opts)
             if records:
                 def replay():
                     for fn, grid, args, kw in records:
                         fn[grid](*args, **kw)
 
-                row["pyfuser_kernel_ms"] = _bench(replay, opts)
+                row["pyfuser_kernel_ms"] = median_ms(replay, opts)
         except Exception as e:
-            row["errors"]["pyfuser_timing"] = _err(e)
+            row["errors"]["pyfuser_timing"] = error_text(e)
     records = None
-    _free(device)
+    free_memory(device)
     try:
-        row["eager_ms"] = _bench(lambda: case.eager(tensors, sizes), opts)
+        row["eager_ms"] = median_ms(lambda: case.eager(tensors, sizes), opts)
     except Exception as e:
-        row["errors"]["eager"] = _err(e)
-    _free(device)
+        row["errors"]["eager"] = error_text(e)
+    free_memory(device)
     if opts.compile and not skip_compile_reason:
         compiled = None
         try:
             compiled = _compile_inductor(case, tensors, sizes, device, row)
-            row["inductor_ms"] = _bench(lambda: compiled(*tensors), opts)
+            row["inductor_ms"] = median_ms(lambda: compiled(*tensors), opts)
         except Exception as e:
-            row["errors"]["inductor"] = _err(e)
+            row["errors"]["inductor"] = error_text(e)
         del compiled
         try:
             torch.compiler.reset()
         except Exception:
             pass
-        _free(device)
+        free_memory(device)
     elif skip_compile_reason:
         row["errors"]["inductor"] = f"skipped: {skip_compile_reason}"
     _fill_derived(row, nbytes, copy_gbps)
@@ -371,18 +371,18 @@ def _time_host_case(case, opts, row, fd, inputs, tensors, sizes, skip_compile_re
             row["pyfuser_ms"] = us / 1000
             row["host_us_per_call"] = round(us, 2)
         except Exception as e:
-            row["errors"]["pyfuser_timing"] = _err(e)
+            row["errors"]["pyfuser_timing"] = error_text(e)
     try:
         row["eager_ms"] = wall_per_call_us(lambda: case.eager(tensors, sizes), calls, device) / 1000
     except Exception as e:
-        row["errors"]["eager"] = _err(e)
+        row["errors"]["eager"] = error_text(e)
     if opts.compile and not skip_compile_reason:
         try:
             compiled = _compile_inductor(case, tensors, sizes, device, row)
             row["inductor_ms"] = wall_per_call_us(lambda: compiled(*tensors), calls, device) / 1000
             torch.compiler.reset()
         except Exception as e:
-            row["errors"]["inductor"] = _err(e)
+            row["errors"]["inductor"] = error_text(e)
     elif skip_compile_reason:
         row["errors"]["inductor"] = f"skipped: {skip_compile_reason}"
     _fill_derived(row, None, None)
@@ -420,10 +420,10 @@ def run_cases(cases, opts: Options, copy_gbps=None, on_row=None) -> list[dict]:
         except Exception as e:  # a harness bug or an out-of-memory: record it and go on
             traceback.print_exc()
             row = {"case": case.name, "group": case.group, "shape": "", "check": "ERROR",
-                   "check_detail": _err(e), "errors": {"harness": _err(e)}}
+                   "check_detail": error_text(e), "errors": {"harness": error_text(e)}}
         row["case_s"] = round(time.perf_counter() - t0, 2)
         rows.append(row)
-        _free(opts.device)
+        free_memory(opts.device)
         if on_row is not None:
             on_row(rows)
     return rows

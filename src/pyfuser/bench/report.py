@@ -84,10 +84,43 @@ def row_cells(r: dict) -> list[str]:
             kernels, _list(r.get("regs")), _list(r.get("spills")), check]
 
 
+# The training-ops group (forward + backward through autograd, training_ops.py): its
+# own columns, "% of bound" being the bytes of its fwd+bwd byte model over the time,
+# as a share of copy bandwidth.
+OPS_GROUP = "training_ops"
+OPS_IMPLS = ("eager", "inductor", "pyfuser", "liger")
+OPS_COLUMNS = (["case", "shape/dtype"] + [f"{i} ms" for i in OPS_IMPLS] + [f"{i} % of bound" for i in OPS_IMPLS]
+               + ["pyfuser vs inductor", "pyfuser vs liger", "check"])
+
+
+def _na(r, impl):
+    """"n/a" for an implementation the case has none of (Liger without the op, or not
+    importable), else "-" for no number."""
+    return "n/a" if str(r.get("checks", {}).get(impl, "")).startswith("n/a") else "-"
+
+
+def ops_row_cells(r: dict) -> list[str]:
+    ms = [_ms(r.get(f"{i}_ms")) if r.get(f"{i}_ms") is not None else _na(r, i) for i in OPS_IMPLS]
+    pct = [_f(r.get(f"{i}_pct_of_copy"), ".0f", "%") if r.get(f"{i}_pct_of_copy") is not None else _na(r, i)
+           for i in OPS_IMPLS]
+    vs_liger = _f(r.get("speedup_vs_liger"), ".2f", "x") if r.get("speedup_vs_liger") else _na(r, "liger")
+    return ([r.get("case", "?"), r.get("shape", "")] + ms + pct
+            + [_f(r.get("speedup_vs_inductor"), ".2f", "x"), vs_liger, r.get("check", "?")])
+
+
+def _table(columns, cells) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+    return lines
+
+
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in rows:
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row_cells(r)) + " |")
+    """The fusions' table; the training-ops rows, if any, in a table of their own after it."""
+    ops = [r for r in rows if r.get("group") == OPS_GROUP]
+    rest = [r for r in rows if r.get("group") != OPS_GROUP]
+    lines = _table(COLUMNS, [row_cells(r) for r in rest]) if rest or not ops else []
+    if ops:
+        lines += ([""] if lines else []) + _table(OPS_COLUMNS, [ops_row_cells(r) for r in ops])
     return "\n".join(lines)
 
 
@@ -112,6 +145,11 @@ def summary(rows: list[dict]) -> dict:
                                       and r.get("speedup_vs_inductor") and r["speedup_vs_inductor"] < 1.0],
            "checks_ok": sum(1 for r in rows if r.get("check") == "ok"), "cases": len(rows),
            "spilling_kernels": sum(1 for r in rows for s in (r.get("spills") or []) if s)}
+    if any(r.get("group") == OPS_GROUP for r in rows):
+        for impl in ("inductor", "liger"):
+            xs = [r.get(f"speedup_vs_{impl}") for r in rows if r.get("group") == OPS_GROUP and r.get(f"speedup_vs_{impl}")]
+            out[f"geomean_speedup_vs_{impl}_training_ops"] = _round(geomean(xs))
+            out[f"training_ops_cases_timed_vs_{impl}"] = len(xs)
     host = [r for r in rows if r.get("group") == "host" and r.get("host_us_per_call") is not None]
     if host:
         out["host_us_per_call"] = host[0]["host_us_per_call"]
@@ -139,6 +177,11 @@ def summary_lines(header: dict, rows: list[dict]) -> list[str]:
         below = ", ".join(s["general_below_inductor"]) or "none"
         lines.append(f"geomean speedup vs torch.compile, held-out fusions ({s['general_cases_timed']} cases, "
                      f"not tuned on): {s['geomean_speedup_vs_inductor_general']:.2f}x; below 1.0x: {below}")
+    for impl, who in (("inductor", "torch.compile"), ("liger", "Liger Kernel")):
+        if s.get(f"geomean_speedup_vs_{impl}_training_ops") is not None:
+            lines.append(f"geomean speedup vs {who}, training ops forward + backward "
+                         f"({s[f'training_ops_cases_timed_vs_{impl}']} cases): "
+                         f"{s[f'geomean_speedup_vs_{impl}_training_ops']:.2f}x")
     if "host_us_per_call" in s:
         lines.append(f"host overhead (cached execute, 1024 elements): {s['host_us_per_call']:.1f} us per call "
                      f"({'within' if s['host_within_target'] else 'over'} the 30 us target)")
