@@ -14,7 +14,7 @@ from pyfuser.runtime.interpreter import numpy_hint
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # import name -> the distribution that provides it
-PROVIDED_BY = {"functorch": "torch"}
+PROVIDED_BY = {"functorch": "torch", "liger_kernel": "liger-kernel"}  # import name -> distribution
 
 
 def third_party_imports() -> dict:
