@@ -254,8 +254,9 @@ def main(argv=None) -> int:
     rows = run_cases(cases, opts, header["copy_gbps"], on_row) if cases else []
     if op_cases:
         done = list(rows)
-        rows = done + training_ops_run.run_cases(op_cases, opts, header["copy_gbps"], lambda r: on_row(done + r),
-                                                 t_start=time.perf_counter() - sum(r.get("case_s", 0) for r in done))
+        rows = done + run_cases(op_cases, opts, header["copy_gbps"], lambda r: on_row(done + r),
+                                run=training_ops_run.run_case,
+                                t_start=time.perf_counter() - sum(r.get("case_s", 0) for r in done))
     header["complete"] = True
     header["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     header["total_s"] = round(time.perf_counter() - t0, 1)

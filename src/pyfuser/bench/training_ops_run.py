@@ -198,27 +198,3 @@ def fill_derived(row, copy_gbps):
     for impl in ("inductor", "liger", "eager"):
         if p and row[f"{impl}_ms"]:
             row[f"speedup_vs_{impl}"] = round(row[f"{impl}_ms"] / p, 3)
-
-
-def run_cases(cases, opts: Options, copy_gbps=None, on_row=None, t_start=None) -> list[dict]:
-    """Like ``harness.run_cases``: the time budget counts from ``t_start`` (the run's start)."""
-    rows = []
-    t_start = time.perf_counter() if t_start is None else t_start
-    for i, case in enumerate(cases):
-        elapsed = time.perf_counter() - t_start
-        skip = f"time budget ({opts.budget_s:.0f} s) spent" if (
-            opts.timing and opts.compile and opts.budget_s and elapsed > opts.budget_s) else ""
-        log(f"[{i + 1:2d}/{len(cases)}] {case.name}  {case.describe(case.sizes(opts.scale))}  (t={elapsed:.0f} s)")
-        t0 = time.perf_counter()
-        try:
-            row = run_case(case, opts, copy_gbps, skip)
-        except Exception as e:  # an out-of-memory or a harness bug: record it and go on
-            traceback.print_exc()
-            row = {"case": case.name, "group": case.group, "shape": "", "check": "ERROR",
-                   "check_detail": error_text(e), "errors": {"harness": error_text(e)}}
-        row["case_s"] = round(time.perf_counter() - t0, 2)
-        rows.append(row)
-        free_memory(opts.device)
-        if on_row is not None:
-            on_row(rows)
-    return rows

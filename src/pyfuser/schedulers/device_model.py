@@ -44,8 +44,7 @@ class DeviceModel:
     max_warps_per_sm: int  # resident warps per SM
     bandwidth: int  # DRAM bytes per second (the vendor's peak)
     matmul_flops: int  # dense 16-bit tensor-core FLOP/s with fp32 accumulation (the vendor's peak)
-    max_grid_y: int = 65535  # CUDA's limit on a grid's second and third axes
-    max_grid_z: int = 65535
+    max_grid_y: int = 65535  # CUDA's limit on a grid's second axis (the pointwise k blocks)
 
     @property
     def register_file_bytes(self) -> int:
