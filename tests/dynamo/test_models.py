@@ -126,20 +126,3 @@ def test_dropout_mask_is_generated_in_the_fused_kernel():
     assert random_fds, "the forward's dropout mask should come from a pyfuser random op"
     assert any(o.dtype.torch == torch.bool for fd in random_fds for o in fd.ir.outputs), \
         "the forward saves the mask as bool for the backward"
-
-
-def test_tiny_bert_when_the_partitioner_merges_horizontally(monkeypatch):
-    """torch before 2.13 has no ``skip_horizontal_fusion``: its partitioner merges
-    independent ops, and ``regroup_along_data_flow`` takes them apart again (each
-    column sum back with the gradient it sums).  Same gradients either way."""
-    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-
-    from pyfuser.dynamo.partition import partitioner as partition
-
-    def merging(gm):
-        return CapabilityBasedPartitioner(gm, partition.PyfuserSupport(), allows_single_node_partition=True,
-                                          non_compute_ops=partition._view_names())
-
-    monkeypatch.setattr(partition, "_partitioner", merging)
-    autocast_bert_matches_eager(4)
-    assert pd.stats().get("fallbacks", 0) == 0

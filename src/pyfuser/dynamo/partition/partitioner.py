@@ -1,13 +1,16 @@
 """Split an ATen graph into fusible regions and ATen ops.
 
-``CapabilityBasedPartitioner`` groups the nodes ``translate.unsupported_reason``
-accepts into acyclic regions.  Then:
+``proposal.propose_partitions`` groups the nodes ``translate.unsupported_reason``
+accepts into acyclic regions, merging along data flow only: what torch's
+``CapabilityBasedPartitioner`` proposes with ``skip_horizontal_fusion``, in
+near-linear time instead of the square of the graph's size.  Then:
 
+* a part of a region that reads one other region alone (besides the graph's
+  inputs) joins it (``regroup_along_data_flow``): the proposal's last step, which
+  moves each ``getitem`` into its tuple's region, can leave such parts;
 * views at a region's edges are handed back to ATen, where they cost nothing
   (inside a fusion, a reshape at the top is only re-indexing, but there is no
   reason to make the scheduler look at it);
-* partitions are regrouped along data flow (``regroup_along_data_flow``): torch
-  before 2.13 merges independent ops into one region;
 * a reduction whose operand another region computes for it alone moves into that
   region (``reduce_before_leaving``), so the region hands over the reduced tensor, not
   the full one;
@@ -35,7 +38,6 @@ accepts into acyclic regions.  Then:
 """
 from __future__ import annotations
 
-import inspect
 import logging
 
 import torch
@@ -50,6 +52,7 @@ from ..regions.region import FusedRegion
 from ..rules import (ATEN_ONLY, ATEN_VIEWS, RESHAPES, is_compute, is_layout_copy, meta, reduction_kind,
                     unsupported_reason)
 from ..regions.translate import sym_shape
+from .proposal import propose_partitions
 
 MIN_COMPUTE_OPS = 2
 log = logging.getLogger(__name__)
@@ -70,14 +73,26 @@ def _view_names():
     return sorted(qualified_name(op) for op in ATEN_VIEWS)
 
 
-def _partitioner(gm):
-    kw = {}
-    if "skip_horizontal_fusion" in inspect.signature(CapabilityBasedPartitioner).parameters:
-        # Fuse along data flow only: independent ops sharing no fused producer (weight
-        # casts, say) would make one region of unrelated shapes and gain nothing.
-        kw["skip_horizontal_fusion"] = True
-    return CapabilityBasedPartitioner(gm, PyfuserSupport(), allows_single_node_partition=True,
-                                      non_compute_ops=_view_names(), **kw)
+class _Partitioner(CapabilityBasedPartitioner):
+    """torch's partitioner with the proposal of ``proposal.py``: partitions merge
+    along data flow only (independent ops sharing no fused producer, weight casts
+    say, would make one region of unrelated shapes and gain nothing), found in
+    near-linear time, on every torch version.  torch's constructor is not run: it
+    builds every node's set of transitive users, which only torch's proposal reads
+    and whose size is the square of the graph's.  The methods used besides,
+    ``remove_bookend_non_compute_ops`` and ``fuse_partitions``, read the fields set
+    here (torch 2.11 to 2.13)."""
+
+    def __init__(self, gm):  # pylint: disable=super-init-not-called
+        self.graph_module = gm
+        self.operator_support = PyfuserSupport()
+        self.allows_single_node_partition = True
+        self.non_compute_ops = _view_names()
+        self.allowed_single_node_partition_ops = []
+        self.skip_horizontal_fusion = True
+
+    def propose_partitions(self) -> list:
+        return propose_partitions(self.graph_module, self.operator_support)
 
 
 @timed("partitioning")
@@ -87,7 +102,7 @@ def fuse_regions(gm):
     their expressions (``sym_shape``), never as SymInts, which would add guards."""
     if materialize_sizes(gm):
         gm.recompile()
-    partitioner = _partitioner(gm)
+    partitioner = _Partitioner(gm)
     partitions = partitioner.propose_partitions()
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     partitions = regroup_along_data_flow(partitions, order)
@@ -207,15 +222,11 @@ def regroup_along_data_flow(partitions, order) -> list:
     (besides graph inputs) move to that partition; the rest of each partition stays
     together.
 
-    Before torch 2.13 ``CapabilityBasedPartitioner`` has no ``skip_horizontal_fusion``
-    and merges every partition it can: on a 12-layer backward (torch 2.11) one region
-    collected every layer's bias and layer-norm weight sums with the weight-gradient
-    casts, 9 kernels at the end of the step re-reading 2 GB of gradients, and the
-    layer-norm regions stored fp32 copies of dy for it.  A column sum belongs with the
-    gradient it sums: the ``inner_outer`` tile runs both in one kernel, or a kernel
-    reads the gradient back from L2.  What moves nowhere stays merged as the
-    partitioner left it (49 weight-gradient casts in one pointwise kernel, not 49
-    ATen launches).
+    The proposal's last step moves each ``getitem`` into the partition of the tuple
+    it reads, or out of every partition, after the merges: an op that read an
+    unsupported ``getitem`` then reads that partition alone, and a partition that a
+    ``getitem`` left can fall apart into pieces that each read one other partition.
+    (Without that step nothing moves here: not once on thousands of random graphs.)
 
     Safe: no path leaves a partition P and comes back to it.  A component of P whose
     inputs all lie in partition Q or are graph inputs is entered only from Q, and a
