@@ -1,9 +1,14 @@
-"""``partition.regroup_along_data_flow`` on a hand-made partitioning: what torch's
-partitioner before 2.13 produces when it merges independent ops."""
+"""``partition.regroup_along_data_flow`` on hand-made partitionings (independent ops
+lumped together, as torch's partitioner before 2.13 proposed them) and on the
+proposal's, after its last step moved a ``getitem`` into its tuple's partition."""
+import operator
+
 import torch
 from torch.fx.passes.infra.partitioner import Partition
+from torch.fx.passes.operator_support import OperatorSupportBase
 
 from pyfuser.dynamo.partition.partitioner import regroup_along_data_flow
+from pyfuser.dynamo.partition.proposal import propose_partitions
 
 
 def _graph():
@@ -39,6 +44,36 @@ def test_nothing_moves_when_no_component_reads_one_region_alone():
     out = regroup_along_data_flow(parts, order)
     assert sorted(sorted(node.name for node in p.nodes) for p in out) == \
         [["add", "mul", "mul_1", "sum_1"], ["add_1", "mul_2"]]
+
+
+def _two(x):
+    return x, x
+
+
+def _unary(x):
+    return x
+
+
+class _AllButGetitem(OperatorSupportBase):
+    def is_node_supported(self, submodules, node) -> bool:
+        return node.op == "call_function" and node.target is not operator.getitem
+
+
+def test_an_op_reading_a_getitem_joins_the_tuples_partition():
+    """``y`` reads a ``getitem`` that is not supported, so the proposal leaves ``y``
+    alone, then moves the ``getitem`` into the tuple's partition: ``y`` reads that
+    partition alone and joins it."""
+    g = torch.fx.Graph()
+    t = g.call_function(_two, (g.placeholder("x"),), name="t")
+    first = g.call_function(operator.getitem, (t, 0), name="first")
+    y = g.call_function(_unary, (first,), name="y")
+    g.output(y)
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    proposed = propose_partitions(gm, _AllButGetitem())
+    assert sorted(sorted(n.name for n in p.nodes) for p in proposed) == [["first", "t"], ["y"]]
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    out = regroup_along_data_flow(proposed, order)
+    assert [sorted(n.name for n in p.nodes) for p in out] == [["first", "t", "y"]]
 
 
 def test_cpu_work_in_a_gpu_graph_stays_in_aten():

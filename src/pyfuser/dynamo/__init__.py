@@ -11,7 +11,7 @@ Sub-packages, in processing order (README.md walks a graph through them):
 * ``rewrites/``: every graph rewrite, one module each, in one ordered registry
   (``rewrites/registry.py``) applied to the joint graph, to each ATen graph before
   partitioning and to the partitioned graph;
-* ``partition/``: fusible regions of an ATen graph (CapabilityBasedPartitioner);
+* ``partition/``: fusible regions of an ATen graph (torch's partitioning rule, proposed in near-linear time);
 * ``regions/``: a region's graph -> FusionDefinition, a region at run time (translation
   cache, ATen fallback), the views between regions, a training graph replayed as one
   CUDA graph when that is safe;

@@ -33,7 +33,7 @@ move before those that ``s`` reaches, keeping the order topological, and the
 merged partition sits between them.  A node's users mostly sit a few ops after
 it, so the windows stay short whatever the model's depth; where one node feeds
 every layer, its partition's walk resumes from one candidate to the next
-(``_Reach``) instead of starting again.
+(``_Reach``) instead of starting again (docs/TUNING.md#compile-time).
 """
 from __future__ import annotations
 
