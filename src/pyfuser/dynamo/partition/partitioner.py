@@ -83,7 +83,7 @@ class _Partitioner(CapabilityBasedPartitioner):
     ``remove_bookend_non_compute_ops`` and ``fuse_partitions``, read the fields set
     here (torch 2.11 to 2.13)."""
 
-    def __init__(self, gm):  # pylint: disable=super-init-not-called
+    def __init__(self, gm):
         self.graph_module = gm
         self.operator_support = PyfuserSupport()
         self.allows_single_node_partition = True
