@@ -21,7 +21,7 @@ import pytest
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "pyfuser"
 
-LAYERS = ("_version", "nvfuser_direct_version", "errors", "compat", "settings", "ir", "rng", "reference", "frontend",
+LAYERS = ("_version", "nvfuser_direct_version", "errors", "compat_offline", "compat", "settings", "ir", "rng", "reference", "frontend",
           "codegen", "schedulers", "segment", "runtime", "pyfuser", "dynamo", "bench", "demo", "__main__")
 
 # (importer, imported): an import from a later layer

@@ -36,12 +36,8 @@ Accessor: the API behind it; its users; what runs where it is missing.
 - ``load_handles``: ``CompiledKernel._init_handles``; runtime/spills.py, bench/kernel_stats.py;
   None (registers unknown until the first launch).
 - ``compiled_kernels``: ``JITFunction.device_caches``; bench/kernel_stats.py; an empty list.
-- ``ptxas_command``: ``triton.knobs.compilation``/``knobs.nvidia``,
-  ``triton.backends.nvidia.compiler`` (``get_ptxas``, ``sm_arch_from_capability``) and the
-  compiled kernel's metadata; runtime/spills.py; none (the driver's local-memory count).
-- ``compile_offline``: ``triton.backends.compiler.GPUTarget``, ``triton.compiler``
-  (``ASTSource``, ``compile``, ``make_backend``), ``triton.runtime.jit.create_function_from_signature``,
-  ``JITFunction._pack_args``; runtime/spills.py; none (``benchmarks/regcheck.py`` needs it).
+- ``ptxas_command``, ``compile_offline``, ``cached_offline``: compiling for a GPU without
+  one, in ``compat_offline.py`` (listed there), imported here for their users.
 - ``interpreter_module``, ``tensor_handle``, ``argument_conversion``/``set_argument_conversion``,
   ``interpreted_function_base``: ``triton.runtime.interpreter`` (``TensorHandle``,
   ``InterpretedFunction``, ``InterpreterBuilder``, ``ReduceOps``, ``_implicit_cvt``);
@@ -89,6 +85,7 @@ import os
 import torch
 from torch.nn.modules import module as _nn_module
 
+from .compat_offline import cached_offline, compile_offline, ptxas_command  # noqa: F401 - reached from here
 from .errors import ToolchainError
 
 CHECKED = {"triton": "3.6", "torch": "2.11-2.13"}
@@ -251,44 +248,6 @@ def load_handles(ck) -> None:
     init = getattr(ck, "_init_handles", None)
     if init is not None:
         init()
-
-
-def ptxas_command(ck, ptx: str, cubin: str) -> list:
-    """The ptxas command line that Triton's ``make_cubin`` ran for compiled kernel
-    ``ck``, on the files ``ptx`` and ``cubin``, with ``-v`` (the register report)."""
-    from triton import knobs
-    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
-
-    md = ck.metadata
-    arch = md.target.arch
-    if knobs.compilation.disable_line_info:
-        debug = ["-lineinfo", "-suppress-debug-info"]
-    elif knobs.nvidia.disable_ptxas_opt:
-        debug = ["-g"]
-    else:
-        debug = ["-lineinfo"]
-    flags = debug + ([] if md.enable_fp_fusion else ["--fmad=false"]) + ["-v"]
-    flags += (["--opt-level", "0"] if knobs.nvidia.disable_ptxas_opt else [])
-    flags += md.ptx_options.split(" ") if md.ptx_options else []
-    return [get_ptxas(arch).path, *flags, f"--gpu-name={sm_arch_from_capability(arch)}", ptx, "-o", cubin]
-
-
-def compile_offline(fn, args, kw, arch: int):
-    """JIT function ``fn`` compiled for CUDA sm_<arch> without a GPU, its arguments
-    specialised by Triton's launch binder as a launch on that GPU would."""
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile, make_backend
-    from triton.runtime.jit import create_function_from_signature
-
-    target = GPUTarget("cuda", arch, 32)
-    backend = make_backend(target)
-    kw = dict(kw, debug=kw.get("debug", fn.debug) or knobs.runtime.debug,
-              instrumentation_mode=knobs.compilation.instrumentation_mode)
-    binder = create_function_from_signature(fn.signature, fn.params, backend)
-    bound, specialization, options = binder(*args, **kw)
-    options, signature, constexprs, attrs = fn._pack_args(backend, kw, bound, specialization, options)
-    return compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
 
 
 # -- Triton's interpreter (CPU tensors) ------------------------------------------------------

@@ -44,7 +44,7 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 class Setting:
     name: str  # pyfuser.config.<name>, and the torch.compile option's key
     env: str  # the environment variable
-    kind: str  # "bool", "int" (positive), "seconds" (>= 0), "path", "names" (comma list of choices), "choice", "text"
+    kind: str  # "bool", "int" (positive), "count" (>= 0), "seconds" (>= 0), "path", "names" (comma list of choices), "choice", "text"
     default: object
     doc: str
     option: bool = False  # accepted in torch.compile(..., options={...}) (per compiled model)
@@ -72,6 +72,9 @@ SETTINGS = (
     Setting("progress", "PYFUSER_PROGRESS", "seconds", 5.0,
             "torch.compile: a graph still compiling (or building its kernels) after this many seconds says so "
             "on stderr, and again every 10 s; 0: never", option=True),
+    Setting("compile_workers", "PYFUSER_COMPILE_WORKERS", "count", 16,
+            "torch.compile on the GPU: worker processes that compile a graph's kernels before its first run "
+            "(at most one less than the machine's cores); 0: each kernel compiles at its first launch"),
     Setting("cache_dir", "PYFUSER_CACHE_DIR", "path", "",
             "where generated kernels are written and imported from (default: `<tmp>/pyfuser-<uid>`); "
             "must be private to the user"),
@@ -125,6 +128,7 @@ def getenv(name: str) -> str:
 # Numeric kinds: (conversion, whether a converted value is acceptable, what is expected).
 _NUMBERS = {
     "int": (int, lambda n, text: not isinstance(text, float) and n >= 1, "a positive integer"),
+    "count": (int, lambda n, text: not isinstance(text, float) and n >= 0, "an integer >= 0"),
     "seconds": (float, lambda s, text: s >= 0, "a number of seconds >= 0"),
 }
 

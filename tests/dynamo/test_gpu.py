@@ -179,3 +179,50 @@ def test_variable_lengths_replay_one_cuda_graph_per_length(monkeypatch):
     torch.testing.assert_close(losses, want_losses, rtol=1e-3, atol=1e-4)
     for p, q in zip(params, want_params):
         torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
+
+
+_AHEAD_SCRIPT = r"""
+import json, sys, time, torch
+import pyfuser.dynamo  # registers backend="pyfuser" (an installed package does it through its entry point)
+from triton.backends.nvidia.compiler import CUDABackend
+compiled_here = []
+make_cubin = CUDABackend.make_cubin
+def counting(self, *a, **k):
+    compiled_here.append(1)
+    return make_cubin(self, *a, **k)
+CUDABackend.make_cubin = counting
+torch.manual_seed(0)
+widths = [256 + 32 * i for i in range(10)]  # a kernel per width: more than ahead.MIN_JOBS per graph
+layers = [m for a, b in zip(widths, widths[1:]) for m in (torch.nn.Linear(a, b), torch.nn.LayerNorm(b), torch.nn.GELU())]
+model = torch.nn.Sequential(*layers, torch.nn.Softmax(-1)).cuda()
+x = torch.randn(64, 256, device="cuda", requires_grad=True)
+t0 = time.perf_counter()
+out = torch.compile(model, backend="pyfuser")(x)
+(out * out).sum().backward()
+torch.cuda.synchronize()
+print(json.dumps({"compiled_here": len(compiled_here), "first_step_s": time.perf_counter() - t0}))
+"""
+
+
+@pytest.mark.parametrize("workers", ["4", "0"])
+def test_compile_ahead_fills_the_first_launch(tmp_path, workers):
+    """With compile workers, the first training step compiles no kernel in the process
+    itself: every binary it launches (spill-check candidates included) was compiled by a
+    worker into Triton's cache.  Without workers it compiles them all itself (so the
+    count can tell the two apart).  Each graph has more than ``ahead.MIN_JOBS`` kernels."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), PYFUSER_CACHE_DIR=str(tmp_path / "pyf"),
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), PYFUSER_COMPILE_WORKERS=workers)
+    r = subprocess.run([sys.executable, "-c", _AHEAD_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    print(f"workers={workers}: {result}")
+    compiled_here = result["compiled_here"]
+    if workers == "0":
+        assert compiled_here >= 16
+    else:
+        assert compiled_here == 0

@@ -277,7 +277,7 @@ def _graphs(name, monkeypatch, **sizes) -> list:
 
 
 @needs_torch_rule
-@pytest.mark.parametrize("name, sizes", [("llama", dict(layers=2)), ("gpt2", {}), ("bert", {}), ("t5", {}), ("vit", {})])
+@pytest.mark.parametrize("name, sizes", [("llama", dict(layers=2)), ("gpt2", {}), ("t5", {})])
 def test_model_graphs_match_torch(name, sizes, monkeypatch):
     pytest.importorskip("transformers")
     graphs = _graphs(name, monkeypatch, **sizes)

@@ -35,6 +35,7 @@ import torch
 from ..compat import (aot_autograd, aot_forward_metadata, functorch_config, fx_graph_cse, mark_boxed,
                       min_cut_partition, unset_fake_temporarily)
 from ..errors import SettingError
+from ..runtime import ahead
 from ..runtime.phases import phase, timed
 from ..settings import BY_NAME, OPTIONS, checked, config, read, validate_environment
 from .decompositions import decomposition_table
@@ -99,7 +100,8 @@ def _compile_graph(gm, backward, check, kind):
     gm = rewritten(gm, "partitioned")
     if accuracy.enabled() if check is None else check:
         return _checked(traced, gm, "backward graph" if backward else "forward graph")
-    forward = logs.first_run_watched(gm.forward, gm, name)  # progress and, at INFO, what it built
+    pending = _compile_ahead(gm)
+    forward = logs.first_run_watched(gm.forward, gm, name, pending)  # progress and, at INFO, what it built
     if kind in ("forward", "backward") and graphs.enabled():
         visible, why_not = (0, None) if backward else _visible_outputs()
         why_not = why_not or graphs.not_graphable(gm)
@@ -111,6 +113,24 @@ def _compile_graph(gm, backward, check, kind):
             return call(forward, role=kind, visible=visible, mutated=graphs.mutated_inputs(gm))
         _log.info("%s: not replayed as a CUDA graph: %s", name, why_not)
     return make_boxed_func(forward)
+
+
+def _compile_ahead(gm):
+    """The graph's regions planned and their kernels handed to the compile workers
+    (``runtime/ahead.py``) in the graph's order; a ``Pending`` to wait for before the
+    first run, or None."""
+    regions = [m for m in gm.modules() if isinstance(m, FusedRegion) and not m.broken]
+    if not regions or not ahead.enabled(regions[0].device):
+        return None
+    pending = ahead.Pending()
+    try:
+        with _unfaked():
+            jobs = [job for region in regions for job in region.plan_ahead()]
+            pending.submit(jobs, regions[0].device)
+    except Exception as err:  # the pool could not start: the regions compile at their first calls
+        warn_once(f"ahead: {type(err).__name__}", f"compiling kernels ahead failed ({type(err).__name__}: {err}); "
+                                                  "each compiles at its first launch")
+    return pending if len(pending) else None
 
 
 def _visible_outputs():

@@ -44,6 +44,9 @@ PHASES = {
     "rewrites": "the graph rewrites (dynamo/rewrites, each stage)",
     "partitioning": "fusible regions of each ATen graph (dynamo/partition), less translation",
     "translation": "FX region -> FusionDefinition (dynamo/regions/translate.py)",
+    "ahead": "the torch.compile backend planning a graph's regions before its first run and handing their "
+             "kernels to the compile workers (runtime/ahead.py), less the stages below",
+    "ahead_wait": "waiting for the compile workers before a graph's first run",
     "planning": "execute's first call at a new signature or fingerprint: bind, signature, segmentation "
                 "(make_plan), less the stages below",
     "scheduling": "the schedulers' checks and heuristics for each group the planner offers",

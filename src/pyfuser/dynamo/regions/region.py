@@ -31,6 +31,7 @@ import torch
 from torch.fx.node import Node
 
 from ...compat import module_call_hooked
+from ...runtime import ahead
 from ...runtime.executor import fast_path_allowed, program_for
 from ...runtime.launch import out_of_memory
 from ...settings import warn_user
@@ -224,6 +225,24 @@ class FusedRegion(torch.nn.Module):
         entry = _translation(self.fallback.graph, self.text, tuple(specs))
         self.entries[key] = entry
         return entry
+
+    def plan_ahead(self) -> list:
+        """Compile jobs for this region's kernels at its traced inputs
+        (``runtime.ahead.plan_ahead``); none for a region in ATen, with symbolic sizes
+        or not on CUDA, or one whose offline plan failed (its first call plans and
+        compiles as usual)."""
+        if self.broken or self.symbolic or self.device.type != "cuda":
+            return []
+        examples = [meta(n) for n in self.fallback.graph.nodes if n.op == "placeholder"]
+        entry = self.entries.get(tuple(tuple(x.stride()) for x in examples))
+        if entry is None:
+            return []
+        inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta") for x in examples]
+        try:
+            return ahead.plan_ahead(entry.fd, inputs, self.device)
+        except Exception as err:  # only a loss of time: the first call plans with the real inputs
+            ahead.log.debug("pyfuser: %s: not compiled ahead: %s: %s", self.name, type(err).__name__, err)
+            return []
 
     def _give_up(self, cause: str, message: str):
         self.broken = True

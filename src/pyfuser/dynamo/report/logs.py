@@ -199,9 +199,13 @@ def _fusion_text(gm, region) -> list:
     return lines
 
 
-def first_run_watched(fn, gm, name: str):
+def first_run_watched(fn, gm, name: str, pending=None):
     """``fn`` (the graph's forward) with its first call watched: at INFO, logged
-    (``first_run_logged``); else with the progress heartbeat alone when that is on."""
+    (``first_run_logged``); else with the progress heartbeat alone when that is on.
+    ``pending``: the graph's kernels compiling ahead (``runtime.ahead.Pending``), waited
+    for before that first call."""
+    if pending is not None:
+        fn = _after_compiles(fn, name, pending)
     if log.isEnabledFor(logging.INFO):
         return first_run_logged(fn, gm, name)
     if not read("progress"):
@@ -254,6 +258,24 @@ def scoped_level(level: str):
                 root.setLevel(_saved["level"])
                 root.propagate = _saved["propagate"]
                 _saved.clear()
+
+
+def _after_compiles(fn, name: str, pending):
+    """``fn`` whose first call waits for ``pending`` (with the progress heartbeat)."""
+    state = {"pending": pending}
+
+    def run(*args):
+        p = state["pending"]
+        if p is not None:
+            state["pending"] = None
+            start = time.perf_counter()
+            with progress(f"compiling the {len(p)} kernels of {name} in {p.workers} worker processes"):
+                compiled, failed = p.wait()
+            log.info("pyfuser: %s: %d kernels compiled ahead (%d failed) in %d worker processes; waited %.2f s",
+                     name, compiled, failed, p.workers, time.perf_counter() - start)
+        return fn(*args)
+
+    return run
 
 
 def first_run_logged(fn, gm, name: str):

@@ -1,0 +1,275 @@
+"""Planning a fusion without running it, and compiling its kernels ahead in workers.
+
+On the GPU a kernel's first launch compiles it (Triton's MLIR passes, then ptxas:
+about a second each), and a training step met its kernels one at a time.  The
+torch.compile backend knows every region's FusionDefinition and its inputs'
+shapes, strides and dtypes once a graph is partitioned, so before the graph first
+runs it plans each region here (``plan_ahead``: the runtime's own plan, stored in
+the fusion's runtime cache with its kernels under the names the first execute will
+look up) and hands each kernel step to the pool of worker processes
+(``workers.py``), which compile it for the device's architecture into Triton's
+cache directory (``compile_step``).  The first execute then finds each binary there:
+a load, not a compile (docs/TUNING.md#compile-ahead).
+
+Nothing else changes: the first execute prepares, checks spills and launches as
+without it; a binary the workers did not make (a misaligned input, a job that
+failed) is compiled then, as before.  A worker walks a step's spill-check
+candidates (``spills.candidates``) in the runtime's order until one passes
+``spills.rejection`` on ptxas's report, so the first execute's own check finds every
+candidate it compiles.
+
+Planning offline is also how the bench's tools read registers and spills on a
+machine without a GPU (``bench/offline.py``): meta inputs (address 0 counts as
+16-byte aligned, as fresh allocations are), a binding that says ``cuda``, and
+arguments built from meta tensors (``offline_args``).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+
+import torch
+
+from ..ir.concretize import bind
+from ..ir.values import ScalarVal, TensorVal
+from ..schedulers.base import current_choices
+from ..segment.subfusion import bind_sub
+from ..settings import read
+from .args import arg_value, launch_kw
+from .phases import timed
+from .spills import candidates
+from .toolchain import triton_ptxas
+
+log = logging.getLogger("pyfuser.compile")
+
+
+class MetaEnv(dict):
+    """Values for building kernel arguments offline: the binding's, else a meta tensor
+    of an intermediate's shape, else a typed placeholder for a host-computed scalar."""
+
+    def __init__(self, b):
+        super().__init__(b.values)
+        self.b = b
+
+    def __missing__(self, v):
+        if isinstance(v, TensorVal):
+            return torch.empty(self.b.shapes[v], dtype=v.dtype.torch, device="meta")
+        assert isinstance(v, ScalarVal), v
+        return {torch.bool: True}.get(v.dtype.torch, 0.5 if v.dtype.torch.is_floating_point else 3)
+
+
+def offline_args(src, sched, seg, params, b, env):
+    """What ``args.warmup_args`` builds, from meta tensors: args, and a CUDA launch's
+    keywords (``args.launch_kw``)."""
+    outs = {o: torch.empty(b.shapes[o], dtype=o.dtype.torch, device="meta") for o in src.outputs}
+    rng = {id(a.source[1]): (0, 0) for a in src.args if a.kind == "rng"}
+    args = [_meta_scratch(a) if a.source[0] == "scratch" else arg_value(a, b, env, outs, rng) for a in src.args]
+    return args, launch_kw(src, params, cuda=True)
+
+
+def _meta_scratch(a):
+    """A split reduction's scratch buffer, as a meta tensor (only its type matters here)."""
+    return torch.empty(1, dtype=getattr(torch, a.source[5]), device="meta")
+
+
+def bind_offline(fd, inputs, device):
+    """(runtime cache, binding, signature) of ``fd`` for meta ``inputs`` as an execute on
+    CUDA ``device`` would make them."""
+    from .executor import runtime_of
+
+    rt = runtime_of(fd)
+    b = bind(fd.ir, inputs)
+    b.device = torch.device(device)
+    b.input_pos = {v: i for i, v in enumerate(fd.ir.inputs)}
+    return rt, b, rt.signature(b, fd.ir.live_exprs())
+
+
+def step_binding(rt, b, env, step):
+    """(segment, binding, env) of a kernel step of a plan bound offline."""
+    if step.sub is None:
+        return rt.segment(b, step.outputs), b, env
+    sb = bind_sub(step.sub, b, env)
+    return rt.sub_segment(b, step.sub), sb, MetaEnv(sb)
+
+
+# -- compiling ahead -------------------------------------------------------------------------
+@timed("ahead")
+def plan_ahead(fd, inputs, device) -> list:
+    """Plan ``fd`` for meta ``inputs`` on CUDA ``device`` into its runtime cache (the
+    plan and every spill-check candidate's kernel) and return one compile job per
+    kernel step: the candidates in order, each ``(name, source, argument specs,
+    keywords, register budget)``.  A signature already planned gives no jobs (its
+    kernels were compiled or handed out before)."""
+    rt, b, sig = bind_offline(fd, inputs, device)
+    jobs = []
+    with rt.lock:
+        if sig in rt.plans:
+            return jobs
+        plan = rt.make_plan(b, sig)
+        rt.plans[sig] = plan
+        env = MetaEnv(b)
+        check = current_choices().spill_check
+        for step in plan.steps:
+            if step.is_host or step.scheduler is None:
+                continue
+            seg, sb, senv = step_binding(rt, b, env, step)
+            sched = step.scheduler
+            params = sched.heuristics(seg)
+            kernels = []
+            for p in (candidates(sched, seg, params) if check else [params]):
+                src, fn = rt.build(seg, sched, p, sig)
+                args, kw = offline_args(src, sched, seg, p, sb, senv)
+                kernels.append((src.name, src.source, tuple(map(arg_spec, args)), kw, sched.max_registers(seg, p)))
+            jobs.append(tuple(kernels))
+    return jobs
+
+
+def arg_spec(x):
+    """A kernel argument as plain data for a worker: a tensor as its layout."""
+    if isinstance(x, torch.Tensor):
+        return ("tensor", tuple(x.shape), tuple(x.stride()), str(x.dtype).removeprefix("torch."))
+    return x
+
+
+def _arg(spec):
+    if isinstance(spec, tuple) and spec and spec[0] == "tensor":
+        _, shape, stride, dtype = spec
+        return torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device="meta")
+    return spec
+
+
+def compile_step(arch: int, kernels) -> int:
+    """In a worker: compile a step's candidates for sm_<arch> into Triton's cache until
+    one passes the spill check (the last is not checked, as in ``spills.first_fit``).
+    Returns how many were compiled."""
+    from ..compat import compile_offline
+    from .cache import load_kernel
+    from .spills import ptxas_usage
+
+    n = 0
+    with triton_ptxas():
+        for name, source, specs, kw, budget in kernels:
+            fn = load_kernel(name, source, "cuda")
+            k = compile_offline(fn, [_arg(s) for s in specs], kw, arch)
+            n += 1
+            if n == len(kernels):
+                break
+            usage = ptxas_usage(k)
+            if not usage.spills and (budget is None or usage.regs <= budget):
+                break
+    return n
+
+
+def compiled_before(arch: int, job) -> bool:
+    """Whether Triton's cache already holds the binary of ``job``'s first candidate (a
+    process that ran these kernels before: no worker needs to start).  A later
+    candidate is one the spill check reached in that process, after the first."""
+    from ..compat import cached_offline
+    from .cache import load_kernel
+
+    name, source, specs, kw, _ = job[0]
+    try:
+        with triton_ptxas():
+            return cached_offline(load_kernel(name, source, "cuda"), [_arg(s) for s in specs], kw, arch)
+    except Exception:  # unknown: compile it
+        return False
+
+
+WAIT_LIMIT_S = 600.0  # a graph's first run waits for its compile jobs at most this long
+# Fewer new kernel steps than this compile at their first launches: starting workers
+# (each imports torch and Triton) costs more than they save (docs/TUNING.md#compile-ahead).
+MIN_JOBS = 8
+
+
+class Pending:
+    """Compile jobs handed to the workers (``submit``, any number of times), to
+    ``wait`` for before the graph they belong to first runs.  A job that failed only
+    costs its time (the first execute compiles what is missing); it is logged at
+    DEBUG."""
+
+    def __init__(self):
+        self.futures: list = []
+        self.started = time.perf_counter()
+        self.workers = 0
+
+    def __len__(self):
+        return len(self.futures)
+
+    def finished(self) -> int:
+        return sum(f.done() for f in self.futures)
+
+    def submit(self, jobs: list, device):
+        """Hand ``jobs`` (``plan_ahead``'s) to the process's worker pool, leaving out
+        those handed out before (identical kernels of other definitions) and those
+        Triton's cache holds; nothing when fewer than ``MIN_JOBS`` are left."""
+        from . import workers
+
+        fresh = []
+        with _SUBMITTED_LOCK:
+            for job in jobs:
+                digest = hashlib.sha256(repr(job).encode()).hexdigest()
+                if len(_SUBMITTED) > MAX_SUBMITTED:
+                    _SUBMITTED.clear()
+                if digest not in _SUBMITTED:
+                    _SUBMITTED.add(digest)
+                    fresh.append(job)
+        if len(fresh) < MIN_JOBS:
+            return
+        major, minor = torch.cuda.get_device_capability(torch.device(device))
+        arch = major * 10 + minor
+        fresh = [job for job in fresh if not compiled_before(arch, job)]
+        if len(fresh) < MIN_JOBS:
+            return
+        pool = workers.pool(workers_wanted(), workers.worker_env(_worker_settings()))
+        self.workers = pool.size
+        self.futures += [pool.submit(f"{__name__}.compile_step", arch, job) for job in fresh]
+
+    @timed("ahead_wait")
+    def wait(self, limit: float = WAIT_LIMIT_S):
+        """Block until every job is done, or ``limit`` seconds: a job still running then
+        counts as failed (the first run compiles its kernels itself; the worker goes on,
+        unheard).  Returns (binaries compiled, jobs failed); failures are logged at DEBUG."""
+        compiled = failed = 0
+        deadline = time.perf_counter() + limit
+        for f in self.futures:
+            try:
+                compiled += f.result(timeout=max(0.0, deadline - time.perf_counter()))
+            except Exception as err:
+                failed += 1
+                log.debug("pyfuser: a kernel compiled ahead failed (the first run compiles it): %s: %s",
+                          type(err).__name__, err)
+        log.debug("pyfuser: %d kernel steps compiled ahead (%d binaries, %d failed) by %d workers in %.1f s",
+                  len(self.futures), compiled, failed, self.workers, time.perf_counter() - self.started)
+        return compiled, failed
+
+
+MAX_SUBMITTED = 1 << 16
+_SUBMITTED: set = set()  # digests of the jobs handed out (identical kernels of other definitions)
+_SUBMITTED_LOCK = threading.Lock()
+
+
+def workers_wanted() -> int:
+    """Worker processes: ``PYFUSER_COMPILE_WORKERS`` (0: none), at most one less than
+    the machine's cores."""
+    return min(read("compile_workers"), max(1, (os.cpu_count() or 2) - 1))
+
+
+def _worker_settings() -> dict:
+    """What a worker must share with this process to make the same binaries: Triton's
+    cache directory and pyfuser's kernel directory, as this process resolved them."""
+    from triton import knobs
+
+    from .cache import cache_dir
+
+    return {"TRITON_CACHE_DIR": knobs.cache.dir, "PYFUSER_CACHE_DIR": cache_dir()}
+
+
+def enabled(device) -> bool:
+    """Whether kernels for ``device`` are compiled ahead: on CUDA, with workers allowed,
+    and with nothing asking to watch the first execute (dumps, profiles, overrides)."""
+    from .executor import fast_path_allowed
+
+    return torch.device(device).type == "cuda" and read("compile_workers") > 0 and fast_path_allowed()

@@ -1,0 +1,181 @@
+"""Compiling kernels ahead in worker processes (``runtime/workers.py``, ``runtime/ahead.py``).
+
+The pool runs real worker processes here; the compiles are Triton's, for sm_90, with
+its ptxas (no GPU needed).  That the first launch on a GPU then finds the binaries
+is tests/dynamo/test_gpu.py's ``test_compile_ahead_fills_the_first_launch``."""
+import os
+
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.runtime import ahead, workers
+from pyfuser.runtime.executor import runtime_of
+
+from ..codegen.common import need_ptxas
+
+
+@pytest.fixture
+def pool():
+    p = workers.Pool(2, workers.worker_env({}))
+    yield p
+    p.close()
+
+
+def test_a_job_runs_in_another_process(pool):
+    assert pool.submit("os.getpid").result(timeout=120) != os.getpid()
+
+
+def test_a_failing_job_says_why_and_the_worker_goes_on(pool):
+    with pytest.raises(workers.WorkerError, match="ZeroDivisionError"):
+        pool.submit("operator.truediv", 1, 0).result(timeout=120)
+    assert pool.submit("operator.add", 2, 3).result(timeout=120) == 5
+
+
+def test_a_worker_that_dies_fails_its_job_and_is_replaced():
+    p = workers.Pool(1, workers.worker_env({}))
+    try:
+        first = p.submit("os.getpid").result(timeout=120)
+        with pytest.raises(workers.WorkerError, match="failed"):
+            p.submit("os._exit", 3).result(timeout=120)
+        assert p.submit("os.getpid").result(timeout=120) not in (first, os.getpid())
+    finally:
+        p.close()
+
+
+def test_what_a_job_prints_does_not_corrupt_the_results(pool):
+    assert pool.submit("builtins.print", "noise on stdout").result(timeout=120) is None
+    assert pool.submit("operator.mul", 6, 7).result(timeout=120) == 42
+
+
+def test_jobs_not_started_fail_when_the_pool_closes():
+    p = workers.Pool(1, workers.worker_env({}))
+    slow = p.submit("time.sleep", 3)
+    queued = [p.submit("operator.add", i, 1) for i in range(3)]
+    p.close()
+    assert slow.result(timeout=60) is None  # the job in hand finishes
+    for f in queued:
+        with pytest.raises(workers.WorkerError, match="closed"):
+            f.result(timeout=60)
+    with pytest.raises(workers.WorkerError, match="closed"):
+        p.submit("os.getpid")
+
+
+def _softmax():
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
+        x = fd.ops.cast(t, DataType.Float)
+        m = fd.ops.max(x, dims=[1], keepdim=True)
+        e = fd.ops.exp(fd.ops.sub(x, m))
+        fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)), DataType.Half))
+        fd.add_output(fd.ops.add(x, x))
+    return fd
+
+
+def test_plan_ahead_plans_once_into_the_fusions_runtime():
+    """The plan is stored under the signature a CUDA execute computes (its kernels under
+    the names that execute will look up), one job per kernel step; planning again
+    hands out nothing."""
+    fd = _softmax()
+    inputs = [torch.empty(64, 4096, dtype=torch.float16, device="meta")]
+    jobs = ahead.plan_ahead(fd, inputs, "cuda:0")
+    rt = runtime_of(fd)
+    (sig, plan), = rt.plans.items()
+    steps = [s for s in plan.steps if not s.is_host and s.scheduler is not None]
+    assert len(jobs) == len(steps) >= 1
+    built = {src.name: src.source for src, _ in rt.kernels.values()}
+    for job in jobs:
+        for name, source, specs, kw, budget in job:
+            assert built[name] == source and "num_warps" in kw
+            assert all(not isinstance(s, torch.Tensor) for s in specs)  # plain data for the pipe
+    assert ahead.plan_ahead(fd, inputs, "cuda:0") == []
+
+
+def test_a_worker_walks_the_spill_candidates_in_order(tmp_path, monkeypatch):
+    """The first candidate is compiled; a second only when the first is rejected (here by
+    a register budget no kernel meets); the last is never checked."""
+    need_ptxas()
+    fd = _softmax()
+    job = ahead.plan_ahead(fd, [torch.empty(64, 4096, dtype=torch.float16, device="meta")], "cuda:0")[0]
+    name, source, specs, kw, _ = job[0]
+    first = (name, source, specs, kw, None)
+    starved = (name, source, specs, kw, 1)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    assert ahead.compile_step(90, (first, first)) == 1
+    assert ahead.compile_step(90, (starved, first)) == 2
+    assert ahead.compile_step(90, (starved,)) == 1
+
+
+def test_workers_compile_into_the_shared_triton_cache(tmp_path):
+    """A worker's compile lands in the Triton cache directory this process names: this
+    process's cache lookup finds it (``compiled_before``: what a second process asks
+    before starting workers), and a compile of the same kernel here adds nothing (a hit)."""
+    need_ptxas()
+    from pyfuser.compat import compile_offline
+    from pyfuser.runtime.cache import load_kernel
+
+    fd = _softmax()
+    jobs = ahead.plan_ahead(fd, [torch.empty(64, 4096, dtype=torch.float16, device="meta")], "cuda:0")
+    cache = tmp_path / "triton"
+    from triton import knobs
+
+    with knobs.cache.scope():
+        knobs.cache.dir = str(cache)
+        assert not any(ahead.compiled_before(90, job) for job in jobs)
+    p = workers.Pool(2, workers.worker_env({"TRITON_CACHE_DIR": str(cache)}))
+    try:
+        assert sum(p.submit("pyfuser.runtime.ahead.compile_step", 90, job).result(timeout=300) for job in jobs) \
+            >= len(jobs)
+    finally:
+        p.close()
+    entries = sorted(os.listdir(cache))
+    assert any(f.endswith(".cubin") for d in entries for f in os.listdir(cache / d))
+    name, source, specs, kw, _ = jobs[0][0]
+    with knobs.cache.scope():
+        knobs.cache.dir = str(cache)
+        assert all(ahead.compiled_before(90, job) for job in jobs)  # a second process hands out nothing
+        compile_offline(load_kernel(name, source, "cuda"), [ahead._arg(s) for s in specs], kw, 90)
+    assert sorted(os.listdir(cache)) == entries
+
+
+def test_compiling_ahead_is_off_on_the_cpu_and_with_no_workers(monkeypatch):
+    assert not ahead.enabled(torch.device("cpu"))
+    monkeypatch.setenv("PYFUSER_COMPILE_WORKERS", "0")
+    assert not ahead.enabled(torch.device("cuda", 0))
+    assert ahead.workers_wanted() == 0
+    monkeypatch.setenv("PYFUSER_COMPILE_WORKERS", "100000")
+    assert ahead.workers_wanted() == max(1, (os.cpu_count() or 2) - 1)
+
+
+def test_closing_with_kill_does_not_wait_for_the_job_in_hand():
+    import time
+
+    p = workers.Pool(1, workers.worker_env({}))
+    assert p.submit("os.getpid").result(timeout=120)
+    slow = p.submit("time.sleep", 60)
+    time.sleep(0.5)
+    t0 = time.perf_counter()
+    p.close(kill=True)
+    with pytest.raises(workers.WorkerError):
+        slow.result(timeout=30)
+    assert time.perf_counter() - t0 < 20
+
+
+def test_the_wait_has_a_limit():
+    """A job that does not end in time counts as failed: the first run compiles it."""
+    p = workers.Pool(1, workers.worker_env({}))
+    try:
+        pending = ahead.Pending()
+        pending.futures.append(p.submit("time.sleep", 30))
+        assert pending.wait(limit=0.5) == (0, 1)
+    finally:
+        p.close(kill=True)
+
+
+def test_a_graph_with_few_new_kernels_compiles_them_at_their_launches():
+    """Below ``MIN_JOBS`` new kernel steps no worker is asked (starting one costs more);
+    a job handed out before is not new."""
+    pending = ahead.Pending()
+    jobs = [((f"k{i}", f"src {i} {os.getpid()}", (), {}, None),) for i in range(ahead.MIN_JOBS - 1)]
+    pending.submit(jobs, torch.device("cuda", 0))  # returns before it needs the device
+    assert len(pending) == 0
