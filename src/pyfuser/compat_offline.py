@@ -53,24 +53,6 @@ def _offline_source(fn, args, kw, arch: int):
     return ASTSource(fn, signature, constexprs, attrs), target, backend, options.__dict__
 
 
-def _offline_source(fn, args, kw, arch: int):
-    """(source, target, backend, options) of JIT function ``fn`` for CUDA sm_<arch>, its
-    arguments specialised by Triton's launch binder as a launch on that GPU would."""
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
-
-    target = GPUTarget("cuda", arch, 32)
-    backend = make_backend(target)
-    kw = dict(kw, debug=kw.get("debug", fn.debug) or knobs.runtime.debug,
-              instrumentation_mode=knobs.compilation.instrumentation_mode)
-    binder = create_function_from_signature(fn.signature, fn.params, backend)
-    bound, specialization, options = binder(*args, **kw)
-    options, signature, constexprs, attrs = fn._pack_args(backend, kw, bound, specialization, options)
-    return ASTSource(fn, signature, constexprs, attrs), target, backend, options.__dict__
-
-
 def compile_offline(fn, args, kw, arch: int):
     """JIT function ``fn`` compiled for CUDA sm_<arch> without a GPU, its arguments
     specialised by Triton's launch binder as a launch on that GPU would."""
