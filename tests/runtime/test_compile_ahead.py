@@ -134,7 +134,7 @@ def test_workers_compile_into_the_shared_triton_cache(tmp_path):
     with knobs.cache.scope():
         knobs.cache.dir = str(cache)
         assert all(ahead.compiled_before(90, job) for job in jobs)  # a second process hands out nothing
-        compile_offline(load_kernel(name, source, "cuda"), [ahead._arg(s) for s in specs], kw, 90)
+        compile_offline(load_kernel(name, source, "cuda"), [ahead.meta_arg(s) for s in specs], kw, 90)
     assert sorted(os.listdir(cache)) == entries
 
 
@@ -173,8 +173,7 @@ def test_the_wait_has_a_limit():
 
 
 def test_a_graph_with_few_new_kernels_compiles_them_at_their_launches():
-    """Below ``MIN_JOBS`` new kernel steps no worker is asked (starting one costs more);
-    a job handed out before is not new."""
+    """Below ``MIN_JOBS`` new kernel steps no worker is asked (starting one costs more)."""
     pending = ahead.Pending()
     jobs = [((f"k{i}", f"src {i} {os.getpid()}", (), {}, None),) for i in range(ahead.MIN_JOBS - 1)]
     pending.submit(jobs, torch.device("cuda", 0))  # returns before it needs the device

@@ -25,10 +25,8 @@ arguments built from meta tensors (``offline_args``).
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import threading
 import time
 
 import torch
@@ -134,7 +132,8 @@ def arg_spec(x):
     return x
 
 
-def _arg(spec):
+def meta_arg(spec):
+    """The meta tensor (or value) an ``arg_spec`` stands for."""
     if isinstance(spec, tuple) and spec and spec[0] == "tensor":
         _, shape, stride, dtype = spec
         return torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device="meta")
@@ -142,25 +141,29 @@ def _arg(spec):
 
 
 def compile_step(arch: int, kernels) -> int:
-    """In a worker: compile a step's candidates for sm_<arch> into Triton's cache until
-    one passes the spill check (the last is not checked, as in ``spills.first_fit``).
-    Returns how many were compiled."""
+    """In a worker: compile a step's candidates for sm_<arch> into Triton's cache, in the
+    spill check's walk (``spills.first_fit`` with ``spills.refusal`` on ptxas's report:
+    up to the first one accepted, the last unchecked).  Returns how many were compiled."""
     from ..compat import compile_offline
     from .cache import load_kernel
-    from .spills import ptxas_usage
+    from .spills import first_fit, ptxas_usage, refusal
 
-    n = 0
+    compiled = []
+
+    def compile_one(kernel):
+        name, source, specs, kw, _ = kernel
+        compiled.append(kernel)
+        return compile_offline(load_kernel(name, source, "cuda"), [meta_arg(s) for s in specs], kw, arch)
+
+    def reject(kernel):
+        usage = ptxas_usage(compile_one(kernel))
+        return refusal(usage.regs, usage.spills, kernel[4])
+
     with triton_ptxas():
-        for name, source, specs, kw, budget in kernels:
-            fn = load_kernel(name, source, "cuda")
-            k = compile_offline(fn, [_arg(s) for s in specs], kw, arch)
-            n += 1
-            if n == len(kernels):
-                break
-            usage = ptxas_usage(k)
-            if not usage.spills and (budget is None or usage.regs <= budget):
-                break
-    return n
+        chosen = first_fit(list(kernels), reject)
+        if not any(k is chosen for k in compiled):
+            compile_one(chosen)
+    return len(compiled)
 
 
 def compiled_before(arch: int, job) -> bool:
@@ -173,7 +176,7 @@ def compiled_before(arch: int, job) -> bool:
     name, source, specs, kw, _ = job[0]
     try:
         with triton_ptxas():
-            return cached_offline(load_kernel(name, source, "cuda"), [_arg(s) for s in specs], kw, arch)
+            return cached_offline(load_kernel(name, source, "cuda"), [meta_arg(s) for s in specs], kw, arch)
     except Exception:  # unknown: compile it
         return False
 
@@ -185,7 +188,7 @@ MIN_JOBS = 8
 
 
 class Pending:
-    """Compile jobs handed to the workers (``submit``, any number of times), to
+    """Compile jobs handed to the workers (``submit``), to
     ``wait`` for before the graph they belong to first runs.  A job that failed only
     costs its time (the first execute compiles what is missing); it is logged at
     DEBUG."""
@@ -198,29 +201,17 @@ class Pending:
     def __len__(self):
         return len(self.futures)
 
-    def finished(self) -> int:
-        return sum(f.done() for f in self.futures)
-
     def submit(self, jobs: list, device):
-        """Hand ``jobs`` (``plan_ahead``'s) to the process's worker pool, leaving out
-        those handed out before (identical kernels of other definitions) and those
-        Triton's cache holds; nothing when fewer than ``MIN_JOBS`` are left."""
+        """Hand ``jobs`` (``plan_ahead``'s: a signature planned before gives none) to the
+        process's worker pool, leaving out those Triton's cache holds; nothing when
+        fewer than ``MIN_JOBS`` are left."""
         from . import workers
 
-        fresh = []
-        with _SUBMITTED_LOCK:
-            for job in jobs:
-                digest = hashlib.sha256(repr(job).encode()).hexdigest()
-                if len(_SUBMITTED) > MAX_SUBMITTED:
-                    _SUBMITTED.clear()
-                if digest not in _SUBMITTED:
-                    _SUBMITTED.add(digest)
-                    fresh.append(job)
-        if len(fresh) < MIN_JOBS:
+        if len(jobs) < MIN_JOBS:
             return
         major, minor = torch.cuda.get_device_capability(torch.device(device))
         arch = major * 10 + minor
-        fresh = [job for job in fresh if not compiled_before(arch, job)]
+        fresh = [job for job in jobs if not compiled_before(arch, job)]
         if len(fresh) < MIN_JOBS:
             return
         pool = workers.pool(workers_wanted(), workers.worker_env(_worker_settings()))
@@ -244,11 +235,6 @@ class Pending:
         log.debug("pyfuser: %d kernel steps compiled ahead (%d binaries, %d failed) by %d workers in %.1f s",
                   len(self.futures), compiled, failed, self.workers, time.perf_counter() - self.started)
         return compiled, failed
-
-
-MAX_SUBMITTED = 1 << 16
-_SUBMITTED: set = set()  # digests of the jobs handed out (identical kernels of other definitions)
-_SUBMITTED_LOCK = threading.Lock()
 
 
 def workers_wanted() -> int:

@@ -59,11 +59,17 @@ def rejection(sched, seg, params, regs, spills) -> Reject | None:
     """Why a compiled candidate is rejected, or None: it spills, or it uses more
     registers than the scheduler's ``max_registers(seg, params)`` allows (None: no
     limit but the hardware's)."""
+    why = refusal(regs, spills, sched.max_registers(seg, params))
+    return None if why is None else Reject(*why, sched.NAME)
+
+
+def refusal(regs, spills, budget) -> tuple | None:
+    """``rejection``'s rule on its numbers alone, as (code, message), or None: what a
+    compile worker (``ahead.compile_step``) applies, with the budget computed for it."""
     if spills:
-        return Reject("spills", f"spills {spills} registers", sched.NAME)
-    budget = sched.max_registers(seg, params)
+        return "spills", f"spills {spills} registers"
     if budget is not None and regs is not None and regs > budget:
-        return Reject("register_budget", f"uses {regs} registers, over its budget of {budget}", sched.NAME)
+        return "register_budget", f"uses {regs} registers, over its budget of {budget}"
     return None
 
 

@@ -154,8 +154,6 @@ def _abandon(graph, pool, rng, cuda) -> None:
     cuda.rng_restore(rng)
 
 
-
-
 def forget(err: BaseException) -> str:
     """``err``'s cause in one line (its type and first line), its traceback and those
     of the errors chained to it dropped, with their finished frames' locals: a failed
