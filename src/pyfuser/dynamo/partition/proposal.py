@@ -45,7 +45,10 @@ from torch.fx.passes.infra.partitioner import Partition
 
 class _Vertex:
     """A partition, or a node outside every partition, of the contracted graph.
-    ``users`` and ``inputs`` are the nodes outside it that read it and that it reads."""
+    ``users`` and ``inputs`` are the nodes outside it that read it and that it reads,
+    as dicts (ordered sets): a node hashes by its address, so a set's order, and
+    with it how far a walk goes before it finds what it asks for, would change
+    from one process to the next."""
 
     __slots__ = ("id", "nodes", "ord", "users", "inputs")
 
@@ -53,8 +56,8 @@ class _Vertex:
         self.id = None  # the partition's id; None for a node outside every partition
         self.nodes = {node: None}
         self.ord = position
-        self.users = set(node.users)
-        self.inputs = set(node.all_input_nodes)
+        self.users = dict.fromkeys(node.users)
+        self.inputs = dict.fromkeys(node.all_input_nodes)
 
 
 def propose_partitions(gm, support) -> list:
@@ -114,10 +117,11 @@ def _join(s, o, vertex, live):
     for n in gone.nodes:
         vertex[n] = keep
     keep.nodes.update(gone.nodes)
-    keep.users.difference_update(gone.nodes)
-    keep.users.update(u for u in gone.users if vertex[u] is not keep)
-    keep.inputs.difference_update(gone.nodes)
-    keep.inputs.update(i for i in gone.inputs if vertex[i] is not keep)
+    for n in gone.nodes:
+        keep.users.pop(n, None)
+        keep.inputs.pop(n, None)
+    keep.users.update(dict.fromkeys(u for u in gone.users if vertex[u] is not keep))
+    keep.inputs.update(dict.fromkeys(i for i in gone.inputs if vertex[i] is not keep))
     del live[gone.id]
     return keep
 
