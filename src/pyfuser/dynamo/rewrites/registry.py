@@ -82,8 +82,11 @@ def rewritten(gm: torch.fx.GraphModule, stage: str) -> torch.fx.GraphModule:
         try:
             for rewrite in REWRITES:
                 name = rewrite.name
-                if rewrite.stage == stage and name not in skipped and rewrite.fn(work) and rewrite.fresh_meta:
-                    propagate_meta(work)
+                if rewrite.stage != stage or name in skipped:
+                    continue
+                before = _snapshot(work) if rewrite.fresh_meta else None
+                if rewrite.fn(work) and rewrite.fresh_meta:
+                    propagate_meta(work, _changed(work, before))
             return work
         except Exception as err:
             skipped.add(name)
@@ -103,8 +106,16 @@ def copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph)
 
 
-def propagate_meta(gm: torch.fx.GraphModule):
-    """Each node's ``meta["val"]`` computed again, on the fake tensors of ``gm``'s inputs."""
+def propagate_meta(gm: torch.fx.GraphModule, changed=None):
+    """Each node's ``meta["val"]`` computed again, on the fake tensors of ``gm``'s inputs:
+    every node's, or where ``changed`` names the nodes a rewrite added or altered, those
+    and, downstream, the users of each whose value changed (shape, strides, dtype,
+    device...: ``_described``).  A rewrite changes a few places of a graph of thousands
+    of nodes, and a node's fake value costs a dispatch through the fake mode: the whole
+    graph after each of four rewrites was most of a large model's rewrite time
+    (docs/TUNING.md#compile-time).  What a node's value does not depend on, its inputs'
+    values with the same description, cannot change it; the full propagation agrees on
+    the zoo's graphs (tests/dynamo/test_rewrites_meta.py)."""
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     from ...compat import detect_fake_mode
@@ -113,4 +124,63 @@ def propagate_meta(gm: torch.fx.GraphModule):
     mode = detect_fake_mode(vals)
     if mode is None:
         raise RuntimeError("no fake mode on the graph's inputs")
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*vals)
+    prop = FakeTensorProp(gm, mode)
+    if changed is None:
+        prop.propagate_dont_convert_inputs(*vals)
+        return
+    dirty = set(changed)
+    with mode:
+        for n in gm.graph.nodes:
+            if n.op == "placeholder" or (n not in dirty and "val" in n.meta and n.op != "output"):
+                prop.env[n] = n.meta.get("val")
+                continue
+            old = _described(n.meta.get("val", _MISSING))
+            prop.env[n] = prop.run_node(n)
+            if _described(n.meta.get("val", _MISSING)) != old:
+                dirty.update(n.users)
+
+
+_MISSING = object()
+
+
+def _snapshot(gm) -> dict:
+    """What a rewrite may change of each node: its target, its args, its kwargs (fx
+    gives a node new argument tuples on every change, never edits one) and its value."""
+    return {n: (n.target, n.args, n.kwargs, n.meta.get("val")) for n in gm.graph.nodes}
+
+
+def _changed(gm, before: dict) -> list:
+    """The nodes added since ``before`` (a ``_snapshot``), or with anything in it replaced."""
+    out = []
+    for n in gm.graph.nodes:
+        was = before.get(n)
+        if was is None or any(a is not b for a, b in zip(was, (n.target, n.args, n.kwargs, n.meta.get("val")))):
+            out.append(n)
+    return out
+
+
+def _described(v):
+    """What the rewrites and the partitioner read of a node's value, as a comparable
+    key: sizes, strides, offset, dtype, device, layout and ``requires_grad`` of a
+    tensor, the expression of a symbolic size (compared as sympy trees: ``==`` on a
+    SymInt would add a guard), nested through tuples and lists; anything else is
+    equal only to itself."""
+    if isinstance(v, torch.Tensor):
+        strided = v.layout == torch.strided
+        return ("tensor", _sizes(v.shape), _sizes(v.stride()) if strided else None,
+                _size(v.storage_offset()) if strided else None, v.dtype, v.device, v.layout, v.requires_grad)
+    if isinstance(v, (list, tuple)):
+        return ("sequence", tuple(_described(x) for x in v))
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return ("sym", type(v).__name__, v.node.expr)
+    if v is None or v is _MISSING or isinstance(v, (bool, int, float, str, torch.dtype, torch.device)):
+        return (type(v).__name__, v)
+    return ("object", id(v))
+
+
+def _size(s):
+    return ("sym", s.node.expr) if isinstance(s, torch.SymInt) else s
+
+
+def _sizes(sizes) -> tuple:
+    return tuple(_size(s) for s in sizes)
