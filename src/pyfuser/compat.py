@@ -51,6 +51,8 @@ Accessor: the API behind it; its users; what runs where it is missing.
   ``torch._guards``; dynamo/backend.py, dynamo/rewrites/pad_matmuls.py; a null context, none.
 - ``get_decompositions``: ``torch._decomp``; dynamo/decompositions.py; none.
 - ``share_codegen``: ``torch.fx.Graph._codegen``; dynamo/backend.py, dynamo/report/accuracy.py; none.
+- ``lazy_graph_module``: ``torch.fx._lazy_graph_module._LazyGraphModule``; dynamo/rewrites/registry.py;
+  none.
 - ``mark_boxed``: AOTAutograd's ``_boxed_call`` convention; dynamo/regions/graphs.py, dynamo/report/accuracy.py.
 - ``qualified_name``: ``torch.fx.node._get_qualified_name``; dynamo/partition/partitioner.py; none.
 - ``OpOverload``, ``OpOverloadPacket``: ``torch._ops``; dynamo/rewrites/sink_views.py,
@@ -364,6 +366,16 @@ def share_codegen(graph, source) -> None:
     """Give FX ``graph`` the code generator of ``source`` (its inputs' and outputs'
     pytree specs), as a copy of ``source`` needs."""
     graph.set_codegen(source._codegen)
+
+
+def lazy_graph_module(root, graph):
+    """A GraphModule of ``graph`` over ``root``'s attributes whose Python code is
+    generated when first needed (called, printed, pickled), not on construction: a
+    copy made to be rewritten is regenerated after the rewrite anyway, and the code of
+    a large model's graph takes a noticeable part of a compile to generate."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    return _LazyGraphModule(root, graph)
 
 
 def mark_boxed(fn) -> None:

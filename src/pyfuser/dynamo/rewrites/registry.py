@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from ...compat import share_codegen
+from ...compat import lazy_graph_module, share_codegen
 from ...runtime.phases import timed
 from ..regions.region import warn_once
 from .broadcast_copies import broadcast_copies
@@ -103,7 +103,7 @@ def copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     share_codegen(graph, gm.graph)
     out = graph.graph_copy(gm.graph, {})
     graph.output(out)
-    return torch.fx.GraphModule(gm, graph)
+    return lazy_graph_module(gm, graph)
 
 
 def propagate_meta(gm: torch.fx.GraphModule, changed=None):
