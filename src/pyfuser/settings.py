@@ -82,6 +82,9 @@ SETTINGS = (
             "where a failing compile writes its repro script (default: `repro/` in the cache directory)"),
     Setting("cache_files", "PYFUSER_CACHE_FILES", "int", 2048,
             "kernel files kept in the cache directory (the oldest go first)"),
+    Setting("decisions", "PYFUSER_DECISIONS", "count", 4096,
+            "answers kept for later processes in the cache directory's `decisions/` (ptxas's register "
+            "reports; runtime/decisions.py), the least recently used going first; 0: none kept or read"),
     Setting("kernel_modules", "PYFUSER_KERNEL_MODULES", "int", 512,
             "kernel modules imported in the process at once (the least recently used leave)"),
     Setting("prepared_sizes", "PYFUSER_PREPARED_SIZES", "int", 64,

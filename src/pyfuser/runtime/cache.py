@@ -167,15 +167,17 @@ def write_file(directory: str, name: str, data: bytes, prune: bool = True) -> st
             os.unlink(tmp)
         raise
     if prune:
-        _prune(directory, read("cache_files"))
+        prune_files(directory, read("cache_files"))
     return path
 
 
-def _prune(directory: str, keep: int):
+def prune_files(directory: str, keep: int, prefix: str = "pyfuser_kernel_", suffix: str = ".py"):
+    """Remove the oldest (by modification time) of ``directory``'s files named
+    ``prefix...suffix`` beyond ``keep``; files that vanish meanwhile are skipped."""
     entries = []
     with os.scandir(directory) as it:
         for e in it:
-            if e.name.startswith("pyfuser_kernel_") and e.name.endswith(".py"):
+            if e.name.startswith(prefix) and e.name.endswith(suffix):
                 try:
                     entries.append((e.stat(follow_symlinks=False).st_mtime_ns, e.path))
                 except OSError:

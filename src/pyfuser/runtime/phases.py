@@ -53,8 +53,13 @@ PHASES = {
     "prepare": "the Program of a plan at one fingerprint (prepare.py): heuristics again, launch arguments",
     "codegen": "a kernel's Triton source: the schedulers' run-time checks (they generate it) and emit",
     "module_load": "the kernel's file written and its module imported (runtime/cache.py)",
-    "spill_check": "compiling ahead and checking spills (runtime/spills.py, GPU), less the compiles",
+    "spill_check": "compiling ahead and checking spills (runtime/spills.py, GPU), less the compiles, loads and "
+                   "ptxas reports",
     "triton_compile": "Triton compiling a kernel (GPU): in the spill check or at its first launch",
+    "kernel_load": "a compiled kernel loaded for the spill check's register count (GPU): its module, and "
+                   "Triton's C launcher (built by the C compiler the first time its signature is met)",
+    "ptxas_report": "ptxas run again on a kernel for its spill count (``spills.ptxas_usage``), where the "
+                    "driver reports local memory and no earlier process kept the answer",
     "first_launch": "the first run of a new Program (its launches; CPU: the interpreter), less the compiles",
     "graph_capture": "recording a training graph as a CUDA graph (dynamo/regions/graphs.py)",
 }

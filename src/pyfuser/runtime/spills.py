@@ -20,6 +20,7 @@ benchmark case.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -31,7 +32,7 @@ import torch
 from ..compat import compile_offline, load_handles, ptxas_command
 from ..schedulers.base import Reject, current_choices
 from .phases import phase, timed
-from . import story
+from . import decisions, story
 from .plan import KernelKey
 
 
@@ -42,7 +43,8 @@ def compiled_usage(src, fn, args, grid, kw, scheduler: str = "") -> tuple:
     try:
         with phase("triton_compile", src.name, scheduler):
             k = fn.warmup(*args, grid=grid, **kw)
-        load_handles(k)
+        with phase("kernel_load"):
+            load_handles(k)
         local = int(getattr(k, "n_spills", 0) or 0)
         regs = getattr(k, "n_regs", None)
     except Exception:  # the launch itself will report a real problem
@@ -150,14 +152,32 @@ def ptxas_usage(kernel) -> Usage:
     not only spills: the accurate sin and cos keep a 28-byte table for the slow path of
     their argument reduction (huge arguments), so every kernel calling them reports
     8 "spills" (RoPE on the H200: 128 registers, 8 spills; ptxas: 0 bytes of spill
-    stores, a 32-byte stack frame)."""
-    with tempfile.TemporaryDirectory() as d:
+    stores, a 32-byte stack frame).
+
+    A report is kept for later processes (``decisions``), keyed by the PTX, the
+    command and the ptxas binary: a compile worker asks for every candidate it
+    checks, and the training process then finds the answer instead of a subprocess."""
+    text = kernel.asm["ptx"]
+    command = ptxas_command(kernel, "PTX", "CUBIN")
+    key = {"ptx": hashlib.sha256(text.encode()).hexdigest(), "command": command, "ptxas": _identity(command[0])}
+    kept = decisions.lookup("ptxas_usage", key)
+    if kept is not None:
+        return Usage(*kept)
+    with phase("ptxas_report"), tempfile.TemporaryDirectory() as d:
         ptx = os.path.join(d, "k.ptx")
         with open(ptx, "w") as f:
-            f.write(kernel.asm["ptx"])
+            f.write(text)
         cmd = ptxas_command(kernel, ptx, os.path.join(d, "k.cubin"))
         log = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
-    return parse_ptxas_log(log)
+    usage = parse_ptxas_log(log)
+    decisions.keep("ptxas_usage", key, [usage.regs, usage.spills, usage.local])
+    return usage
+
+
+def _identity(path: str) -> list:
+    """A binary as its path, size and modification time (another ptxas, another answer)."""
+    st = os.stat(path)
+    return [path, st.st_size, st.st_mtime_ns]
 
 
 def parse_ptxas_log(log: str) -> Usage:
