@@ -36,7 +36,7 @@ Accessor: the API behind it; its users; what runs where it is missing.
 - ``load_handles``: ``CompiledKernel._init_handles``; runtime/spills.py, bench/kernel_stats.py;
   None (registers unknown until the first launch).
 - ``compiled_kernels``: ``JITFunction.device_caches``; bench/kernel_stats.py; an empty list.
-- ``ptxas_command``, ``compile_offline``, ``cached_offline``: compiling for a GPU without
+- ``ptxas_command``, ``compile_offline``, ``cached_offline``, ``build_launcher``: compiling for a GPU without
   one, in ``compat_offline.py`` (listed there), imported here for their users.
 - ``interpreter_module``, ``tensor_handle``, ``argument_conversion``/``set_argument_conversion``,
   ``interpreted_function_base``: ``triton.runtime.interpreter`` (``TensorHandle``,
@@ -87,7 +87,7 @@ import os
 import torch
 from torch.nn.modules import module as _nn_module
 
-from .compat_offline import cached_offline, compile_offline, ptxas_command  # noqa: F401 - reached from here
+from .compat_offline import build_launcher, cached_offline, compile_offline, ptxas_command  # noqa: F401 - reached from here
 from .errors import ToolchainError
 
 CHECKED = {"triton": "3.6", "torch": "2.11-2.13"}

@@ -8,6 +8,9 @@ part for them: the same rule, every private API behind a named accessor).
 - ``cached_offline``: the same, and ``triton.runtime.cache`` (``get_cache_key``,
   ``get_cache_manager``), ``triton._C.libtriton.get_cache_invalidating_env_vars``: the lookup
   ``triton.compile`` does before it compiles; runtime/ahead.py; none.
+- ``build_launcher``: ``triton.backends.nvidia.driver.CudaLauncher`` (what
+  ``CompiledKernel._init_handles`` builds first); runtime/ahead.py; none (the first load
+  builds it).
 - ``ptxas_command``: ``triton.knobs.compilation``/``knobs.nvidia``,
   ``triton.backends.nvidia.compiler`` (``get_ptxas``, ``sm_arch_from_capability``) and the
   compiled kernel's metadata; runtime/spills.py; none (the driver's local-memory count).
@@ -60,6 +63,16 @@ def compile_offline(fn, args, kw, arch: int):
 
     src, target, _, options = _offline_source(fn, args, kw, arch)
     return compile(src, target=target, options=options)
+
+
+def build_launcher(ck) -> None:
+    """Build the C launcher of compiled kernel ``ck`` into Triton's cache: the first
+    load of a kernel onto the GPU makes one for its argument signature, compiled by
+    the C compiler (about a second) unless the cache holds it.  Needs the CUDA
+    driver's library to link against, not a GPU; raises where that is missing."""
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    CudaLauncher(ck.src, ck.metadata)
 
 
 def cached_offline(fn, args, kw, arch: int) -> bool:

@@ -191,6 +191,13 @@ def counting(self, *a, **k):
     compiled_here.append(1)
     return make_cubin(self, *a, **k)
 CUDABackend.make_cubin = counting
+from triton.runtime import build
+launchers_here = []
+c_build = build._build
+def counting_c(name, *a, **k):
+    launchers_here.append(name == "__triton_launcher")
+    return c_build(name, *a, **k)
+build._build = counting_c
 torch.manual_seed(0)
 widths = [256 + 32 * i for i in range(10)]  # a kernel per width: more than ahead.MIN_JOBS per graph
 layers = [m for a, b in zip(widths, widths[1:]) for m in (torch.nn.Linear(a, b), torch.nn.LayerNorm(b), torch.nn.GELU())]
@@ -200,16 +207,18 @@ t0 = time.perf_counter()
 out = torch.compile(model, backend="pyfuser")(x)
 (out * out).sum().backward()
 torch.cuda.synchronize()
-print(json.dumps({"compiled_here": len(compiled_here), "first_step_s": time.perf_counter() - t0}))
+print(json.dumps({"compiled_here": len(compiled_here), "launchers_here": sum(launchers_here),
+                  "first_step_s": time.perf_counter() - t0}))
 """
 
 
 @pytest.mark.parametrize("workers", ["4", "0"])
 def test_compile_ahead_fills_the_first_launch(tmp_path, workers):
     """With compile workers, the first training step compiles no kernel in the process
-    itself: every binary it launches (spill-check candidates included) was compiled by a
-    worker into Triton's cache.  Without workers it compiles them all itself (so the
-    count can tell the two apart).  Each graph has more than ``ahead.MIN_JOBS`` kernels."""
+    itself: every binary it launches (spill-check candidates included), and the C
+    launcher each load needs, was built by a worker into Triton's cache.  Without
+    workers it builds them all itself (so the counts can tell the two apart).  Each
+    graph has more than ``ahead.MIN_JOBS`` kernels."""
     import json
     import os
     import subprocess
@@ -221,8 +230,8 @@ def test_compile_ahead_fills_the_first_launch(tmp_path, workers):
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     print(f"workers={workers}: {result}")
-    compiled_here = result["compiled_here"]
+    compiled_here, launchers_here = result["compiled_here"], result["launchers_here"]
     if workers == "0":
-        assert compiled_here >= 16
+        assert compiled_here >= 16 and launchers_here >= 1
     else:
-        assert compiled_here == 0
+        assert compiled_here == 0 and launchers_here == 0

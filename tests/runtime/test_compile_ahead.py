@@ -178,3 +178,36 @@ def test_a_graph_with_few_new_kernels_compiles_them_at_their_launches():
     jobs = [((f"k{i}", f"src {i} {os.getpid()}", (), {}, None),) for i in range(ahead.MIN_JOBS - 1)]
     pending.submit(jobs, torch.device("cuda", 0))  # returns before it needs the device
     assert len(pending) == 0
+
+
+def test_a_worker_builds_each_compiled_candidates_launcher(tmp_path, monkeypatch):
+    """Loading a kernel onto the GPU first builds its C launcher (Triton's
+    ``CudaLauncher``, compiled by the C compiler unless Triton's cache holds it); the
+    worker builds one for each candidate it compiles, from the same compiled kernel a
+    load would use.  Here the C compile is recorded, not run (no CUDA driver library to
+    link against on this machine); where it fails the job still succeeds."""
+    need_ptxas()
+    from triton.backends.nvidia import driver
+
+    fd = _softmax()
+    job = ahead.plan_ahead(fd, [torch.empty(64, 4096, dtype=torch.float16, device="meta")], "cuda:0")[0]
+    name, source, specs, kw, _ = job[0]
+    first, starved = (name, source, specs, kw, None), (name, source, specs, kw, 1)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    built = []
+
+    class Module:
+        launch = None
+
+    monkeypatch.setattr(driver, "library_dirs", lambda: [])
+    monkeypatch.setattr(driver, "compile_module_from_src",
+                        lambda src, name, **kw: built.append((name, src)) or Module())
+    assert ahead.compile_step(90, (starved, first)) == 2
+    assert [n for n, _ in built] == ["__triton_launcher"] * 2
+    assert all("cuLaunchKernelEx" in src or "cuLaunchKernel" in src for _, src in built)
+
+    def no_linker(**kw):
+        raise RuntimeError("libcuda.so cannot found!")
+
+    monkeypatch.setattr(driver, "compile_module_from_src", lambda src, name, **kw: no_linker())
+    assert ahead.compile_step(90, (first,)) == 1

@@ -8,8 +8,10 @@ runs it plans each region here (``plan_ahead``: the runtime's own plan, stored i
 the fusion's runtime cache with its kernels under the names the first execute will
 look up) and hands each kernel step to the pool of worker processes
 (``workers.py``), which compile it for the device's architecture into Triton's
-cache directory (``compile_step``).  The first execute then finds each binary there:
-a load, not a compile (docs/TUNING.md#compile-ahead).
+cache directory (``compile_step``), with the C launcher a load of it builds first
+(``compat.build_launcher``: the C compiler, once per argument signature).  The first
+execute then finds each binary and launcher there: loads, not compiles
+(docs/TUNING.md#compile-ahead).
 
 Nothing else changes: the first execute prepares, checks spills and launches as
 without it; a binary the workers did not make (a misaligned input, a job that
@@ -141,10 +143,11 @@ def meta_arg(spec):
 
 
 def compile_step(arch: int, kernels) -> int:
-    """In a worker: compile a step's candidates for sm_<arch> into Triton's cache, in the
-    spill check's walk (``spills.first_fit`` with ``spills.refusal`` on ptxas's report:
-    up to the first one accepted, the last unchecked).  Returns how many were compiled."""
-    from ..compat import compile_offline
+    """In a worker: compile a step's candidates for sm_<arch> into Triton's cache, with
+    the C launcher each one's load builds, in the spill check's walk
+    (``spills.first_fit`` with ``spills.refusal`` on ptxas's report: up to the first one
+    accepted, the last unchecked).  Returns how many were compiled."""
+    from ..compat import build_launcher, compile_offline
     from .cache import load_kernel
     from .spills import first_fit, ptxas_usage, refusal
 
@@ -153,7 +156,12 @@ def compile_step(arch: int, kernels) -> int:
     def compile_one(kernel):
         name, source, specs, kw, _ = kernel
         compiled.append(kernel)
-        return compile_offline(load_kernel(name, source, "cuda"), [meta_arg(s) for s in specs], kw, arch)
+        ck = compile_offline(load_kernel(name, source, "cuda"), [meta_arg(s) for s in specs], kw, arch)
+        try:  # the spill check loads each candidate it compiles: its launcher too
+            build_launcher(ck)
+        except Exception as err:  # no CUDA driver library here: the load builds it
+            log.debug("pyfuser: no launcher built ahead for %s: %s: %s", name, type(err).__name__, err)
+        return ck
 
     def reject(kernel):
         usage = ptxas_usage(compile_one(kernel))
