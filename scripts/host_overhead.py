@@ -5,8 +5,10 @@
 
 Prints one JSON line: microseconds per cached ``fd.execute`` (best and median of 7
 rounds) of three small fusions (a 1024-element pointwise, a 32x128 softmax, a
-row-then-column reduction), each's plan steps, and milliseconds per training step of
-a tiny GPT-2 through ``backend="pyfuser"`` (SGD).  Run it for two trees in one device
+row-then-column reduction), each's plan steps; on the GPU the same pointwise written
+by hand in Triton and launched by Triton (``kernel[grid](...)`` with a fresh output:
+the floor a cached execute is measured against); and milliseconds per training step
+of a tiny GPT-2 through ``backend="pyfuser"`` (SGD).  Run it for two trees in one device
 call to compare host overhead before and after a change on the same GPU.
 """
 import json, sys, time, statistics
@@ -71,6 +73,26 @@ for name, make in (("pointwise_1024", pointwise), ("softmax_32x128", softmax), (
     plan = list(fd._runtime.plans.values())[-1]
     out[name + "_us"] = per_call(lambda: fd.execute(ins), N)
     out[name + "_steps"] = len(plan.steps)
+
+if dev == "cuda":  # the floor: the same one-kernel pointwise written in Triton, launched by Triton itself
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _mul_add(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + i, mask=i < n)
+        tl.store(o_ptr + i, x * tl.load(y_ptr + i, mask=i < n) + x, mask=i < n)
+
+    x, y = torch.randn(1024, device=dev), torch.randn(1024, device=dev)
+
+    def triton_launch():
+        o = torch.empty_like(x)
+        _mul_add[(1,)](x, y, o, x.numel(), BLOCK=1024)
+        return o
+
+    triton_launch()
+    out["triton_launch_1024_us"] = per_call(triton_launch, N)
 
 from pyfuser.bench import zoo
 torch.manual_seed(0)

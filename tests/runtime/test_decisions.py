@@ -134,3 +134,15 @@ def test_a_workers_ptxas_report_is_found_by_this_process_without_ptxas(store, tm
     monkeypatch.setenv("PYFUSER_DECISIONS", "0")  # off: ptxas runs
     with pytest.raises(AssertionError, match="ptxas ran again"):
         spills.ptxas_usage(ck)
+
+
+def test_a_store_directory_not_to_be_trusted_is_neither_read_nor_written(store, tmp_path):
+    """A ``decisions`` that is a link elsewhere (``cache.private_dir`` refuses it): the
+    answers are worked out again, nothing is written there, nothing raises."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(elsewhere, store)
+    decisions.keep("k", "key", 1)
+    assert decisions.lookup("k", "key") is None
+    assert os.listdir(elsewhere) == []

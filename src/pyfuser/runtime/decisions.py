@@ -65,11 +65,11 @@ def lookup(kind: str, key):
     if read("decisions") == 0:
         return None
     name, ident = _entry(kind, key)
-    path = os.path.join(directory(), name)
     try:
+        path = os.path.join(directory(), name)
         with open(path, "rb") as f:
             data = f.read()
-    except OSError:
+    except OSError:  # none kept, or a directory not to be trusted (CacheDirError): a miss
         return None
     try:
         stored = json.loads(data)
@@ -89,7 +89,8 @@ def lookup(kind: str, key):
 def keep(kind: str, key, value) -> None:
     """Keep ``value`` (a JSON value) as the answer for ``(kind, key)``; the oldest entries
     beyond ``PYFUSER_DECISIONS`` go.  A store that cannot be written loses nothing but
-    the next process's time, so an OS error here is not raised."""
+    the next process's time, so an OS error here is not raised, nor a directory that
+    fails ``private_dir``'s check (nothing is written there)."""
     limit = read("decisions")
     if limit == 0:
         return
@@ -99,7 +100,7 @@ def keep(kind: str, key, value) -> None:
         where = directory()
         write_file(where, name, data, prune=False)
         prune_files(where, limit, prefix="", suffix=SUFFIX)
-    except OSError:
+    except OSError:  # CacheDirError is one
         pass
 
 
