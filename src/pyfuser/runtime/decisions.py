@@ -53,10 +53,9 @@ def directory() -> str:
 
 
 def _entry(kind: str, key) -> tuple:
-    """(file name, the entry's identity as stored)."""
-    ident = {"kind": kind, "key": key, "versions": _versions()}
-    text = json.dumps(ident, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:40] + SUFFIX, ident
+    """(file name, the entry's identity as it reads back from JSON)."""
+    text = json.dumps({"kind": kind, "key": key, "versions": _versions()}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:40] + SUFFIX, json.loads(text)
 
 
 def lookup(kind: str, key):
@@ -73,7 +72,7 @@ def lookup(kind: str, key):
         return None
     try:
         stored = json.loads(data)
-        if {k: stored[k] for k in ident} != json.loads(json.dumps(ident)):
+        if {k: stored[k] for k in ident} != ident:
             raise ValueError("another key")
         value = stored["value"]
     except (ValueError, KeyError, TypeError):  # truncated, corrupt or foreign: forget it

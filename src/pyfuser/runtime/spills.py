@@ -158,17 +158,15 @@ def ptxas_usage(kernel) -> Usage:
     command and the ptxas binary: a compile worker asks for every candidate it
     checks, and the training process then finds the answer instead of a subprocess."""
     text = kernel.asm["ptx"]
-    command = ptxas_command(kernel, "PTX", "CUBIN")
+    command = ptxas_command(kernel, "k.ptx", "k.cubin")  # run in a fresh directory: the key's command as is
     key = {"ptx": hashlib.sha256(text.encode()).hexdigest(), "command": command, "ptxas": _identity(command[0])}
     kept = decisions.lookup("ptxas_usage", key)
     if kept is not None:
         return Usage(*kept)
     with phase("ptxas_report"), tempfile.TemporaryDirectory() as d:
-        ptx = os.path.join(d, "k.ptx")
-        with open(ptx, "w") as f:
+        with open(os.path.join(d, "k.ptx"), "w") as f:
             f.write(text)
-        cmd = ptxas_command(kernel, ptx, os.path.join(d, "k.cubin"))
-        log = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+        log = subprocess.run(command, cwd=d, capture_output=True, text=True, check=True).stderr
     usage = parse_ptxas_log(log)
     decisions.keep("ptxas_usage", key, [usage.regs, usage.spills, usage.local])
     return usage
