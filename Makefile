@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 test: venv
-	$(PY) -m pytest -q -n 2 tests
+	$(PY) -m pytest -q -n 2 --durations=20 tests
 
 # On a machine with a GPU: the GPU-marked tests, and the kernel op sweep on the GPU
 # (libdevice and compiled kernels, which CI's interpreter does not run).

@@ -38,4 +38,6 @@ esac
 SHIM
   chmod +x "$tmp/bin/git"; export PATH="$tmp/bin:$PATH"
 fi
-bash .nvf/harness/run.sh "$tmp/fuser" "$MODE" -n "$N" "$@" | tee ".nvf/summary_$MODE.txt"
+# -vv: one line per test as it ends ("[gwN] [ P%] PASSED/FAILED id"), so a run stopped by the
+# device's time limit still says which tests failed (summary.py reads only the -rfE lines).
+bash .nvf/harness/run.sh "$tmp/fuser" "$MODE" -n "$N" -vv "$@" | tee ".nvf/summary_$MODE.txt"

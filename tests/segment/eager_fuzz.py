@@ -392,6 +392,12 @@ class _Drawer:
                 big, top = max(float(mag.max()), 1e-300), torch.finfo(torch.float32).max / 2
                 overflow = (n * math.log(big) >= math.log(top)) if op == "prod" else (
                     op not in ("max", "min") and big * n >= top)
+                if op == "prod":  # small values whose partial product underflows to 0, and an
+                    # infinity: NaN where they meet first, an infinity in another order
+                    x = torch.as_tensor(args[0].eager).double().abs()
+                    fi = torch.finfo(outs[0].dtype)
+                    small = x[(x > 0) & (x < 1)]
+                    overflow |= bool(x.isinf().any()) and float(small.log().sum()) <= math.log(fi.smallest_normal * fi.eps)
         if op == "lerp" and outs[0].is_floating_point():
             # end - (end - start) * (1 - weight): a product that may overflow where the
             # result does not, on one side of rounding only; and on the GPU end - start of

@@ -27,6 +27,13 @@ def test_random_fusions_match_eager(chunk):
                      f"`python -m tests.segment.eager_fuzz --seed {SEED} --only I --show`):\n" + "\n".join(new))
 
 
+def test_a_product_of_an_infinity_and_underflowing_values_is_order_dependent():
+    # seed s6cpu, fusion 3107: prod over -inf, inf and two -4.2e-45; the subnormals' product
+    # is 0 in eager's order (0 * inf: NaN) and never formed in the kernel's (-inf)
+    rec, diffs, _ = run_one("s6cpu", 3107)
+    assert diffs and classify(rec, diffs) == "numerical", diffs
+
+
 def test_known_bugs_name_a_reason():
     for feat, (kinds, reason) in KNOWN.items():
         assert kinds and reason, feat
