@@ -96,12 +96,15 @@ def test_report_puts_pyfuser_beside_torch_compile():
         return {"first": _child(first, 0.0), "later": _child(sum(later), 0.0), "step_walls": [first, *later],
                 "process_s": first + 5, "peak_allocated": peak * 2**30, "peak_reserved": (peak + 1) * 2**30}
     results = {"seeds": {},
-               "model": {"cold": run(10.0, [0.1, 0.3, 0.2], 4.0), "warm": run(2.0, [0.1, 0.1], 4.0)},
-               "against": {"cold": run(20.0, [0.4, 0.4], 5.0), "warm": {"error": "exit status 1", "output": ""}}}
+               "model": {"cold": run(10.0, [0.1, 0.3, 0.2, 0.4], 4.0), "warm": run(2.0, [0.1, 0.1], 4.0)},
+               "against": {"cold": run(20.0, [0.4, 0.4, 0.3, 0.5], 5.0), "warm": {"error": "exit status 1", "output": ""}}}
     lines = latency.report_lines(results, "gpt2")
     i = lines.index("gpt2 against torch.compile (pyfuser / torch.compile):")
-    assert lines[i + 1] == ("  cold: first step 10.00 s / 20.00 s = 0.50x; steps 2+ median 200.0 ms / 400.0 ms; "
+    assert latency.MODEL_STEPS == 3  # step 3 records pyfuser's graphs: the medians are of steps 4 and 5
+    assert lines[i + 1] == ("  cold: first step 10.00 s / 20.00 s = 0.50x; step 2 100.0 ms / 400.0 ms; "
+                            "steps 4+ median 300.0 ms / 400.0 ms; "
                             "peak allocated 4.00 GiB / 5.00 GiB = 0.80x (reserved 5.00 / 6.00 GiB)")
     assert lines[i + 2] == "  warm: not compared (a process failed)"
     assert lines[i + 3] == "  pyfuser's warm first step is 20% of its cold one"
-    assert any(line.startswith("model gpt2 (torch.compile): cold steps 20.00 + 0.40 + 0.40 s") for line in lines)
+    assert any(line.startswith("model gpt2 (torch.compile): cold steps 20.00 + 0.40 + 0.40 + 0.30 + 0.50 s")
+               for line in lines)

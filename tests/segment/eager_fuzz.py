@@ -395,7 +395,8 @@ class _Drawer:
                 if op == "prod":  # small values whose partial product underflows to 0, and an
                     # infinity: NaN where they meet first, an infinity in another order
                     x = torch.as_tensor(args[0].eager).double().abs()
-                    fi = torch.finfo(outs[0].dtype)
+                    # (16-bit products are computed in fp32)
+                    fi = torch.finfo(torch.float64 if outs[0].dtype == torch.float64 else torch.float32)
                     small = x[(x > 0) & (x < 1)]
                     overflow |= bool(x.isinf().any()) and float(small.log().sum()) <= math.log(fi.smallest_normal * fi.eps)
         if op == "lerp" and outs[0].is_floating_point():
