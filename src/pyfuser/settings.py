@@ -75,6 +75,9 @@ SETTINGS = (
     Setting("compile_workers", "PYFUSER_COMPILE_WORKERS", "count", 16,
             "torch.compile on the GPU: worker processes that compile a graph's kernels before its first run "
             "(at most one less than the machine's cores); 0: each kernel compiles at its first launch"),
+    Setting("compile_workers_idle", "PYFUSER_COMPILE_WORKERS_IDLE", "seconds", 60.0,
+            "a compile worker with no job for this many seconds exits, giving its memory back (the next job "
+            "starts another); 0: the workers stay until the process ends"),
     Setting("cache_dir", "PYFUSER_CACHE_DIR", "path", "",
             "where generated kernels are written and imported from (default: `<tmp>/pyfuser-<uid>`); "
             "must be private to the user"),

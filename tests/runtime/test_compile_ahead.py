@@ -4,6 +4,7 @@ The pool runs real worker processes here; the compiles are Triton's, for sm_90, 
 its ptxas (no GPU needed).  That the first launch on a GPU then finds the binaries
 is tests/dynamo/test_gpu.py's ``test_compile_ahead_fills_the_first_launch``."""
 import os
+import time
 
 import pytest
 import torch
@@ -38,6 +39,22 @@ def test_a_worker_that_dies_fails_its_job_and_is_replaced():
         first = p.submit("os.getpid").result(timeout=120)
         with pytest.raises(workers.WorkerError, match="failed"):
             p.submit("os._exit", 3).result(timeout=120)
+        assert p.submit("os.getpid").result(timeout=120) not in (first, os.getpid())
+    finally:
+        p.close()
+
+
+def test_an_idle_worker_exits_and_the_next_job_starts_another():
+    p = workers.Pool(1, workers.worker_env({}), idle=0.2)
+    try:
+        first = p.submit("os.getpid").result(timeout=120)
+        deadline = time.monotonic() + 60
+        while p.procs and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not p.procs, "the idle worker is still running"
+        with pytest.raises(ProcessLookupError):
+            os.kill(first, 0)  # exited and reaped
+        assert p.submit("operator.add", 2, 3).result(timeout=120) == 5
         assert p.submit("os.getpid").result(timeout=120) not in (first, os.getpid())
     finally:
         p.close()

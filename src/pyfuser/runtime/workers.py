@@ -15,8 +15,11 @@ stdin, ``("ok", result)`` or ``("error", text)`` out on a private copy of its
 stdout.  The worker points its own fd 1 at its stderr first, so nothing a compile
 prints can corrupt the stream; its stderr is the parent's only at ``PYFUSER_LOG=debug``.
 A job whose worker dies fails (``WorkerError``) and the worker is started again for the
-next job.  Every end is the pool's: its threads are daemons, and at exit its
-workers are killed (a compile in hand is of no use to a process that ends).
+next job.  A worker idle for ``PYFUSER_COMPILE_WORKERS_IDLE`` seconds exits: a training
+run compiles in its first steps, and a dozen idle workers would hold a few GB of the
+machine's memory for the rest of it; a later graph's jobs start them again.  Every end
+is the pool's: its threads are daemons, and at exit its workers are killed (a compile
+in hand is of no use to a process that ends).
 """
 from __future__ import annotations
 
@@ -55,8 +58,9 @@ class Pool:
     ``Future``; each of the first ``size`` submissions starts a thread, whose worker
     process starts with its first job."""
 
-    def __init__(self, size: int, env: dict):
+    def __init__(self, size: int, env: dict, idle: float | None = None):
         self.size, self.env = size, env
+        self.idle = read("compile_workers_idle") if idle is None else idle  # seconds; 0: never
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.threads: list = []
         self.procs: set = set()
@@ -89,8 +93,6 @@ class Pool:
         return proc
 
     def _stop(self, proc):
-        with self.lock:
-            self.procs.discard(proc)
         for close in (proc.stdin.close, proc.stdout.close):
             try:
                 close()
@@ -101,11 +103,18 @@ class Pool:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        with self.lock:
+            self.procs.discard(proc)  # (once it has exited: ``procs`` are the live workers)
 
     def _serve(self):
         proc = None
         while True:
-            item = self.jobs.get()
+            try:
+                item = self.jobs.get(timeout=self.idle if proc is not None and self.idle > 0 else None)
+            except queue.Empty:  # idle: the worker goes, the next job starts another
+                self._stop(proc)
+                proc = None
+                continue
             if item is None:
                 break
             future, function, args = item
