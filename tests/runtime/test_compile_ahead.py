@@ -108,6 +108,42 @@ def test_plan_ahead_plans_once_into_the_fusions_runtime():
     assert ahead.plan_ahead(fd, inputs, "cuda:0") == []
 
 
+def test_an_input_at_a_storage_offset_is_planned_and_compiled_at_that_offset():
+    """A region input that starts 8 bytes into its storage (a causal LM's labels shifted
+    by one) is not 16-byte aligned: the plan ahead must be the one its execute makes
+    (another signature than an aligned input's), and the worker's argument must say so
+    to Triton's specialization of the pointer (else the first launch compiles again)."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1], contiguity=[False, True], dtype=DataType.Int)
+        fd.add_output(fd.ops.add(fd.ops.mul(t, t), t))
+    shifted = ahead.meta_strided((2, 8), (9, 1), torch.int64, 1)  # labels[:, 1:] of a [2, 9] batch
+    assert shifted.storage_offset() == 1 and shifted.data_ptr() % 16 == 8
+    jobs = ahead.plan_ahead(fd, [shifted], "cuda:0")
+    assert ahead.plan_ahead(fd, [ahead.meta_strided((2, 8), (9, 1), torch.int64, 2)], "cuda:0")  # 16 bytes in
+    assert len(runtime_of(fd).plans) == 2  # two signatures: misaligned and aligned
+    specs = [s for job in jobs for kernel in job for s in kernel[2] if isinstance(s, tuple) and s[0] == "tensor"]
+    rebuilt = [ahead.meta_arg(s) for s in specs if s[1] == (2, 8) and s[2] == (9, 1)]
+    assert rebuilt and all(x.storage_offset() == 1 and x.data_ptr() % 16 == 8 for x in rebuilt)
+    empty = ahead.meta_strided((0, 3), (3, 1), torch.float32, 5)
+    assert empty.shape == (0, 3) and empty.storage_offset() == 5
+
+
+def test_a_region_plans_ahead_at_its_inputs_storage_offsets(monkeypatch):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pyfuser.dynamo.regions.region import FusedRegion
+
+    shifted = torch.randint(0, 50, (2, 9))[:, 1:]  # 8 bytes into the batch's storage
+    region = FusedRegion(make_fx(lambda labels: labels * 2 + 1, tracing_mode="fake")(shifted), "shifted")
+    seen = []
+    monkeypatch.setattr(ahead, "plan_ahead", lambda fd, inputs, device: seen.append(inputs) or [])
+    monkeypatch.setattr(region, "device", torch.device("cuda"))
+    assert region.plan_ahead() == [] and len(seen) == 1
+    (x,) = seen[0]
+    assert x.device.type == "meta" and (x.shape, x.stride()) == (shifted.shape, shifted.stride())
+    assert x.storage_offset() == 1 and x.data_ptr() % 16 == 8
+
+
 def test_a_worker_walks_the_spill_candidates_in_order(tmp_path, monkeypatch):
     """The first candidate is compiled; a second only when the first is rejected (here by
     a register budget no kernel meets); the last is never checked."""

@@ -128,18 +128,31 @@ def plan_ahead(fd, inputs, device) -> list:
 
 
 def arg_spec(x):
-    """A kernel argument as plain data for a worker: a tensor as its layout."""
+    """A kernel argument as plain data for a worker: a tensor as its layout, its
+    storage offset included (an offset that is not a multiple of 16 bytes changes
+    the plan's signature and Triton's specialization of the pointer)."""
     if isinstance(x, torch.Tensor):
-        return ("tensor", tuple(x.shape), tuple(x.stride()), str(x.dtype).removeprefix("torch."))
+        return ("tensor", tuple(x.shape), tuple(x.stride()), str(x.dtype).removeprefix("torch."), x.storage_offset())
     return x
 
 
 def meta_arg(spec):
     """The meta tensor (or value) an ``arg_spec`` stands for."""
     if isinstance(spec, tuple) and spec and spec[0] == "tensor":
-        _, shape, stride, dtype = spec
-        return torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device="meta")
+        _, shape, stride, dtype, offset = spec
+        return meta_strided(shape, stride, getattr(torch, dtype), offset)
     return spec
+
+
+def meta_strided(shape, stride, dtype, offset: int = 0) -> torch.Tensor:
+    """A meta tensor of this layout, ``offset`` elements into its storage: its
+    ``data_ptr()`` is ``offset`` times the element size (address 0 being 16-byte
+    aligned), as the alignment checks of the plan and of Triton's launch read it."""
+    if any(n == 0 for n in shape):
+        size = offset
+    else:
+        size = offset + 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+    return torch.empty(size, dtype=dtype, device="meta").as_strided(shape, stride, offset)
 
 
 def compile_step(arch: int, kernels) -> int:

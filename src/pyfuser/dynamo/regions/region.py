@@ -237,7 +237,7 @@ class FusedRegion(torch.nn.Module):
         entry = self.entries.get(tuple(tuple(x.stride()) for x in examples))
         if entry is None:
             return []
-        inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta") for x in examples]
+        inputs = [ahead.meta_strided(x.shape, x.stride(), x.dtype, x.storage_offset()) for x in examples]
         try:
             return ahead.plan_ahead(entry.fd, inputs, self.device)
         except Exception as err:  # only a loss of time: the first call plans with the real inputs
