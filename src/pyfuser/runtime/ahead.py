@@ -148,10 +148,7 @@ def meta_strided(shape, stride, dtype, offset: int = 0) -> torch.Tensor:
     """A meta tensor of this layout, ``offset`` elements into its storage: its
     ``data_ptr()`` is ``offset`` times the element size (address 0 being 16-byte
     aligned), as the alignment checks of the plan and of Triton's launch read it."""
-    if any(n == 0 for n in shape):
-        size = offset
-    else:
-        size = offset + 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+    size = offset + (1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0)
     return torch.empty(size, dtype=dtype, device="meta").as_strided(shape, stride, offset)
 
 
