@@ -60,6 +60,42 @@ def test_an_idle_worker_exits_and_the_next_job_starts_another():
         p.close()
 
 
+def test_started_workers_run_before_any_job_and_exit_when_idle():
+    p = workers.Pool(2, workers.worker_env({}), idle=1.0)
+    try:
+        p.start()
+        deadline = time.monotonic() + 60
+        while len(p.procs) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(p.procs) == 2 and len(p.threads) == 2  # started with no job
+        p.start()  # no more than ``size``
+        assert len(p.threads) == 2
+        assert p.submit("os.getpid").result(timeout=120) in {proc.pid for proc in p.procs}
+        deadline = time.monotonic() + 60
+        while p.procs and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not p.procs, "the started workers did not exit when idle"
+    finally:
+        p.close()
+
+
+def test_the_backend_starts_the_workers_for_a_graph_on_a_gpu(monkeypatch):
+    """Dynamo's call of the backend starts the workers before tracing (for inputs on a
+    GPU only), so their imports overlap the tracing."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from pyfuser.dynamo import backend
+
+    started = []
+    monkeypatch.setattr(ahead, "start_workers", started.append)
+    backend._start_workers([torch.ones(2), 3])
+    assert started == []
+    with FakeTensorMode():
+        on_gpu = torch.empty(2, device="cuda")
+    backend._start_workers([torch.ones(2), on_gpu])
+    assert [d.type for d in started] == ["cuda"]
+
+
 def test_what_a_job_prints_does_not_corrupt_the_results(pool):
     assert pool.submit("builtins.print", "noise on stdout").result(timeout=120) is None
     assert pool.submit("operator.mul", 6, 7).result(timeout=120) == 42

@@ -200,8 +200,21 @@ def pyfuser_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kw
     with config.patch(**values):
         validate_environment()
         check = accuracy.enabled()
+        _start_workers(example_inputs)
     with phase("tracing"):
         return _aot_backend(check, tuple(sorted(values.items())))(gm, example_inputs, **kwargs)
+
+
+def _start_workers(example_inputs):
+    """The compile workers started while the graph is traced (``ahead.start_workers``),
+    for a graph with an input on a GPU."""
+    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.device.type == "cuda"), None)
+    if device is None:
+        return
+    try:
+        ahead.start_workers(device)
+    except Exception as err:  # the workers start with the first jobs, or the kernels compile at their launches
+        warn_once(f"ahead: {type(err).__name__}", f"starting the compile workers failed ({type(err).__name__}: {err})")
 
 
 def backend_options(options) -> dict:

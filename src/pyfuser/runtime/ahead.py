@@ -255,6 +255,17 @@ class Pending:
         return compiled, failed
 
 
+def start_workers(device):
+    """Start the process's compile workers now when ``device``'s kernels would be
+    compiled ahead: a graph's backend entry calls this before tracing it, so the
+    workers' imports (about 2 s) overlap the tracing instead of delaying its first run
+    (docs/TUNING.md#compile-ahead).  Workers with no job exit when idle."""
+    from . import workers
+
+    if enabled(device):
+        workers.pool(workers_wanted(), workers.worker_env(_worker_settings())).start()
+
+
 def workers_wanted() -> int:
     """Worker processes: ``PYFUSER_COMPILE_WORKERS`` (0: none), at most one less than
     the machine's cores."""

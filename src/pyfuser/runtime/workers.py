@@ -19,7 +19,9 @@ next job.  A worker idle for ``PYFUSER_COMPILE_WORKERS_IDLE`` seconds exits: a t
 run compiles in its first steps, and a dozen idle workers would hold a few GB of the
 machine's memory for the rest of it; a later graph's jobs start them again.  Every end
 is the pool's: its threads are daemons, and at exit its workers are killed (a compile
-in hand is of no use to a process that ends).
+in hand is of no use to a process that ends).  ``start`` starts every worker before any
+job: a worker's imports (about 2 s) then overlap what the caller does meanwhile (the
+backend traces the graph whose kernels they will compile).
 """
 from __future__ import annotations
 
@@ -78,8 +80,16 @@ class Pool:
                 self._add_thread()
         return future
 
-    def _add_thread(self):
-        thread = threading.Thread(target=self._serve, name=f"pyfuser-worker-{len(self.threads)}",
+    def start(self):
+        """Start all ``size`` workers now, without a job (each exits when idle, as any)."""
+        with self.lock:
+            if self.closed:
+                raise WorkerError("workers: the pool is closed")
+            while len(self.threads) < self.size:
+                self._add_thread(start=True)
+
+    def _add_thread(self, start=False):
+        thread = threading.Thread(target=self._serve, args=(start,), name=f"pyfuser-worker-{len(self.threads)}",
                                   daemon=True)
         self.threads.append(thread)
         thread.start()
@@ -106,8 +116,13 @@ class Pool:
         with self.lock:
             self.procs.discard(proc)  # (once it has exited: ``procs`` are the live workers)
 
-    def _serve(self):
+    def _serve(self, start=False):
         proc = None
+        if start:
+            try:
+                proc = self._start()
+            except OSError:  # the first job tries again, and fails saying why
+                proc = None
         while True:
             try:
                 item = self.jobs.get(timeout=self.idle if proc is not None and self.idle > 0 else None)
