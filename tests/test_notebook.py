@@ -42,7 +42,7 @@ _RESULT = re.compile(r"benchmarks/results/([A-Za-z0-9_.*{},\-]+\.(?:txt|json|png
 # ``..._NAME.txt``: a record named without its ``DATE-GPU-`` prefix
 _SHORT = re.compile(r"\.\.\._([A-Za-z0-9_.*{},\-]+\.(?:txt|json|png|log))")
 BENCH = os.path.join(ROOT, "benchmarks")
-MAX_TOOLS, MAX_RESULTS, MAX_TUNING_LINES, MAX_BENCHMARKS_LINES = 12, 40, 500, 350
+MAX_TOOLS, MAX_RESULTS, MAX_TUNING_LINES, MAX_BENCHMARKS_LINES = 12, 40, 500, 300
 # A model named in a core comment (outside src/pyfuser/bench/): "T5" only where it
 # cannot be an IR value's name.
 _MODEL = re.compile(r"\b(?:GPT-?2|BERT|LLaMA|Llama|ViT|RoBERTa|Mistral|Qwen|T5(?='s|-| adds| model))")
