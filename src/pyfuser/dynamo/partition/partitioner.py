@@ -14,13 +14,10 @@ near-linear time instead of the square of the graph's size.  Then:
 * a reduction whose operand another region computes for it alone moves into that
   region (``reduce_before_leaving``), so the region hands over the reduced tensor, not
   the full one;
-* a region is cut in two where a reduction consumes the result of a reduction of
-  another kind (row after column, or a whole-tensor one), and where a reshape
-  changes the shape of a row reduction's result (log-softmax's backward reshaped
-  and added to another gradient): pyfuser's schedulers give such a chain no single
-  kernel, and the runtime would run it as host torch ops.  A column sum of rows'
-  results (layer norm's backward feeding a bias gradient) stays: the inner-outer
-  tile runs it in one kernel, or the planner in two;
+* a region is not cut where its reductions are of different kinds (a row
+  reduction of a column sum's result, a reshape of a row reduction's result): the
+  segmenter splits its FusionDefinition where no scheduler takes a chain in one
+  kernel (docs/TUNING.md#region-cuts), as for any fusion;
 * a region never holds a communication op (``collectives.py``), nor nodes from
   both sides of one in the graph's order (``split_at_communication``): the
   distributed engine placed each collective to overlap it with computation;
@@ -49,7 +46,7 @@ from ...compat import qualified_name
 from ...runtime.phases import timed
 from ..rules.collectives import communication_epochs, is_communication
 from ..regions.region import FusedRegion
-from ..rules import (ATEN_ONLY, ATEN_VIEWS, RESHAPES, is_compute, is_layout_copy, meta, reduction_kind,
+from ..rules import (ATEN_ONLY, ATEN_VIEWS, is_compute, is_layout_copy, meta, reduction_kind,
                     unsupported_reason)
 from ..regions.translate import sym_shape
 from .proposal import propose_partitions
@@ -108,7 +105,6 @@ def fuse_regions(gm):
     partitions = regroup_along_data_flow(partitions, order)
     partitions = reduce_before_leaving(partitions, order)
     partitioner.remove_bookend_non_compute_ops(partitions)
-    partitions = [q for p in partitions for q in split_mixed_reductions(p, order)]
     partitions = split_at_communication(partitions, communication_epochs(gm.graph))
     partitioner.remove_bookend_non_compute_ops(partitions)
     partitions = [p for p in partitions if sum(is_compute(n) for n in p.nodes) >= MIN_COMPUTE_OPS
@@ -263,9 +259,8 @@ def regroup_along_data_flow(partitions, order) -> list:
 
 def reduce_before_leaving(partitions, order) -> list:
     """Each reduction in a partition P whose one tensor operand ``x`` another partition
-    Q computes, and which is ``x``'s only reader outside Q, moves to Q, unless Q would
-    then have to be cut there (``split_mixed_reductions``).  Q then hands P the reduced
-    tensor instead of ``x``.  A model may add one position bias to every layer's
+    Q computes, and which is ``x``'s only reader outside Q, moves to Q, which then hands
+    P the reduced tensor instead of ``x``.  A model may add one position bias to every layer's
     scores: its gradient is the batch sum of every layer's fp32 score gradient, and the
     partitioner put each layer's sum in the region of the layer after it, so every
     layer wrote its [batch, heads, seq, seq] fp32 gradient and the next read it back.
@@ -285,9 +280,6 @@ def reduce_before_leaving(partitions, order) -> list:
                 continue
             x, j = inputs[0], owner[inputs[0]]
             if any(u is not n and owner.get(u) != j for u in x.users):
-                continue
-            before = len(split_mixed_reductions(Partition(nodes=groups[j]), order))
-            if len(split_mixed_reductions(Partition(nodes=groups[j] + [n]), order)) != before:
                 continue
             groups[i].remove(n)
             groups[j].append(n)
@@ -357,45 +349,3 @@ def hoist_output_views(graph, partition, order):
         if not n.users:
             partition.remove_node(n)
             graph.erase_node(n)
-
-
-def _cuts_here(node, kinds: set) -> bool:
-    """Whether a region must be cut before ``node``, given the kinds of the
-    reductions it depends on inside the region."""
-    k = reduction_kind(node)
-    if k is not None:
-        if k == "column" and kinds <= {"row", "column"}:
-            return False  # a column sum of rows' results: the inner_outer tile (else two kernels)
-        return bool(kinds - {k})
-    if node.target in RESHAPES and kinds & {"row", "all"}:
-        before, after = sym_shape(meta(node.args[0]).shape), sym_shape(meta(node).shape)
-        return [e for e in before if e != 1] != [e for e in after if e != 1]
-    return False
-
-
-def split_mixed_reductions(partition, order) -> list:
-    """Cut ``partition`` before the first node ``_cuts_here`` accepts; returns the
-    pieces, producers first.  The piece after a cut holds the node and everything
-    it feeds inside the region, so no path runs from it back into the piece before
-    (and none can leave the region and come back: the partitioner's regions are
-    convex)."""
-    nodes = sorted(partition.nodes, key=order.__getitem__)
-    inside = set(nodes)
-    kinds: dict = {}  # node -> kinds of the reductions it depends on inside the region
-    cut = None
-    for n in nodes:
-        ks = set().union(*(kinds[i] for i in n.all_input_nodes if i in inside))
-        if _cuts_here(n, ks):
-            cut = n
-            break
-        k = reduction_kind(n)
-        kinds[n] = ks | ({k} if k else set())
-    if cut is None:
-        return [partition]
-    later = {cut}
-    for n in nodes[nodes.index(cut) + 1:]:
-        if any(i in later for i in n.all_input_nodes):
-            later.add(n)
-    before = Partition(nodes=[n for n in nodes if n not in later])
-    after = Partition(nodes=[n for n in nodes if n in later])
-    return [before] + split_mixed_reductions(after, order)

@@ -1,10 +1,11 @@
 """Reshapes of a row reduction's result moved below the pointwise ops that read them.
 
-The partitioner cuts a region where a reshape changes the leading dims of a value
-computed from a row reduction (``partitioner._cuts_here``).  A masked-LM head
+A reshape that changes the leading dims of a value computed from a row reduction
+ends the reduction's kernel: no tile writes rows of one shape as another, and the
+segmenter runs what follows in a kernel of its own.  A masked-LM head
 does that in its backward: the log-softmax gradient, [tokens, vocabulary], is viewed
 as [batch, seq, vocabulary], added to the logits' tangent, and viewed back to
-[tokens, vocabulary] for the decoder's GEMMs.  Cut there, the gradient was written
+[tokens, vocabulary] for the decoder's GEMMs.  Split there, the gradient was written
 by one kernel and read back by the next (1 GB per step at 64 x 128).  The add is as
 well computed on [tokens, vocabulary], with the tangent viewed that way:
 

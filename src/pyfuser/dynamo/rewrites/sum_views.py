@@ -2,8 +2,8 @@
 
 A linear layer's bias gradient is ``grad.view(tokens, hidden).sum(0)``, where
 ``grad`` is [batch, seq, hidden] and comes out of the region before it (a
-layer-norm backward).  The reshape of a row normalization's result cuts that region
-(``partitioner._cuts_here``), so the sum ran as a region and a kernel of its own, one
+layer-norm backward).  The reshape of a row normalization's result ends its kernel
+(``sink_views``), so the sum ran as a kernel of its own, one
 per layer and per bias, re-reading the gradient.  ``grad.sum((0, 1))`` is the same
 sum: the region keeps it, and the inner-outer tile computes it beside the layer
 norm's dw and db from the rows it holds.
