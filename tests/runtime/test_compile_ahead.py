@@ -75,6 +75,7 @@ def test_started_workers_run_before_any_job_and_exit_when_idle():
         while p.procs and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not p.procs, "the started workers did not exit when idle"
+        assert not workers.running()  # (not the process's pool)
     finally:
         p.close()
 
@@ -266,6 +267,45 @@ def test_a_graph_with_few_new_kernels_compiles_them_at_their_launches():
     pending = ahead.Pending()
     jobs = [((f"k{i}", f"src {i} {os.getpid()}", (), {}, None),) for i in range(ahead.MIN_JOBS - 1)]
     pending.submit(jobs, torch.device("cuda", 0))  # returns before it needs the device
+    assert len(pending) == 0
+
+
+def test_running_says_whether_the_process_pool_has_live_workers():
+    workers.close()
+    assert not workers.running()
+    workers.pool(1, workers.worker_env({})).start()
+    deadline = time.monotonic() + 60
+    while not workers.running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert workers.running()
+    workers.close()
+    assert not workers.running()
+
+
+def test_a_few_new_kernels_go_to_workers_that_are_running(monkeypatch):
+    """Workers already running (started at the backend's entry) cost nothing to ask:
+    a graph's few kernels (a loss's) compile there in parallel, not one by one at
+    their launches."""
+    submitted = []
+
+    class Running:
+        size = 3
+
+        def submit(self, function, *args):
+            submitted.append(args[1])
+            return None
+
+    monkeypatch.setattr(workers, "running", lambda: True)
+    monkeypatch.setattr(workers, "pool", lambda size, env: Running())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(ahead, "compiled_before", lambda arch, job: False)
+    jobs = [((f"k{i}", f"src {i}", (), {}, None),) for i in range(2)]
+    pending = ahead.Pending()
+    pending.submit(jobs, torch.device("cuda", 0))
+    assert submitted == jobs and len(pending) == 2
+    monkeypatch.setattr(workers, "running", lambda: False)
+    pending = ahead.Pending()
+    pending.submit(jobs, torch.device("cuda", 0))
     assert len(pending) == 0
 
 

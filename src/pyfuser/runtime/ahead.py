@@ -200,8 +200,9 @@ def compiled_before(arch: int, job) -> bool:
 
 
 WAIT_LIMIT_S = 600.0  # a graph's first run waits for its compile jobs at most this long
-# Fewer new kernel steps than this compile at their first launches: starting workers
-# (each imports torch and Triton) costs more than they save (docs/TUNING.md#compile-ahead).
+# Fewer new kernel steps than this compile at their first launches unless workers are
+# running: starting them (each imports torch and Triton) costs more than they save
+# (docs/TUNING.md#compile-ahead).
 MIN_JOBS = 8
 
 
@@ -222,15 +223,18 @@ class Pending:
     def submit(self, jobs: list, device):
         """Hand ``jobs`` (``plan_ahead``'s: a signature planned before gives none) to the
         process's worker pool, leaving out those Triton's cache holds; nothing when
-        fewer than ``MIN_JOBS`` are left."""
+        fewer than ``MIN_JOBS`` are left and no worker is running (a graph's kernels
+        compile in parallel when the workers started at the backend's entry still run,
+        however few: a loss's graph)."""
         from . import workers
 
-        if len(jobs) < MIN_JOBS:
+        enough = MIN_JOBS if not workers.running() else 1
+        if len(jobs) < enough:
             return
         major, minor = torch.cuda.get_device_capability(torch.device(device))
         arch = major * 10 + minor
         fresh = [job for job in jobs if not compiled_before(arch, job)]
-        if len(fresh) < MIN_JOBS:
+        if len(fresh) < enough:
             return
         pool = workers.pool(workers_wanted(), workers.worker_env(_worker_settings()))
         self.workers = pool.size

@@ -196,6 +196,16 @@ def pool(size: int, env: dict) -> Pool:
         return _POOL[0]
 
 
+def running() -> bool:
+    """Whether the process's pool has live workers (started, not yet idle)."""
+    with _POOL_LOCK:
+        p = _POOL[0] if _POOL else None
+    if p is None or p.closed:
+        return False
+    with p.lock:
+        return bool(p.procs)
+
+
 def close():
     """Close the process's pool, if one started, killing its workers: at exit nobody
     waits for their results."""
