@@ -164,3 +164,25 @@ def test_through_the_backend_the_first_layer_sums_its_own_rows():
     want = f(*args)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_the_garbage_collector_is_paused_while_regions_are_fused_and_restored_after(monkeypatch):
+    """Each full collection walks the graph's live objects, once per few regions fused:
+    partitioning grew with the square of the depth (docs/TUNING.md#compile-time)."""
+    import gc
+
+    from pyfuser.dynamo.partition import partitioner
+
+    seen = []
+    real = partitioner._fuse_regions
+    monkeypatch.setattr(partitioner, "_fuse_regions", lambda gm: seen.append(gc.isenabled()) or real(gm))
+    gm, _ = _graph()
+    assert gc.isenabled()
+    partitioner.fuse_regions(gm)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        partitioner.fuse_regions(_graph()[0])
+        assert not gc.isenabled()  # left as it was
+    finally:
+        gc.enable()

@@ -228,7 +228,7 @@ class Pending:
         however few: a loss's graph)."""
         from . import workers
 
-        enough = MIN_JOBS if not workers.running() else 1
+        enough = 1 if workers.running() else MIN_JOBS
         if len(jobs) < enough:
             return
         major, minor = torch.cuda.get_device_capability(torch.device(device))

@@ -35,6 +35,8 @@ near-linear time instead of the square of the graph's size.  Then:
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 
 import torch
@@ -97,6 +99,26 @@ def fuse_regions(gm):
     """Replace each fusible region of ``gm`` by a ``FusedRegion``; returns ``gm``.
     Symbolic (dynamic) sizes are fused like static ones: shapes are compared here by
     their expressions (``sym_shape``), never as SymInts, which would add guards."""
+    with collector_paused():
+        return _fuse_regions(gm)
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off while the regions are fused (on again
+    after, if it was): each region becomes a GraphModule of many small objects, and
+    every full collection walks the whole graph's live objects, so partitioning grew
+    with the square of the depth (docs/TUNING.md#compile-time)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _fuse_regions(gm):
     if materialize_sizes(gm):
         gm.recompile()
     partitioner = _Partitioner(gm)
