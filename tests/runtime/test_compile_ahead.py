@@ -16,6 +16,14 @@ from pyfuser.runtime.executor import runtime_of
 from ..codegen.common import need_ptxas
 
 
+def _wait_until(condition, seconds=60):
+    """Poll ``condition`` until it holds or ``seconds`` pass (workers start and exit
+    on threads of their own)."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def pool():
     p = workers.Pool(2, workers.worker_env({}))
@@ -48,9 +56,7 @@ def test_an_idle_worker_exits_and_the_next_job_starts_another():
     p = workers.Pool(1, workers.worker_env({}), idle=0.2)
     try:
         first = p.submit("os.getpid").result(timeout=120)
-        deadline = time.monotonic() + 60
-        while p.procs and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_until(lambda: not p.procs)
         assert not p.procs, "the idle worker is still running"
         with pytest.raises(ProcessLookupError):
             os.kill(first, 0)  # exited and reaped
@@ -64,16 +70,12 @@ def test_started_workers_run_before_any_job_and_exit_when_idle():
     p = workers.Pool(2, workers.worker_env({}), idle=1.0)
     try:
         p.start()
-        deadline = time.monotonic() + 60
-        while len(p.procs) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_until(lambda: len(p.procs) == 2)
         assert len(p.procs) == 2 and len(p.threads) == 2  # started with no job
         p.start()  # no more than ``size``
         assert len(p.threads) == 2
         assert p.submit("os.getpid").result(timeout=120) in {proc.pid for proc in p.procs}
-        deadline = time.monotonic() + 60
-        while p.procs and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_until(lambda: not p.procs)
         assert not p.procs, "the started workers did not exit when idle"
         assert not workers.running()  # (not the process's pool)
     finally:
@@ -274,9 +276,7 @@ def test_running_says_whether_the_process_pool_has_live_workers():
     workers.close()
     assert not workers.running()
     workers.pool(1, workers.worker_env({})).start()
-    deadline = time.monotonic() + 60
-    while not workers.running() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _wait_until(workers.running)
     assert workers.running()
     workers.close()
     assert not workers.running()
