@@ -25,10 +25,22 @@ def _wait_until(condition, seconds=60):
 
 
 @pytest.fixture
-def pool():
-    p = workers.Pool(2, workers.worker_env({}))
-    yield p
-    p.close()
+def pools():
+    """Pools made by ``pools(size, extra_env=None, idle=None)``, closed after the test."""
+    made = []
+
+    def make(size, extra_env=None, idle=None):
+        made.append(workers.Pool(size, workers.worker_env(extra_env or {}), idle=idle))
+        return made[-1]
+
+    yield make
+    for p in made:
+        p.close()
+
+
+@pytest.fixture
+def pool(pools):
+    return pools(2)
 
 
 def test_a_job_runs_in_another_process(pool):
@@ -41,45 +53,36 @@ def test_a_failing_job_says_why_and_the_worker_goes_on(pool):
     assert pool.submit("operator.add", 2, 3).result(timeout=120) == 5
 
 
-def test_a_worker_that_dies_fails_its_job_and_is_replaced():
-    p = workers.Pool(1, workers.worker_env({}))
-    try:
-        first = p.submit("os.getpid").result(timeout=120)
-        with pytest.raises(workers.WorkerError, match="failed"):
-            p.submit("os._exit", 3).result(timeout=120)
-        assert p.submit("os.getpid").result(timeout=120) not in (first, os.getpid())
-    finally:
-        p.close()
+def test_a_worker_that_dies_fails_its_job_and_is_replaced(pools):
+    p = pools(1)
+    first = p.submit("os.getpid").result(timeout=120)
+    with pytest.raises(workers.WorkerError, match="failed"):
+        p.submit("os._exit", 3).result(timeout=120)
+    assert p.submit("os.getpid").result(timeout=120) not in (first, os.getpid())
 
 
-def test_an_idle_worker_exits_and_the_next_job_starts_another():
-    p = workers.Pool(1, workers.worker_env({}), idle=0.2)
-    try:
-        first = p.submit("os.getpid").result(timeout=120)
-        _wait_until(lambda: not p.procs)
-        assert not p.procs, "the idle worker is still running"
-        with pytest.raises(ProcessLookupError):
-            os.kill(first, 0)  # exited and reaped
-        assert p.submit("operator.add", 2, 3).result(timeout=120) == 5
-        assert p.submit("os.getpid").result(timeout=120) not in (first, os.getpid())
-    finally:
-        p.close()
+def test_an_idle_worker_exits_and_the_next_job_starts_another(pools):
+    p = pools(1, idle=0.2)
+    first = p.submit("os.getpid").result(timeout=120)
+    _wait_until(lambda: not p.procs)
+    assert not p.procs, "the idle worker is still running"
+    with pytest.raises(ProcessLookupError):
+        os.kill(first, 0)  # exited and reaped
+    assert p.submit("operator.add", 2, 3).result(timeout=120) == 5
+    assert p.submit("os.getpid").result(timeout=120) not in (first, os.getpid())
 
 
-def test_started_workers_run_before_any_job_and_exit_when_idle():
-    p = workers.Pool(2, workers.worker_env({}), idle=1.0)
-    try:
-        p.start()
-        _wait_until(lambda: len(p.procs) == 2)
-        assert len(p.procs) == 2 and len(p.threads) == 2  # started with no job
-        p.start()  # no more than ``size``
-        assert len(p.threads) == 2
-        assert p.submit("os.getpid").result(timeout=120) in {proc.pid for proc in p.procs}
-        _wait_until(lambda: not p.procs)
-        assert not p.procs, "the started workers did not exit when idle"
-        assert not workers.running()  # (not the process's pool)
-    finally:
-        p.close()
+def test_started_workers_run_before_any_job_and_exit_when_idle(pools):
+    p = pools(2, idle=1.0)
+    p.start()
+    _wait_until(lambda: len(p.procs) == 2)
+    assert len(p.procs) == 2 and len(p.threads) == 2  # started with no job
+    p.start()  # no more than ``size``
+    assert len(p.threads) == 2
+    assert p.submit("os.getpid").result(timeout=120) in {proc.pid for proc in p.procs}
+    _wait_until(lambda: not p.procs)
+    assert not p.procs, "the started workers did not exit when idle"
+    assert not workers.running()  # (not the process's pool)
 
 
 def test_the_backend_starts_the_workers_for_a_graph_on_a_gpu(monkeypatch):
@@ -198,7 +201,7 @@ def test_a_worker_walks_the_spill_candidates_in_order(tmp_path, monkeypatch):
     assert ahead.compile_step(90, (starved,)) == 1
 
 
-def test_workers_compile_into_the_shared_triton_cache(tmp_path):
+def test_workers_compile_into_the_shared_triton_cache(tmp_path, pools):
     """A worker's compile lands in the Triton cache directory this process names: this
     process's cache lookup finds it (``compiled_before``: what a second process asks
     before starting workers), and a compile of the same kernel here adds nothing (a hit)."""
@@ -214,12 +217,9 @@ def test_workers_compile_into_the_shared_triton_cache(tmp_path):
     with knobs.cache.scope():
         knobs.cache.dir = str(cache)
         assert not any(ahead.compiled_before(90, job) for job in jobs)
-    p = workers.Pool(2, workers.worker_env({"TRITON_CACHE_DIR": str(cache)}))
-    try:
-        assert sum(p.submit("pyfuser.runtime.ahead.compile_step", 90, job).result(timeout=300) for job in jobs) \
-            >= len(jobs)
-    finally:
-        p.close()
+    p = pools(2, {"TRITON_CACHE_DIR": str(cache)})
+    assert sum(p.submit("pyfuser.runtime.ahead.compile_step", 90, job).result(timeout=300) for job in jobs) \
+        >= len(jobs)
     entries = sorted(os.listdir(cache))
     assert any(f.endswith(".cubin") for d in entries for f in os.listdir(cache / d))
     name, source, specs, kw, _ = jobs[0][0]
