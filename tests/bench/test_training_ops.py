@@ -72,8 +72,8 @@ def test_byte_model():
     R, H = 16384, 4096
     # fwd: x, w -> y, rstd; bwd: dy, x, w, rstd -> dx, dw
     assert training_ops.BY_NAME["rms_norm_fwd_bwd_bf16"].bytes((R, H)) == 5 * R * H * 2 + 3 * H * 2 + 2 * R * 4
-    # fwd: a, b -> c; bwd: dc, a, b -> da, db
-    assert training_ops.BY_NAME["swiglu_fwd_bwd_bf16"].bytes((R, H)) == 7 * R * H * 2
+    # fwd: a, b -> c (3 tensors); bwd: dc, a, b -> da, db (5)
+    assert training_ops.BY_NAME["swiglu_fwd_bwd_bf16"].bytes((R, H)) == (3 + 5) * R * H * 2
     ln, nobias = (training_ops.BY_NAME[n].bytes((R, H)) for n in ("layer_norm_fwd_bwd_bf16",
                                                                    "layer_norm_nobias_fwd_bwd_bf16"))
     assert ln - nobias == 2 * H * 2  # the bias read, its gradient written

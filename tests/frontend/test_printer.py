@@ -6,11 +6,13 @@ import re
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
 
 from pyfuser import DataType, Fusion, FusionDefinition
 from pyfuser.bench.seeds import SEEDS
 
 from ..helpers import assert_all_match, gen_for, make_tensor
+from ..segment.fuzz_fusions import build, fusions
 
 
 def rebuild(fd: FusionDefinition) -> FusionDefinition:
@@ -27,11 +29,18 @@ def _unnumbered(text: str) -> str:
     return re.sub(r"\b(tv|c)\d+\b", r"\1", text)
 
 
+def plan_text(fd, inputs) -> str:
+    """``fd.explain``'s segments, schedulers and params, without the values' numbers
+    (the declining schedulers' reasons name values in definition order: left out)."""
+    lines = [ln.strip() for ln in str(fd.explain(inputs)).splitlines()]
+    return re.sub(r"\b[TS]\d+\b", "T", "\n".join(ln for ln in lines if ln.startswith(("segment", "params"))))
+
+
 def assert_round_trip(fd, inputs):
-    """The printed text rebuilds the fusion.  nvFuser's form numbers values in the order
-    they were defined and prints ops depth first from the outputs: a definition rebuilt
-    from it prints the same ops in the same order, and once it is defined in that order
-    its text is a fixed point.  (The 2022 form rebuilds a current-API definition, which
+    """The printed text rebuilds the fusion, which runs the same plan.  nvFuser's form
+    numbers values in the order they were defined and prints ops depth first from the
+    outputs: a definition rebuilt from it prints the same ops in the same order, and once
+    it is defined in that order its text is a fixed point.  (The 2022 form rebuilds a current-API definition, which
     prints in nvFuser's form.)"""
     fd2 = rebuild(fd)
     fd3 = rebuild(fd2)
@@ -39,6 +48,10 @@ def assert_round_trip(fd, inputs):
     assert _unnumbered(repr(fd3)) == _unnumbered(repr(fd2))
     if not fd.legacy_api:
         assert _unnumbered(repr(fd2)) == _unnumbered(repr(fd))
+    # The text is the program that runs: the same kernels with the same params (a plan
+    # split elsewhere rounds otherwise on the GPU, where contraction into FMAs follows the
+    # kernel's expressions).
+    assert plan_text(fd2, inputs) == plan_text(fd, inputs)
     torch.manual_seed(0)  # random ops without a seed draw from torch's generator
     want = fd.execute(inputs)
     torch.manual_seed(0)
@@ -56,6 +69,32 @@ def test_seed_fusions_round_trip(name):
     assert text.startswith("def nvfuser_fusion(fd : FusionDefinition) -> None :\n")
     assert "fd.ops.view" not in text and "axes=" not in text  # printed in the current API's spelling
     assert_round_trip(fd, case.make_inputs(case.small_sizes, "cpu", gen_for(name)))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(fusions())
+def test_random_fusions_print_the_program_they_run(recipe):
+    fd, inputs = build(recipe)
+    assert plan_text(rebuild(fd), inputs) == plan_text(fd, inputs)
+
+
+def test_a_sum_over_extent_1_dims_is_held_and_run_as_the_squeeze_it_prints():
+    """nvFuser's test_ws_tma_normalization1's pattern: a row sum broadcast back to
+    [1, N, 1], then summed over its extent-1 dims.  Held as a reduction it took a kernel
+    of its own, while ``repr(fd)`` printed (and the rebuilt definition ran) a squeeze:
+    another plan, whose row sums rounded otherwise on the GPU."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[1, -1, -1], contiguity=[None, True, True])
+        t1 = fd.ops.sum(t0, dims=[0, 2])
+        t2 = fd.ops.broadcast_in_dim(t1, shape=[1, t0.size(1), 1], broadcast_dims=[1])
+        t3 = fd.ops.sum(fd.ops.mul(t2, 0.5), dims=[0, 2])
+        fd.add_output(fd.ops.add(fd.ops.broadcast_in_dim(t3, shape=[1, t0.size(1), t0.size(2)],
+                                                         broadcast_dims=[1]), t0))
+    assert "fd.ops.squeeze(" in repr(fd) and [e.op for e in fd.ir.program].count("sum") == 1
+    x = make_tensor((1, 6, 40), torch.float32, gen_for("printer", "sum-1"))
+    assert_all_match(fd.execute([x]), [x.sum(2, keepdim=True) * 0.5 + x], tol=(1e-6, 1e-6))
+    assert_round_trip(fd, [x])
 
 
 def test_round_trip_of_many_op_kinds():

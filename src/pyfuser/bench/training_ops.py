@@ -105,7 +105,7 @@ BYTE_MODEL = {
     "layer_norm": lambda R, H: _norm_bytes(R, H, 2, True),
     "layer_norm_nobias": lambda R, H: _norm_bytes(R, H, 2, False),
     # fwd a, b -> c; bwd dc, a, b -> da, db
-    "glu": lambda R, N: 7 * R * N * E,
+    "glu": lambda R, N: (3 + 5) * R * N * E,
     # fwd logits, target -> loss, lse; bwd dloss, logits, target, lse -> dlogits
     "cross_entropy": lambda R, V: 3 * R * V * E + 2 * R * 8 + 2 * R * 4 + 2 * 4,
     # fwd q, k, cos, sin -> q', k'; bwd dq', dk', cos, sin -> dq, dk

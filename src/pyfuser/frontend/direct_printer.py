@@ -13,7 +13,7 @@ where the two spellings differ only in form:
 * default arguments are left out (``keepdim=False``, ``dtype=DataType.Null``); a sum
   names the dtype of its result; a slice whose constant indices are already in range
   prints ``manual_normalization=True``; a sum over dims of extent 1 that keeps the dtype
-  is the squeeze it is.
+  is held as the squeeze it is (``ops.sum``), and prints as one.
 
 The 2022 API's definitions (``FusionDefinition(fusion)``) print as that API did
 (``printer.py``).
@@ -116,19 +116,13 @@ def _drop_defaults(text: str) -> str:
     return text.replace(", keepdim=False", "").replace(", dtype=DataType.Null", "")
 
 
-def _static_one(t: TensorVal, dims) -> bool:
-    return all(t.shape[d] == 1 for d in dims)
-
-
 def _rewrite(e, text: str) -> tuple[str, str]:
     """(op, arguments) as nvFuser prints them."""
+    if e.op == "squeeze":  # also a sum over extent-1 dims, held as the squeeze it is (ops.sum)
+        return "squeeze", f"{e.inputs[0].name}, dims={list(e.attrs['dims'])}"
     op = getattr(e, "printed_op", e.op)
     if op in _SUM_LIKE and "dims" in e.attrs and not e.attrs.get("keepdim"):
-        src, out = e.inputs[0], e.outputs[0]
-        dims = list(e.attrs["dims"])
-        if op == "sum" and out.dtype is src.dtype and dims and _static_one(src, dims):
-            return "squeeze", f"{src.name}, dims={dims}"
-        text = re.sub(r", dtype=DataType\.\w+", "", text) + f", dtype={out.dtype!r}"
+        text = re.sub(r", dtype=DataType\.\w+", "", text) + f", dtype={e.outputs[0].dtype!r}"
     if op == "slice" and not e.attrs.get("manual") and _in_range(e):
         text += ", manual_normalization=True"
     return op, _drop_defaults(text)

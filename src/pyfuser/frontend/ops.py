@@ -155,6 +155,13 @@ class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
         ref = OPS[op].ref
         out_dt = b.probe_dtype(op, lambda x: ref(x, list(d), keepdim, None if dt is None else dt.torch), [t])
         spelling = f"{fmt(t)}, dims={fmt(list(d))}, keepdim={keepdim}, dtype={dt if dt else DataType.Null!r}"
+        if op == "sum" and d and not keepdim and out_dt is t.dtype and all(t.shape[i] == 1 for i in d):
+            # A sum over dims of extent 1 that keeps the dtype is a squeeze, and nvFuser holds
+            # (and prints) it as one: held as the reduction it would run as another kernel
+            # plan than the text repr(fd) prints, which then computes other roundings.
+            (out,) = self._record("squeeze", [t], {"dims": d}, [t.dtype], spelling)
+            out.definition.printed_op = "sum"  # the 2022 API prints the call as written
+            return out
         (out,) = self._record(op, [t], attrs, [out_dt], spelling)
         return out
 
