@@ -40,8 +40,8 @@ def assert_round_trip(fd, inputs):
     """The printed text rebuilds the fusion, which runs the same plan.  nvFuser's form
     numbers values in the order they were defined and prints ops depth first from the
     outputs: a definition rebuilt from it prints the same ops in the same order, and once
-    it is defined in that order its text is a fixed point.  (The 2022 form rebuilds a current-API definition, which
-    prints in nvFuser's form.)"""
+    it is defined in that order its text is a fixed point.  (The 2022 form rebuilds a
+    current-API definition, which prints in nvFuser's form.)"""
     fd2 = rebuild(fd)
     fd3 = rebuild(fd2)
     assert not fd2.legacy_api and repr(rebuild(fd3)) == repr(fd3)

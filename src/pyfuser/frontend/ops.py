@@ -156,9 +156,10 @@ class Operators(SizeOps, HostOps, CompositeOps, GatherOps, HintOps):
         out_dt = b.probe_dtype(op, lambda x: ref(x, list(d), keepdim, None if dt is None else dt.torch), [t])
         spelling = f"{fmt(t)}, dims={fmt(list(d))}, keepdim={keepdim}, dtype={dt if dt else DataType.Null!r}"
         if op == "sum" and d and not keepdim and out_dt is t.dtype and all(t.shape[i] == 1 for i in d):
-            # A sum over dims of extent 1 that keeps the dtype is a squeeze, and nvFuser holds
-            # (and prints) it as one: held as the reduction it would run as another kernel
-            # plan than the text repr(fd) prints, which then computes other roundings.
+            # A sum over dims of extent 1 that keeps the dtype is a squeeze; nvFuser holds and
+            # prints it as one.  Held as a reduction it would get a kernel of its own, so the
+            # definition and the one rebuilt from repr(fd) would run different plans, which
+            # round differently on the GPU.
             (out,) = self._record("squeeze", [t], {"dims": d}, [t.dtype], spelling)
             out.definition.printed_op = "sum"  # the 2022 API prints the call as written
             return out
